@@ -1,0 +1,277 @@
+/*
+ * cmd_attend.c — `qkv attend`: attention of .npy arrays from Python.
+ *   q: [Hq, Lq, D], k/v: [Hkv, Lk, D] float32 (a leading batch dim of 1 is
+ *   accepted); optional RoPE on q and k; masks; a kernel and a KV dtype.
+ * Outputs (--out, --lse, --weights) are written only when everything
+ * succeeded; bad input gets one line on stderr and exit status 2.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+    "usage: qkv attend --q q.npy --k k.npy --v v.npy --out o.npy [flags]\n"
+    "  q: [Hq, Lq, D], k, v: [Hkv, Lk, D] float32 .npy (leading batch dim 1 allowed)\n"
+    "  --lse FILE            also write LSE [Hq, Lq] (natural log)\n"
+    "  --weights FILE        also write the weights [Hq, Lq, Lk] (reference kernel only)\n"
+    "  --causal              causal mask, bottom-right aligned (row i at position Lk-Lq+i)\n"
+    "  --window W            sliding window of W keys including self (implies causal)\n"
+    "  --sinks S             keep the first S keys visible too (needs --window): StreamingLLM\n"
+    "  --exclude i,j,...     key indices no row may see (ablation)\n"
+    "  --scale X             softmax scale (default 1/sqrt(D))\n"
+    "  --kernel K            ref | flash | decode | auto (default auto)\n"
+    "  --kv-dtype T          f32 | bf16 | f16: K (after RoPE) and V are stored so (default f32)\n"
+    "  --threads N           worker threads (default: all cores)\n"
+    "  --rope half|interleaved   apply RoPE to q and k before attention\n"
+    "  --rope-theta X        RoPE base (default 10000)\n"
+    "  --rope-scaling llama3:factor=8,low=1,high=4,orig=8192\n"
+    "  --positions p.npy     int32/int64 [Lk]: positions of the K rows; Q takes the last Lq\n"
+    "  --pos-offset P        positions P, P+1, ... (default 0)\n";
+
+typedef struct {
+    const char *q, *k, *v, *out, *lse, *weights, *positions;
+    int causal, window, sinks, have_sinks, threads, rope, pos_offset_set;
+    int64_t pos_offset;
+    qkv_mask_kind mask;
+    int *exclude, n_exclude;
+    float scale;
+    qkv_kernel kernel;
+    qkv_dtype kv_dtype;
+    qkv_rope rope_params;
+} attend_args;
+
+static int parse_exclude(attend_args *a, const char *s) {
+    int cap = 16;
+    a->exclude = malloc((size_t)cap * sizeof(int));
+    const char *p = s;
+    for (;;) {
+        char num[32];
+        size_t n = strcspn(p, ",");
+        if (n == 0 || n >= sizeof num) return cli_fail("--exclude: '%s' is not a list of key indices", s);
+        memcpy(num, p, n);
+        num[n] = 0;
+        if (a->n_exclude == cap) a->exclude = realloc(a->exclude, (size_t)(cap *= 2) * sizeof(int));
+        if (cli_parse_int(&a->exclude[a->n_exclude], "--exclude", num, 0, 2147483647)) return 2;
+        a->n_exclude++;
+        p += n;
+        if (!*p) break;
+        p++;
+    }
+    return 0;
+}
+
+static int parse_rope_scaling(qkv_rope *r, const char *s) {
+    if (strncmp(s, "llama3:", 7))
+        return cli_fail("--rope-scaling: '%s' must look like llama3:factor=8,low=1,high=4,orig=8192", s);
+    r->scaling = QKV_ROPE_SCALING_LLAMA3;
+    r->factor = 8;
+    r->low_freq_factor = 1;
+    r->high_freq_factor = 4;
+    r->original_max_position = 8192;
+    const char *p = s + 7;
+    while (*p) {
+        char key[32], val[64];
+        size_t n = strcspn(p, ",");
+        const char *eq = memchr(p, '=', n);
+        if (!eq || (size_t)(eq - p) >= sizeof key || n - (size_t)(eq - p) - 1 >= sizeof val)
+            return cli_fail("--rope-scaling: bad item in '%s'", s);
+        memcpy(key, p, (size_t)(eq - p));
+        key[eq - p] = 0;
+        memcpy(val, eq + 1, n - (size_t)(eq - p) - 1);
+        val[n - (size_t)(eq - p) - 1] = 0;
+        int rc;
+        if (!strcmp(key, "factor")) rc = cli_parse_float(&r->factor, "--rope-scaling factor", val, 1e-6, 1e6);
+        else if (!strcmp(key, "low")) rc = cli_parse_float(&r->low_freq_factor, "--rope-scaling low", val, 1e-6, 1e6);
+        else if (!strcmp(key, "high")) rc = cli_parse_float(&r->high_freq_factor, "--rope-scaling high", val, 1e-6, 1e6);
+        else if (!strcmp(key, "orig")) rc = cli_parse_int(&r->original_max_position, "--rope-scaling orig", val, 1, 1 << 30);
+        else return cli_fail("--rope-scaling: unknown key '%s' (factor, low, high, orig)", key);
+        if (rc) return rc;
+        p += n;
+        if (*p) p++;
+    }
+    if (!(r->high_freq_factor > r->low_freq_factor))
+        return cli_fail("--rope-scaling: high (%g) must be greater than low (%g)", r->high_freq_factor,
+                        r->low_freq_factor);
+    return 0;
+}
+
+static int parse_args(attend_args *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    a->kernel = QKV_KERNEL_AUTO;
+    a->kv_dtype = QKV_DTYPE_F32;
+    a->rope_params = qkv_rope_default();
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v;
+        int rc = 0;
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            fputs(usage_text, stdout);
+            return -1;
+        } else if (!strcmp(f, "--causal")) {
+            a->causal = 1;
+            continue;
+        }
+        if (!(v = cli_value(argc, argv, &i))) return 2;
+        if (!strcmp(f, "--q")) a->q = v;
+        else if (!strcmp(f, "--k")) a->k = v;
+        else if (!strcmp(f, "--v")) a->v = v;
+        else if (!strcmp(f, "--out")) a->out = v;
+        else if (!strcmp(f, "--lse")) a->lse = v;
+        else if (!strcmp(f, "--weights")) a->weights = v;
+        else if (!strcmp(f, "--positions")) a->positions = v;
+        else if (!strcmp(f, "--window")) rc = cli_parse_int(&a->window, f, v, 1, 2147483647);
+        else if (!strcmp(f, "--sinks")) { rc = cli_parse_int(&a->sinks, f, v, 0, 2147483647); a->have_sinks = 1; }
+        else if (!strcmp(f, "--exclude")) rc = parse_exclude(a, v);
+        else if (!strcmp(f, "--scale")) rc = cli_parse_float(&a->scale, f, v, 1e-30, 1e30);
+        else if (!strcmp(f, "--threads")) rc = cli_parse_int(&a->threads, f, v, 1, 4096);
+        else if (!strcmp(f, "--pos-offset")) { rc = cli_parse_i64(&a->pos_offset, f, v, 0, (int64_t)1 << 40); a->pos_offset_set = 1; }
+        else if (!strcmp(f, "--rope-theta")) rc = cli_parse_float(&a->rope_params.theta, f, v, 1.0001, 1e12);
+        else if (!strcmp(f, "--rope-scaling")) rc = parse_rope_scaling(&a->rope_params, v);
+        else if (!strcmp(f, "--kernel")) {
+            if (qkv_kernel_parse(&a->kernel, v)) rc = cli_fail("--kernel: '%s' is not ref, flash, decode or auto", v);
+        } else if (!strcmp(f, "--kv-dtype")) {
+            if (qkv_dtype_parse(&a->kv_dtype, v)) rc = cli_fail("--kv-dtype: '%s' is not f32, bf16 or f16", v);
+        } else if (!strcmp(f, "--rope")) {
+            a->rope = 1;
+            if (!strcmp(v, "half")) a->rope_params.pairing = QKV_ROPE_HALF;
+            else if (!strcmp(v, "interleaved")) a->rope_params.pairing = QKV_ROPE_INTERLEAVED;
+            else rc = cli_fail("--rope: '%s' is not half or interleaved", v);
+        } else {
+            return cli_fail("attend: unknown flag '%s' (see qkv attend --help)", f);
+        }
+        if (rc) return rc;
+    }
+    if (!a->q || !a->k || !a->v || !a->out) return cli_fail("attend: --q, --k, --v and --out are required");
+    if (a->have_sinks && !a->window) return cli_fail("--sinks needs --window");
+    if (a->weights && a->kernel != QKV_KERNEL_REFERENCE)
+        return cli_fail("--weights needs --kernel ref (the fast kernels never build the weight matrix)");
+    if ((a->positions || a->pos_offset_set || a->rope_params.scaling) && !a->rope)
+        return cli_fail("--positions, --pos-offset and --rope-scaling need --rope");
+    if (a->positions && a->pos_offset_set) return cli_fail("give --positions or --pos-offset, not both");
+    a->mask = a->window ? (a->have_sinks ? QKV_MASK_SINK_WINDOW : QKV_MASK_WINDOW)
+                        : (a->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE);
+    return 0;
+}
+
+/* Loads a float32 array of 3 dims (or 4 with a leading 1). */
+static int load_3d(qkv_npy *a, const char *path) {
+    qkv_error err = {0};
+    if (qkv_npy_load(a, path, &err)) return cli_fail("%s", err.msg);
+    if (a->type != QKV_NPY_F32) {
+        qkv_npy_free(a);
+        return cli_fail("%s: must be float32", path);
+    }
+    if (a->ndim == 4 && a->shape[0] == 1) {
+        memmove(a->shape, a->shape + 1, 3 * sizeof a->shape[0]);
+        a->ndim = 3;
+    }
+    if (a->ndim != 3 || a->count == 0) {
+        qkv_npy_free(a);
+        return cli_fail("%s: expected shape [heads, tokens, head_dim] (optionally with a leading 1)", path);
+    }
+    for (int i = 0; i < 3; i++)
+        if (a->shape[i] > (1 << 30)) {
+            qkv_npy_free(a);
+            return cli_fail("%s: dimension %d is too large", path, i);
+        }
+    return 0;
+}
+
+static int load_positions(int64_t *pos, const char *path, int64_t lk) {
+    qkv_npy p;
+    qkv_error err = {0};
+    if (qkv_npy_load(&p, path, &err)) return cli_fail("%s", err.msg);
+    int rc = 0;
+    int ndim_ok = p.ndim == 1 || (p.ndim == 2 && p.shape[0] == 1);
+    if (p.type == QKV_NPY_F32) rc = cli_fail("%s: positions must be int32 or int64", path);
+    else if (!ndim_ok || p.count != lk)
+        rc = cli_fail("%s: expected %lld positions (one per K row), got shape with %lld", path, (long long)lk,
+                      (long long)p.count);
+    for (int64_t i = 0; !rc && i < lk; i++) {
+        pos[i] = p.type == QKV_NPY_I32 ? ((int32_t *)p.data)[i] : ((int64_t *)p.data)[i];
+        if (pos[i] < 0) rc = cli_fail("%s: position %lld is negative", path, (long long)pos[i]);
+    }
+    qkv_npy_free(&p);
+    return rc;
+}
+
+static int attend(attend_args *a) {
+    qkv_npy q = {0}, k = {0}, v = {0};
+    int rc = load_3d(&q, a->q);
+    if (!rc) rc = load_3d(&k, a->k);
+    if (!rc) rc = load_3d(&v, a->v);
+    float *o = NULL, *lse = NULL, *w = NULL;
+    void *kd = NULL, *vd = NULL;
+    int64_t *pos = NULL;
+    if (rc) goto done;
+    int64_t hq = q.shape[0], lq = q.shape[1], d = q.shape[2], hkv = k.shape[0], lk = k.shape[1];
+    if (k.shape[2] != d) { rc = cli_fail("%s: head_dim %lld differs from q's %lld", a->k, (long long)k.shape[2], (long long)d); goto done; }
+    if (memcmp(v.shape, k.shape, 3 * sizeof k.shape[0])) { rc = cli_fail("%s: shape differs from k's", a->v); goto done; }
+    if (hq % hkv) { rc = cli_fail("%s: %lld query heads is not a multiple of %lld KV heads (%s)", a->q, (long long)hq, (long long)hkv, a->k); goto done; }
+    if (d < QKV_HEAD_DIM_MIN || d > QKV_HEAD_DIM_MAX) { rc = cli_fail("%s: head_dim %lld outside [%d, %d]", a->q, (long long)d, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX); goto done; }
+    for (int e = 0; e < a->n_exclude; e++)
+        if (a->exclude[e] >= lk) { rc = cli_fail("--exclude: key %d is outside [0, %lld)", a->exclude[e], (long long)lk); goto done; }
+    qkv_error err = {0};
+    if (a->rope) {
+        if (d % 2) { rc = cli_fail("%s: RoPE needs an even head_dim, got %lld", a->q, (long long)d); goto done; }
+        pos = malloc((size_t)lk * sizeof *pos);
+        if (a->positions) {
+            if ((rc = load_positions(pos, a->positions, lk))) goto done;
+        } else {
+            for (int64_t i = 0; i < lk; i++) pos[i] = a->pos_offset + i;
+        }
+        if (lq > lk) { rc = cli_fail("%s: RoPE positions need Lq (%lld) <= Lk (%lld)", a->q, (long long)lq, (long long)lk); goto done; }
+        if (qkv_rope_apply(q.data, pos + (lk - lq), &a->rope_params, (int)hq, (int)lq, (int)d, &err) ||
+            qkv_rope_apply(k.data, pos, &a->rope_params, (int)hkv, (int)lk, (int)d, &err)) {
+            rc = cli_fail("rope: %s", err.msg);
+            goto done;
+        }
+    }
+    size_t nkv = (size_t)k.count;
+    kd = malloc(nkv * qkv_dtype_size(a->kv_dtype));
+    vd = malloc(nkv * qkv_dtype_size(a->kv_dtype));
+    o = malloc((size_t)q.count * sizeof(float));
+    lse = malloc((size_t)(hq * lq) * sizeof(float));
+    if (!kd || !vd || !o || !lse) { rc = cli_fail("attend: out of memory"); goto done; }
+    qkv_convert_from_f32(kd, a->kv_dtype, k.data, nkv);
+    qkv_convert_from_f32(vd, a->kv_dtype, v.data, nkv);
+    qkv_attn_desc desc = {(int)hq, (int)hkv, (int)lq, (int)lk, (int)d, a->scale,
+                          {a->mask, a->window, a->sinks, a->exclude, a->n_exclude}, a->kv_dtype, 0, a->threads};
+    qkv_status st;
+    if (a->weights) {
+        int64_t n_w = hq * lq * lk;
+        if (n_w > QKV_REFERENCE_MAX_SCORES) { rc = cli_fail("--weights: [%lld, %lld, %lld] is too large to write", (long long)hq, (long long)lq, (long long)lk); goto done; }
+        w = malloc((size_t)n_w * sizeof(float));
+        if (!w) { rc = cli_fail("--weights: out of memory"); goto done; }
+        st = qkv_attention_reference(o, lse, w, q.data, kd, vd, &desc, &err);
+    } else {
+        st = qkv_attention(o, lse, q.data, kd, vd, &desc, a->kernel, &err);
+    }
+    if (st) { rc = cli_fail("%s", err.msg); goto done; }
+    int64_t shape_o[3] = {hq, lq, d}, shape_w[3] = {hq, lq, lk};
+    if (qkv_npy_save_f32(a->out, o, 3, shape_o, &err)) { rc = cli_fail("%s", err.msg); goto done; }
+    if (a->lse && qkv_npy_save_f32(a->lse, lse, 2, shape_o, &err)) { rc = cli_fail("%s", err.msg); unlink(a->out); goto done; }
+    if (a->weights && qkv_npy_save_f32(a->weights, w, 3, shape_w, &err)) {
+        rc = cli_fail("%s", err.msg);
+        unlink(a->out);
+        if (a->lse) unlink(a->lse);
+        goto done;
+    }
+done:
+    qkv_npy_free(&q);
+    qkv_npy_free(&k);
+    qkv_npy_free(&v);
+    free(o); free(lse); free(w); free(kd); free(vd); free(pos);
+    return rc;
+}
+
+int cmd_attend(int argc, char **argv) {
+    attend_args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc == 0) rc = attend(&a);
+    free(a.exclude);
+    return rc < 0 ? 0 : rc;
+}

@@ -1,0 +1,455 @@
+/*
+ * cmd_cost.c — `qkv cost`: the article's cost accounting for a model
+ * configuration (a preset, a GGUF file's metadata, or sizes by hand), at each
+ * context length: attention FLOPs per token against the weight matmuls, the
+ * prefill share, the bytes of a materialised score table and of the KV cache.
+ * Every figure comes from qkv_cost_eval; nothing is typed in.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_CTX 16
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: qkv cost [--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--json]\n"
+            "\n"
+            "What attention costs next to the weight matmuls, from a model configuration.\n"
+            "\n"
+            "  --preset ID      built-in configuration (default llama-3.1-8b); one of:\n"
+            "                   ");
+    for (int i = 0; qkv_cost_preset_id(i); i++) fprintf(f, "%s%s", i ? ", " : "", qkv_cost_preset_id(i));
+    fprintf(f,
+            "\n"
+            "  --model FILE     read the configuration from GGUF metadata (llama.block_count, ...)\n"
+            "  --layers N --hidden N --heads N --kv-heads N --head-dim N --ffn N --vocab N\n"
+            "                   sizes by hand; alone they need all but --head-dim (default\n"
+            "                   hidden/heads); with --preset or --model they override it\n"
+            "  --tied           lm_head shares the embedding matrix (parameter count only)\n"
+            "  --ctx LIST       context lengths, comma separated, K = 1024 (default 8K,32K,128K)\n"
+            "  --dtype T        storage of scores and K/V: f32, bf16, f16, fp8 (default bf16)\n"
+            "  --json           the same figures as JSON, units in the key names\n"
+            "\n"
+            "Weight matmuls per token = 2 x the weights a token is multiplied by: per layer\n"
+            "q,k,v,o and gate,up,down, plus the lm_head (the embedding is a lookup). For\n"
+            "Llama-3.1-8B that is 7.50 B weights, 15.0 GFLOPs.\n");
+}
+
+/* ------------------------------------------------------------- formatting */
+
+/* "8,192" */
+static void fmt_count(char *buf, size_t cap, int64_t v) {
+    char raw[32];
+    snprintf(raw, sizeof raw, "%lld", (long long)(v < 0 ? -v : v));
+    size_t n = strlen(raw), o = 0;
+    if (v < 0 && o + 1 < cap) buf[o++] = '-';
+    for (size_t i = 0; i < n && o + 2 < cap; i++) {
+        buf[o++] = raw[i];
+        if ((n - i - 1) % 3 == 0 && i + 1 < n) buf[o++] = ',';
+    }
+    buf[o] = 0;
+}
+
+/* A whole number prints without decimals ("4 GiB"), else with one ("22.5 KiB"). */
+static void fmt_scaled(char *buf, size_t cap, double v, const char *unit) {
+    double r = round(v * 10) / 10;
+    if (fabs(r - round(r)) < 1e-9) snprintf(buf, cap, "%.0f %s", r, unit);
+    else snprintf(buf, cap, "%.1f %s", r, unit);
+}
+
+/* Bytes in B / KiB / MiB / GiB; GiB is the largest unit, as in the article
+ * ("1024 GiB" for the 128K score table). */
+static void fmt_bytes(char *buf, size_t cap, double b) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB"};
+    int u = 0;
+    while (u < 3 && b >= 1024) {
+        b /= 1024;
+        u++;
+    }
+    fmt_scaled(buf, cap, b, units[u]);
+}
+
+static void fmt_flops(char *buf, size_t cap, double f) {
+    static const char *units[] = {"MFLOPs", "GFLOPs", "TFLOPs", "PFLOPs", "EFLOPs"};
+    double v = f / 1e6;
+    int u = 0;
+    while (u < 4 && v >= 999.95) {
+        v /= 1000;
+        u++;
+    }
+    snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+static void fmt_ratio(char *buf, size_t cap, double r) {
+    if (r < 0.1) snprintf(buf, cap, "%.1f%%", r * 100);
+    else if (r < 1) snprintf(buf, cap, "%.0f%%", r * 100);
+    else snprintf(buf, cap, "%.1fx", r);
+}
+
+static void fmt_params(char *buf, size_t cap, double p) {
+    if (p >= 1e9) snprintf(buf, cap, "%.2f B", p / 1e9);
+    else snprintf(buf, cap, "%.1f M", p / 1e6);
+}
+
+/* Pads to a display width (text_width-aware). */
+static void put_cell(const char *s, int width, int right) {
+    int pad = width - qkv_text_width(s);
+    if (right)
+        for (int i = 0; i < pad; i++) putchar(' ');
+    fputs(s, stdout);
+    if (!right)
+        for (int i = 0; i < pad; i++) putchar(' ');
+}
+
+/* --------------------------------------------------------------- parsing */
+
+/* "8192", "8K", "128k", "1M": a positive token count. */
+static int parse_ctx_list(int64_t *ctx, int *n_ctx, const char *s) {
+    *n_ctx = 0;
+    const char *p = s;
+    if (!*p) return cli_fail("--ctx: missing value");
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[64];
+        if (len == 0 || len >= sizeof item) return cli_fail("--ctx: bad list '%s'", s);
+        memcpy(item, p, len);
+        item[len] = 0;
+        int64_t mult = 1;
+        char last = item[len - 1];
+        if (last == 'k' || last == 'K') mult = 1024;
+        else if (last == 'm' || last == 'M') mult = 1024 * 1024;
+        if (mult > 1) item[len - 1] = 0;
+        int64_t v;
+        char *end;
+        long long raw = strtoll(item, &end, 10);
+        if (!item[0] || *end) return cli_fail("--ctx: '%.*s' is not a token count", (int)len, p);
+        if (raw < 1) return cli_fail("--ctx: context must be at least 1 token, got %lld", raw);
+        if (raw > ((int64_t)1 << 40) / mult)
+            return cli_fail("--ctx: %.*s is too large (at most 2^40 tokens)", (int)len, p);
+        v = raw * mult;
+        if (*n_ctx >= MAX_CTX) return cli_fail("--ctx: at most %d context lengths", MAX_CTX);
+        ctx[(*n_ctx)++] = v;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+static int parse_dtype(size_t *bytes, const char **name, const char *s) {
+    qkv_dtype t;
+    if (qkv_dtype_parse(&t, s) == QKV_OK) {
+        *bytes = qkv_dtype_size(t);
+        *name = qkv_dtype_name(t);
+        return 0;
+    }
+    if (!strcmp(s, "fp8") || !strcmp(s, "f8")) {
+        *bytes = 1;
+        *name = "fp8";
+        return 0;
+    }
+    return cli_fail("--dtype: unknown type '%s' (f32, bf16, f16, fp8)", s);
+}
+
+/* Reads the configuration from GGUF metadata: <arch>.block_count,
+ * .embedding_length, .attention.head_count(_kv), .feed_forward_length,
+ * .attention.key_length (else hidden / heads); vocab from the token list or
+ * token_embd's shape; tied when there is no output.weight tensor. */
+static int load_gguf(qkv_cost_config *c, const char *path) {
+    qkv_gguf *g = NULL;
+    qkv_error err = {0};
+    if (qkv_gguf_open(&g, path, &err)) return cli_fail("%s", err.msg);
+    int rc = 0;
+    const char *arch = "llama";
+    if (qkv_gguf_find_key(g, "general.architecture") >= 0 &&
+        qkv_gguf_get_string(&arch, NULL, g, "general.architecture", &err)) {
+        rc = cli_fail("%s", err.msg);
+        goto done;
+    }
+    struct {
+        const char *suffix;
+        int *dst;
+        int optional;
+    } keys[] = {
+        {"block_count", &c->n_layer, 0},          {"embedding_length", &c->hidden, 0},
+        {"attention.head_count", &c->n_head, 0},  {"attention.head_count_kv", &c->n_kv_head, 1},
+        {"feed_forward_length", &c->ffn, 0},      {"attention.key_length", &c->head_dim, 1},
+    };
+    c->n_kv_head = c->head_dim = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.%s", arch, keys[i].suffix);
+        if (keys[i].optional && qkv_gguf_find_key(g, key) < 0) continue;
+        int64_t v;
+        if (qkv_gguf_get_int(&v, g, key, &err)) {
+            rc = cli_fail("%s", err.msg);
+            goto done;
+        }
+        if (v < 1 || v > (1 << 30)) {
+            rc = cli_fail("%s: %s = %lld is out of range", path, key, (long long)v);
+            goto done;
+        }
+        *keys[i].dst = (int)v;
+    }
+    if (!c->n_kv_head) c->n_kv_head = c->n_head;
+    if (!c->head_dim) c->head_dim = c->hidden / c->n_head;
+    int64_t tok = qkv_gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t emb = qkv_gguf_find_tensor(g, "token_embd.weight");
+    if (tok >= 0 && qkv_gguf_arr_len(g, tok) > 0) {
+        c->vocab = (int)qkv_gguf_arr_len(g, tok);
+    } else if (emb >= 0) {
+        c->vocab = (int)qkv_gguf_tensor_info(g, emb)->shape[0];
+    } else {
+        rc = cli_fail("%s: no tokenizer.ggml.tokens and no token_embd.weight: vocabulary size unknown",
+                      path);
+        goto done;
+    }
+    c->tied_embeddings = qkv_gguf_find_tensor(g, "output.weight") < 0;
+    const char *name = NULL;
+    if (qkv_gguf_find_key(g, "general.name") >= 0 &&
+        qkv_gguf_get_string(&name, NULL, g, "general.name", &err) == QKV_OK && name && *name)
+        snprintf(c->name, sizeof c->name, "%s", name);
+    else
+        snprintf(c->name, sizeof c->name, "%s", path);
+done:
+    qkv_gguf_close(g);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
+static void print_json(const qkv_cost_config *c, const char *source, const char *dtype,
+                       const qkv_cost *r, int n) {
+    printf("{\n  \"model\": {\"name\": ");
+    json_str(c->name);
+    printf(", \"source\": ");
+    json_str(source);
+    printf(", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
+           "\"ffn\": %d, \"vocab\": %d, \"tied_embeddings\": %s},\n",
+           c->n_layer, c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->ffn, c->vocab,
+           c->tied_embeddings ? "true" : "false");
+    printf("  \"dtype\": \"%s\",\n  \"elem_bytes\": %zu,\n", dtype, r[0].elem_bytes);
+    printf("  \"params_total\": %.0f,\n  \"params_matmul\": %.0f,\n", r[0].params_total,
+           r[0].params_matmul);
+    printf("  \"weight_flops_per_token\": %.0f,\n  \"weight_gflops_per_token\": %.4f,\n",
+           r[0].weight_flops_per_token, r[0].weight_flops_per_token / 1e9);
+    printf("  \"kv_cache_bytes_per_token\": %.0f,\n  \"kv_cache_kib_per_token\": %.4f,\n",
+           r[0].kv_bytes_per_token, r[0].kv_bytes_per_token / 1024);
+    printf("  \"contexts\": [\n");
+    for (int i = 0; i < n; i++) {
+        const qkv_cost *x = &r[i];
+        printf("    {\"ctx_tokens\": %lld, ", (long long)x->ctx);
+        printf("\"attn_flops_per_token\": %.0f, \"attn_gflops_per_token\": %.4f, ",
+               x->attn_flops_per_token, x->attn_flops_per_token / 1e9);
+        printf("\"attn_share_of_token_flops\": %.6f, ",
+               x->attn_flops_per_token / (x->attn_flops_per_token + x->weight_flops_per_token));
+        printf("\"prefill_attn_flops\": %.0f, \"prefill_attn_tflops\": %.4f, ",
+               x->prefill_attn_flops, x->prefill_attn_flops / 1e12);
+        printf("\"prefill_fixed_flops\": %.0f, \"prefill_fixed_tflops\": %.4f, ",
+               x->prefill_fixed_flops, x->prefill_fixed_flops / 1e12);
+        printf("\"prefill_attn_ratio\": %.6f, \"prefill_attn_percent\": %.4f, ",
+               x->prefill_attn_ratio, x->prefill_attn_ratio * 100);
+        printf("\"score_table_bytes_per_layer\": %.0f, \"score_table_gib_per_layer\": %.6f, ",
+               x->score_table_bytes_per_layer, x->score_table_bytes_per_layer / 1073741824.0);
+        printf("\"flash_bytes_per_layer\": %.0f, \"flash_mib_per_layer\": %.6f, ",
+               x->flash_bytes_per_layer, x->flash_bytes_per_layer / 1048576.0);
+        printf("\"flash_saves_bytes_per_layer\": %.0f, ",
+               x->score_table_bytes_per_layer - x->flash_bytes_per_layer);
+        printf("\"kv_cache_bytes\": %.0f, \"kv_cache_gib\": %.6f}%s\n", x->kv_cache_bytes,
+               x->kv_cache_bytes / 1073741824.0, i + 1 < n ? "," : "");
+    }
+    printf("  ]\n}\n");
+}
+
+/* ------------------------------------------------------------------ text */
+
+#define LABEL_W 36
+#define COL_W 14
+
+static void row(const char *label, const qkv_cost *r, int n, void (*cell)(char *, size_t, const qkv_cost *)) {
+    printf("  ");
+    put_cell(label, LABEL_W, 0);
+    for (int i = 0; i < n; i++) {
+        char buf[64];
+        cell(buf, sizeof buf, &r[i]);
+        put_cell(buf, COL_W, 1);
+    }
+    putchar('\n');
+}
+
+static void c_attn_tok(char *b, size_t n, const qkv_cost *x) { fmt_flops(b, n, x->attn_flops_per_token); }
+static void c_weight_tok(char *b, size_t n, const qkv_cost *x) { fmt_flops(b, n, x->weight_flops_per_token); }
+static void c_attn_share(char *b, size_t n, const qkv_cost *x) {
+    fmt_ratio(b, n, x->attn_flops_per_token / (x->attn_flops_per_token + x->weight_flops_per_token));
+}
+static void c_pre_attn(char *b, size_t n, const qkv_cost *x) { fmt_flops(b, n, x->prefill_attn_flops); }
+static void c_pre_fixed(char *b, size_t n, const qkv_cost *x) { fmt_flops(b, n, x->prefill_fixed_flops); }
+static void c_pre_ratio(char *b, size_t n, const qkv_cost *x) { fmt_ratio(b, n, x->prefill_attn_ratio); }
+static void c_table(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->score_table_bytes_per_layer); }
+static void c_flash(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->flash_bytes_per_layer); }
+static void c_kv(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->kv_cache_bytes); }
+
+static void print_text(const qkv_cost_config *c, const char *source, const char *dtype,
+                       const qkv_cost *r, int n) {
+    char a[160], b[64], d[64], e[64];
+    printf("%s (%s)\n", c->name, source);
+    printf("  %d layers, hidden %d, ffn %d, vocab %d%s\n", c->n_layer, c->hidden, c->ffn, c->vocab,
+           c->tied_embeddings ? ", tied embeddings" : "");
+    printf("  %d query heads x %d dims, %d KV heads", c->n_head, c->head_dim, c->n_kv_head);
+    if (c->n_kv_head < c->n_head) printf(" (GQA: %d query heads share each)", c->n_head / c->n_kv_head);
+    putchar('\n');
+    double lm = (double)c->hidden * c->vocab;
+    fmt_params(a, sizeof a, r[0].params_total);
+    fmt_params(b, sizeof b, r[0].params_matmul);
+    fmt_params(d, sizeof d, r[0].params_matmul - lm);
+    fmt_params(e, sizeof e, lm);
+    printf("  %s parameters; a token is multiplied by %s of them (layers %s + lm_head %s)\n", a, b, d, e);
+    fmt_bytes(a, sizeof a, r[0].kv_bytes_per_token);
+    printf("  scores and K/V stored as %s (%zu bytes); KV cache %s per token\n\n", dtype,
+           r[0].elem_bytes, a);
+
+    printf("  ");
+    put_cell("context (tokens)", LABEL_W, 0);
+    for (int i = 0; i < n; i++) {
+        fmt_count(a, sizeof a, r[i].ctx);
+        put_cell(a, COL_W, 1);
+    }
+    printf("\n\n  one token at position n (decode)\n");
+    row("  attention  4·n·Hq·D·L", r, n, c_attn_tok);
+    fmt_params(b, sizeof b, r[0].params_matmul);
+    snprintf(a, sizeof a, "  weight matmuls  2 x %s", b);
+    row(a, r, n, c_weight_tok);
+    row("  attention's share", r, n, c_attn_share);
+    printf("\n  prefill of all n tokens\n");
+    row("  attention  2·n²·Hq·D·L", r, n, c_pre_attn);
+    row("  fixed part  n x weight matmuls", r, n, c_pre_fixed);
+    row("  attention / fixed part", r, n, c_pre_ratio);
+    printf("\n  memory\n");
+    snprintf(a, sizeof a, "  score table per layer  %d·n²·%zu B", c->n_head, r[0].elem_bytes);
+    row(a, r, n, c_table);
+    row("  FlashAttention per layer (f32 LSE)", r, n, c_flash);
+    row("  KV cache, all layers", r, n, c_kv);
+
+    const qkv_cost *last = &r[n - 1];
+    fmt_bytes(a, sizeof a, last->score_table_bytes_per_layer);
+    fmt_bytes(b, sizeof b, last->flash_bytes_per_layer);
+    fmt_count(d, sizeof d, last->ctx);
+    printf("\nFlashAttention computes the same result with the same FLOPs, tile by tile with a\n"
+           "running max and sum, and never writes the n x n table: at n = %s it saves\n"
+           "%s per layer and keeps %s of per-row statistics instead. What still grows\n"
+           "with n and is read at every step is the KV cache.\n",
+           d, a, b);
+}
+
+/* ------------------------------------------------------------------ main */
+
+int cmd_cost(int argc, char **argv) {
+    const char *preset = NULL, *model = NULL, *dtype_name = "bf16";
+    size_t elem = 2;
+    int json = 0, tied = -1;
+    int64_t ctx[MAX_CTX] = {8192, 32768, 131072};
+    int n_ctx = 3;
+    struct {
+        const char *flag;
+        int value;
+        int set;
+    } sz[] = {{"--layers", 0, 0}, {"--hidden", 0, 0}, {"--heads", 0, 0}, {"--kv-heads", 0, 0},
+              {"--head-dim", 0, 0}, {"--ffn", 0, 0}, {"--vocab", 0, 0}};
+    enum { L_, HID, HEADS, KVH, HD, FFN, VOC, NSZ };
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--tied")) {
+            tied = 1;
+            continue;
+        }
+        int k;
+        for (k = 0; k < NSZ; k++)
+            if (!strcmp(a, sz[k].flag)) break;
+        if (k < NSZ) {
+            const char *v = cli_value(argc, argv, &i);
+            if (!v) return CLI_EXIT_BAD_INPUT;
+            if (cli_parse_int(&sz[k].value, a, v, 1, 1 << 30)) return CLI_EXIT_BAD_INPUT;
+            sz[k].set = 1;
+            continue;
+        }
+        if (!strcmp(a, "--preset") || !strcmp(a, "--model") || !strcmp(a, "--ctx") ||
+            !strcmp(a, "--dtype")) {
+            const char *v = cli_value(argc, argv, &i);
+            if (!v) return CLI_EXIT_BAD_INPUT;
+            if (!strcmp(a, "--preset")) preset = v;
+            else if (!strcmp(a, "--model")) model = v;
+            else if (!strcmp(a, "--ctx")) {
+                if (parse_ctx_list(ctx, &n_ctx, v)) return CLI_EXIT_BAD_INPUT;
+            } else if (parse_dtype(&elem, &dtype_name, v)) return CLI_EXIT_BAD_INPUT;
+            continue;
+        }
+        return cli_fail("cost: unknown flag '%s' (see qkv cost --help)", a);
+    }
+    if (preset && model) return cli_fail("cost: --preset and --model exclude each other");
+
+    qkv_cost_config c;
+    memset(&c, 0, sizeof c);
+    qkv_error err = {0};
+    char source[300];
+    int any_size = 0;
+    for (int k = 0; k < NSZ; k++) any_size |= sz[k].set;
+    if (model) {
+        if (load_gguf(&c, model)) return CLI_EXIT_BAD_INPUT;
+        snprintf(source, sizeof source, "GGUF %s", model);
+    } else if (preset || !any_size) {
+        if (!preset) preset = "llama-3.1-8b";
+        if (qkv_cost_preset(&c, preset, &err)) return cli_fail("cost: %s", err.msg);
+        snprintf(source, sizeof source, "preset %s", preset);
+    } else {
+        for (int k = 0; k < NSZ; k++)
+            if (!sz[k].set && k != HD)
+                return cli_fail("cost: %s is needed (give all sizes, or start from --preset)", sz[k].flag);
+        snprintf(c.name, sizeof c.name, "custom model");
+        snprintf(source, sizeof source, "sizes by hand");
+    }
+    if (any_size && (model || preset)) {
+        size_t len = strlen(source);
+        snprintf(source + len, sizeof source - len, ", sizes changed by hand");
+        snprintf(c.name + strlen(c.name), sizeof c.name - strlen(c.name), " (modified)");
+    }
+    int *dst[NSZ] = {&c.n_layer, &c.hidden, &c.n_head, &c.n_kv_head, &c.head_dim, &c.ffn, &c.vocab};
+    for (int k = 0; k < NSZ; k++)
+        if (sz[k].set) *dst[k] = sz[k].value;
+    if (!model && !preset && !sz[HD].set) {
+        if (c.hidden % c.n_head)
+            return cli_fail("cost: --hidden %d is not a multiple of --heads %d; give --head-dim",
+                            c.hidden, c.n_head);
+        c.head_dim = c.hidden / c.n_head;
+    }
+    if (tied >= 0) c.tied_embeddings = tied;
+
+    qkv_cost r[MAX_CTX];
+    for (int i = 0; i < n_ctx; i++)
+        if (qkv_cost_eval(&r[i], &c, ctx[i], elem, &err)) return cli_fail("cost: %s", err.msg);
+    if (json) print_json(&c, source, dtype_name, r, n_ctx);
+    else print_text(&c, source, dtype_name, r, n_ctx);
+    return 0;
+}

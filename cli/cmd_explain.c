@@ -1,0 +1,740 @@
+/*
+ * cmd_explain.c — `qkv explain`: the article's worked example (年 假 怎么 申请,
+ * 4-dim inputs, one head of d = 2), step by step: projections, one row's
+ * scores, exponentials and weights, the weighted sum of v, the whole weight
+ * matrix. The weights, the output and the LSE come from the library's
+ * reference kernel; the command only multiplies the small projections and
+ * writes the intermediate arithmetic out for the reader.
+ *
+ * The kernel takes heads of 16..256 dims, so the 2-dim head is padded with
+ * zeros to QKV_HEAD_DIM_MIN: zeros change no dot product and add only zero
+ * output columns. The scale is passed explicitly (1/sqrt(2), or 1.0 for
+ * --no-scale), since 0 would mean 1/sqrt(16).
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EX_MAX_TOK 16
+#define EX_MAX_DIM 16      /* input dims */
+#define EX_MAX_HEAD 16     /* head dims, <= QKV_HEAD_DIM_MIN so zero padding suffices */
+#define EX_NAME 48
+
+/* The article's example in the --input format (see usage). */
+static const char builtin_example[] =
+    "# The article's worked example: 4 tokens, 4-dim inputs, one head of d = 2.\n"
+    "# Teaching numbers, not Llama's; consistent with every figure in the article.\n"
+    "tokens 年 假 怎么 申请\n"
+    "dims   事项 时间 疑问 动作\n"
+    "x\n"
+    "0 1 0 0\n"
+    "2 0 0 0\n"
+    "0 0 1 0\n"
+    "0 0 0 1\n"
+    "w_q\n"
+    "0 1\n"
+    "1 1\n"
+    "1 0\n"
+    "2 0\n"
+    "w_k\n"
+    "1 0\n"
+    "1 0\n"
+    "0 1\n"
+    "0 0\n"
+    "w_v\n"
+    "1 0\n"
+    "1 0\n"
+    "0 1\n"
+    "0 1\n";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: qkv explain [--no-mask] [--no-scale] [--json] [--input FILE | --example]\n"
+            "\n"
+            "Walks one attention head through the article's example (年 假 怎么 申请): Q, K, V,\n"
+            "the last row's scores, exponentials and weights, the weighted sum of v, and\n"
+            "the whole weight matrix, computed by the library's reference kernel.\n"
+            "\n"
+            "  --no-mask      no causal mask: every row sees every token (and why that cheats)\n"
+            "  --no-scale     scores q.k without the 1/sqrt(d) factor\n"
+            "  --json         the same numbers as JSON\n"
+            "  --input FILE   your own small example ('-' reads stdin), in the format below\n"
+            "  --example      print the built-in example in that format and exit\n"
+            "\n"
+            "Input format: '#' starts a comment; 'tokens T1 T2 ...' (1..%d tokens);\n"
+            "optional 'dims N1 N2 ...' (names of the input dims); 'x' then one row of M\n"
+            "numbers per token (M <= %d); 'w_q', 'w_k' then M rows of d numbers and 'w_v'\n"
+            "then M rows of dv numbers (d, dv <= %d); optional 'focus TOKEN' (the row\n"
+            "worked out by hand; default the last token).\n",
+            EX_MAX_TOK, EX_MAX_DIM, EX_MAX_HEAD);
+}
+
+/* ----------------------------------------------------------------- input */
+
+typedef struct {
+    int n, m, d, dv;                     /* tokens, input dims, q/k dims, v dims */
+    char tok[EX_MAX_TOK][EX_NAME];
+    char dim[EX_MAX_DIM][EX_NAME];
+    int have_dims;
+    double x[EX_MAX_TOK][EX_MAX_DIM];    /* x: [n, m] */
+    double wq[EX_MAX_DIM][EX_MAX_HEAD];  /* wq: [m, d] */
+    double wk[EX_MAX_DIM][EX_MAX_HEAD];  /* wk: [m, d] */
+    double wv[EX_MAX_DIM][EX_MAX_HEAD];  /* wv: [m, dv] */
+    int focus;
+    char focus_name[EX_NAME];
+} example;
+
+/* Splits line (modified in place) into whitespace-separated words. */
+static int split_words(char **w, int cap, char *line) {
+    int n = 0;
+    char *p = line;
+    for (;;) {
+        while (*p && isspace((unsigned char)*p)) p++;
+        if (!*p) break;
+        if (n == cap) return cap + 1;
+        w[n++] = p;
+        while (*p && !isspace((unsigned char)*p)) p++;
+        if (*p) *p++ = 0;
+    }
+    return n;
+}
+
+enum { SEC_NONE, SEC_X, SEC_WQ, SEC_WK, SEC_WV };
+static const char *sec_name[] = {"", "x", "w_q", "w_k", "w_v"};
+
+/* Parses the --input format; on error prints one line naming where. */
+static int parse_example(example *ex, const char *text, const char *src) {
+    memset(ex, 0, sizeof *ex);
+    ex->focus = -1;
+    int rows[5] = {0}, width[5] = {0};
+    int sec = SEC_NONE, lineno = 0;
+    const char *p = text;
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        char line[1024];
+        lineno++;
+        if (len >= sizeof line) return cli_fail("explain: %s:%d: line too long", src, lineno);
+        memcpy(line, p, len);
+        line[len] = 0;
+        p += len + (nl ? 1 : 0);
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *w[EX_MAX_TOK + 2];
+        int nw = split_words(w, EX_MAX_TOK + 1, line);
+        if (nw == 0) continue;
+        if (nw > EX_MAX_TOK + 1)
+            return cli_fail("explain: %s:%d: more than %d entries on a line", src, lineno, EX_MAX_TOK);
+        if (!strcmp(w[0], "tokens") || !strcmp(w[0], "dims")) {
+            int is_tok = w[0][0] == 't';
+            if (nw < 2) return cli_fail("explain: %s:%d: '%s' needs at least one name", src, lineno, w[0]);
+            int cap = is_tok ? EX_MAX_TOK : EX_MAX_DIM;
+            if (nw - 1 > cap)
+                return cli_fail("explain: %s:%d: at most %d %s", src, lineno, cap, w[0]);
+            for (int i = 1; i < nw; i++) {
+                if (strlen(w[i]) >= EX_NAME || qkv_text_width(w[i]) > 12)
+                    return cli_fail("explain: %s:%d: name '%s' is too long (12 columns at most)", src,
+                                    lineno, w[i]);
+                snprintf(is_tok ? ex->tok[i - 1] : ex->dim[i - 1], EX_NAME, "%s", w[i]);
+            }
+            if (is_tok) ex->n = nw - 1;
+            else {
+                ex->have_dims = nw - 1;
+            }
+            sec = SEC_NONE;
+            continue;
+        }
+        if (!strcmp(w[0], "focus")) {
+            if (nw != 2) return cli_fail("explain: %s:%d: 'focus' takes one token", src, lineno);
+            snprintf(ex->focus_name, EX_NAME, "%s", w[1]);
+            sec = SEC_NONE;
+            continue;
+        }
+        int s;
+        for (s = SEC_X; s <= SEC_WV; s++)
+            if (!strcmp(w[0], sec_name[s])) break;
+        if (s <= SEC_WV) {
+            if (nw != 1) return cli_fail("explain: %s:%d: put the rows of '%s' on the lines below it", src, lineno, w[0]);
+            if (rows[s]) return cli_fail("explain: %s:%d: '%s' given twice", src, lineno, w[0]);
+            sec = s;
+            continue;
+        }
+        if (sec == SEC_NONE)
+            return cli_fail("explain: %s:%d: unexpected '%s' (expected tokens, dims, x, w_q, w_k, w_v or focus)",
+                            src, lineno, w[0]);
+        /* A row of numbers in section sec. */
+        int cap_rows = sec == SEC_X ? EX_MAX_TOK : EX_MAX_DIM;
+        int cap_cols = sec == SEC_X ? EX_MAX_DIM : EX_MAX_HEAD;
+        if (rows[sec] >= cap_rows)
+            return cli_fail("explain: %s:%d: '%s' has more than %d rows", src, lineno, sec_name[sec], cap_rows);
+        if (nw > cap_cols)
+            return cli_fail("explain: %s:%d: '%s' rows have at most %d numbers", src, lineno, sec_name[sec], cap_cols);
+        if (rows[sec] == 0) width[sec] = nw;
+        else if (nw != width[sec])
+            return cli_fail("explain: %s:%d: '%s' row has %d numbers, the first row had %d", src, lineno,
+                            sec_name[sec], nw, width[sec]);
+        for (int i = 0; i < nw; i++) {
+            errno = 0;
+            char *end;
+            double v = strtod(w[i], &end);
+            if (errno || *end || !isfinite(v) || fabs(v) > 1e6)
+                return cli_fail("explain: %s:%d: '%s' is not a number in [-1e6, 1e6]", src, lineno, w[i]);
+            double *dst = sec == SEC_X ? &ex->x[rows[sec]][i] : sec == SEC_WQ ? &ex->wq[rows[sec]][i]
+                        : sec == SEC_WK ? &ex->wk[rows[sec]][i] : &ex->wv[rows[sec]][i];
+            *dst = v;
+        }
+        rows[sec]++;
+    }
+    if (ex->n == 0) return cli_fail("explain: %s: no 'tokens' line", src);
+    for (int s = SEC_X; s <= SEC_WV; s++)
+        if (!rows[s]) return cli_fail("explain: %s: no '%s' section", src, sec_name[s]);
+    if (rows[SEC_X] != ex->n)
+        return cli_fail("explain: %s: 'x' has %d rows for %d tokens", src, rows[SEC_X], ex->n);
+    ex->m = width[SEC_X];
+    if (ex->have_dims && ex->have_dims != ex->m)
+        return cli_fail("explain: %s: 'dims' names %d dims, x rows have %d", src, ex->have_dims, ex->m);
+    for (int s = SEC_WQ; s <= SEC_WV; s++)
+        if (rows[s] != ex->m)
+            return cli_fail("explain: %s: '%s' has %d rows, x has %d columns", src, sec_name[s], rows[s], ex->m);
+    if (width[SEC_WQ] != width[SEC_WK])
+        return cli_fail("explain: %s: w_q gives %d dims and w_k %d: q and k must match", src,
+                        width[SEC_WQ], width[SEC_WK]);
+    ex->d = width[SEC_WQ];
+    ex->dv = width[SEC_WV];
+    if (!ex->have_dims)
+        for (int i = 0; i < ex->m; i++) snprintf(ex->dim[i], EX_NAME, "x%d", i + 1);
+    ex->focus = ex->n - 1;
+    if (ex->focus_name[0]) {
+        ex->focus = -1;
+        for (int i = 0; i < ex->n; i++)
+            if (!strcmp(ex->tok[i], ex->focus_name)) {
+                ex->focus = i;
+                break;
+            }
+        if (ex->focus < 0) return cli_fail("explain: %s: focus '%s' is not one of the tokens", src, ex->focus_name);
+    }
+    return 0;
+}
+
+static char *read_input(const char *path) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (len + 1 >= cap) {
+            if (cap >= (1 << 20)) break; /* 1 MiB is plenty for a hand example */
+            buf = realloc(buf, cap *= 2);
+        }
+        size_t got = fread(buf + len, 1, cap - len - 1, f);
+        if (!got) break;
+        len += got;
+    }
+    int bad = ferror(f);
+    if (f != stdin) fclose(f);
+    if (bad) {
+        free(buf);
+        return NULL;
+    }
+    buf[len] = 0;
+    return buf;
+}
+
+/* ------------------------------------------------------------------ walk */
+
+/* One run of the head: projections by the command, attention by the kernel. */
+typedef struct {
+    int causal;
+    double scale;
+    double q[EX_MAX_TOK][EX_MAX_HEAD], k[EX_MAX_TOK][EX_MAX_HEAD], v[EX_MAX_TOK][EX_MAX_HEAD];
+    float w[EX_MAX_TOK][EX_MAX_TOK];     /* w: [n, n] from the kernel */
+    float o[EX_MAX_TOK][EX_MAX_HEAD];    /* o: [n, dv] from the kernel */
+    float lse[EX_MAX_TOK];               /* lse: [n] from the kernel */
+    double dot[EX_MAX_TOK];              /* focus row: q . k_j */
+    double score[EX_MAX_TOK];            /* focus row: scale * dot, -inf if masked */
+    double ex[EX_MAX_TOK];               /* focus row: e^score */
+    double sum;
+} walk;
+
+static int run_walk(walk *r, const example *e, int causal, double scale) {
+    memset(r, 0, sizeof *r);
+    r->causal = causal;
+    r->scale = scale;
+    /* q = x W_Q, k = x W_K, v = x W_V: [n, m] x [m, d] */
+    for (int t = 0; t < e->n; t++)
+        for (int m = 0; m < e->m; m++) {
+            for (int c = 0; c < e->d; c++) {
+                r->q[t][c] += e->x[t][m] * e->wq[m][c];
+                r->k[t][c] += e->x[t][m] * e->wk[m][c];
+            }
+            for (int c = 0; c < e->dv; c++) r->v[t][c] += e->x[t][m] * e->wv[m][c];
+        }
+
+    enum { D = QKV_HEAD_DIM_MIN };
+    float q[EX_MAX_TOK * D] = {0}, k[EX_MAX_TOK * D] = {0}, v[EX_MAX_TOK * D] = {0};
+    float o[EX_MAX_TOK * D], w[EX_MAX_TOK * EX_MAX_TOK];
+    for (int t = 0; t < e->n; t++) {
+        for (int c = 0; c < e->d; c++) {
+            q[t * D + c] = (float)r->q[t][c];
+            k[t * D + c] = (float)r->k[t][c];
+        }
+        for (int c = 0; c < e->dv; c++) v[t * D + c] = (float)r->v[t][c];
+    }
+    qkv_attn_desc d = {0};
+    d.n_q_head = d.n_kv_head = 1;
+    d.q_len = d.kv_len = e->n;
+    d.head_dim = D;
+    d.scale = (float)scale;
+    d.mask.kind = causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE;
+    d.kv_dtype = QKV_DTYPE_F32;
+    d.n_threads = 1;
+    qkv_error err = {0};
+    if (qkv_attention_reference(o, r->lse, w, q, k, v, &d, &err) != QKV_OK) {
+        fprintf(stderr, "qkv: explain: reference kernel: %s\n", err.msg);
+        return 1;
+    }
+    for (int i = 0; i < e->n; i++) {
+        for (int j = 0; j < e->n; j++) r->w[i][j] = w[i * e->n + j];
+        for (int c = 0; c < e->dv; c++) r->o[i][c] = o[i * D + c];
+    }
+
+    /* The focus row by hand, for display; it must agree with the kernel. */
+    int f = e->focus;
+    r->sum = 0;
+    for (int j = 0; j < e->n; j++) {
+        double dot = 0;
+        for (int c = 0; c < e->d; c++) dot += r->q[f][c] * r->k[j][c];
+        r->dot[j] = dot;
+        int vis = qkv_mask_visible(&d.mask, e->n, e->n, f, j);
+        r->score[j] = vis ? dot * scale : -INFINITY;
+        r->ex[j] = vis ? exp(r->score[j]) : 0;
+        r->sum += r->ex[j];
+    }
+    for (int j = 0; j < e->n; j++) {
+        double want = r->ex[j] / r->sum;
+        if (fabs(want - r->w[f][j]) > 1e-4 + 1e-3 * want) {
+            fprintf(stderr, "qkv: explain: reference kernel gives weight %.6f for %s -> %s, by hand %.6f\n",
+                    r->w[f][j], e->tok[f], e->tok[j], want);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- rendering */
+
+static void put_cell(const char *s, int width, int right) {
+    int pad = width - qkv_text_width(s);
+    if (right)
+        for (int i = 0; i < pad; i++) putchar(' ');
+    fputs(s, stdout);
+    if (!right)
+        for (int i = 0; i < pad; i++) putchar(' ');
+}
+
+/* Integers without decimals ("2"), other values with three ("1.414"). */
+static void fmt_num(char *buf, size_t cap, double v) {
+    if (fabs(v - round(v)) < 1e-9) snprintf(buf, cap, "%.0f", round(v) == 0 ? 0.0 : round(v));
+    else snprintf(buf, cap, "%.3f", v);
+}
+
+static void fmt_vec(char *buf, size_t cap, const double *v, int n) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, cap - o, "[");
+    for (int i = 0; i < n && o < cap; i++) {
+        char x[32];
+        fmt_num(x, sizeof x, v[i]);
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", x);
+    }
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+static void fmt_vec3(char *buf, size_t cap, const float *v, int n) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, cap - o, "[");
+    for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s%.3f", i ? ", " : "", v[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+static void fmt_scale(char *buf, size_t cap, const example *e, double scale) {
+    if (scale == 1.0) snprintf(buf, cap, "none (1.0)");
+    else snprintf(buf, cap, "1/√%d = %.3f", e->d, scale);
+}
+
+static int label_width(const example *e, const char *extra) {
+    int w = qkv_text_width(extra);
+    for (int i = 0; i < e->n; i++)
+        if (qkv_text_width(e->tok[i]) > w) w = qkv_text_width(e->tok[i]);
+    for (int i = 0; i < e->m; i++)
+        if (qkv_text_width(e->dim[i]) > w) w = qkv_text_width(e->dim[i]);
+    return w + 3;
+}
+
+static void print_matrix(const example *e, const walk *r, int lw, int future_col) {
+    int cw = 7;
+    for (int j = 0; j < e->n; j++)
+        if (qkv_text_width(e->tok[j]) + 2 > cw) cw = qkv_text_width(e->tok[j]) + 2;
+    printf("  ");
+    put_cell("query \\ key", lw, 0);
+    for (int j = 0; j < e->n; j++) put_cell(e->tok[j], cw, 1);
+    if (future_col) put_cell("to the right", 15, 1);
+    putchar('\n');
+    for (int i = 0; i < e->n; i++) {
+        printf("  ");
+        put_cell(e->tok[i], lw, 0);
+        double fut = 0;
+        for (int j = 0; j < e->n; j++) {
+            char b[32];
+            if (r->causal && j > i) snprintf(b, sizeof b, "-");
+            else snprintf(b, sizeof b, "%.3f", r->w[i][j]);
+            if (j > i) fut += r->w[i][j];
+            put_cell(b, cw, 1);
+        }
+        if (future_col) {
+            char b[32];
+            if (i + 1 < e->n) snprintf(b, sizeof b, "%.3f", fut);
+            else snprintf(b, sizeof b, "-");
+            put_cell(b, 15, 1);
+        }
+        putchar('\n');
+    }
+}
+
+static void print_text(const example *e, const walk *r, const walk *base, int builtin) {
+    int f = e->focus, lw = label_width(e, "query \\ key");
+    char b[256], c[256];
+    printf("qkv explain: one attention head, by hand and by the library's reference kernel\n\n");
+    printf("  tokens  ");
+    for (int i = 0; i < e->n; i++) printf("%s%s", i ? " " : "", e->tok[i]);
+    printf("   (%d tokens, inputs of %d dims, one head of d = %d)\n", e->n, e->m, e->d);
+    fmt_scale(b, sizeof b, e, r->scale);
+    printf("  mask    %s    scale %s\n", r->causal ? "causal" : "none (--no-mask)", b);
+    if (builtin) printf("  (teaching numbers from the article, not Llama's weights)\n");
+
+    /* 1. projections */
+    printf("\n1. Q, K, V: every token's input row times three learned matrices\n\n  ");
+    put_cell("input x", lw, 0);
+    int nw = 6;
+    for (int m = 0; m < e->m; m++)
+        for (int t = 0; t < e->n; t++) {
+            fmt_num(b, sizeof b, e->x[t][m]);
+            if (qkv_text_width(b) + 2 > nw) nw = qkv_text_width(b) + 2;
+        }
+    for (int m = 0; m < e->m; m++)
+        if (qkv_text_width(e->dim[m]) + 2 > nw) nw = qkv_text_width(e->dim[m]) + 2;
+    for (int m = 0; m < e->m; m++) put_cell(e->dim[m], nw, 1);
+    putchar('\n');
+    for (int t = 0; t < e->n; t++) {
+        printf("  ");
+        put_cell(e->tok[t], lw, 0);
+        for (int m = 0; m < e->m; m++) {
+            fmt_num(b, sizeof b, e->x[t][m]);
+            put_cell(b, nw, 1);
+        }
+        putchar('\n');
+    }
+    /* vector columns: width of the widest vector */
+    int vw = qkv_text_width("q = x·W_Q") + 3;
+    for (int m = 0; m < e->m; m++) {
+        const double *ws[3] = {e->wq[m], e->wk[m], e->wv[m]};
+        for (int s = 0; s < 3; s++) {
+            fmt_vec(b, sizeof b, ws[s], s == 2 ? e->dv : e->d);
+            if (qkv_text_width(b) + 3 > vw) vw = qkv_text_width(b) + 3;
+        }
+    }
+    for (int t = 0; t < e->n; t++) {
+        const double *vs[3] = {r->q[t], r->k[t], r->v[t]};
+        for (int s = 0; s < 3; s++) {
+            fmt_vec(b, sizeof b, vs[s], s == 2 ? e->dv : e->d);
+            if (qkv_text_width(b) + 3 > vw) vw = qkv_text_width(b) + 3;
+        }
+    }
+    printf("\n  ");
+    put_cell("input dim", lw, 0);
+    put_cell("W_Q", vw, 0);
+    put_cell("W_K", vw, 0);
+    printf("W_V\n");
+    for (int m = 0; m < e->m; m++) {
+        printf("  ");
+        put_cell(e->dim[m], lw, 0);
+        fmt_vec(b, sizeof b, e->wq[m], e->d);
+        put_cell(b, vw, 0);
+        fmt_vec(b, sizeof b, e->wk[m], e->d);
+        put_cell(b, vw, 0);
+        fmt_vec(b, sizeof b, e->wv[m], e->dv);
+        printf("%s\n", b);
+    }
+    printf("\n  ");
+    put_cell("token", lw, 0);
+    put_cell("q = x·W_Q", vw, 0);
+    put_cell("k = x·W_K", vw, 0);
+    printf("v = x·W_V\n");
+    for (int t = 0; t < e->n; t++) {
+        printf("  ");
+        put_cell(e->tok[t], lw, 0);
+        fmt_vec(b, sizeof b, r->q[t], e->d);
+        put_cell(b, vw, 0);
+        fmt_vec(b, sizeof b, r->k[t], e->d);
+        put_cell(b, vw, 0);
+        fmt_vec(b, sizeof b, r->v[t], e->dv);
+        printf("%s\n", b);
+    }
+
+    /* 2. one row by hand */
+    if (r->scale == 1.0)
+        printf("\n2. The %s row: score s_j = q_%s · k_j (no scaling), weight w_j = e^s_j / Σ e^s\n\n  ",
+               e->tok[f], e->tok[f]);
+    else
+        printf("\n2. The %s row: score s_j = q_%s · k_j / √%d, weight w_j = e^s_j / Σ e^s\n\n  ",
+               e->tok[f], e->tok[f], e->d);
+    put_cell("key", lw, 0);
+    put_cell("q·k", 8, 1);
+    put_cell("s", 10, 1);
+    put_cell("e^s", 11, 1);
+    put_cell("weight", 10, 1);
+    putchar('\n');
+    for (int j = 0; j < e->n; j++) {
+        printf("  ");
+        put_cell(e->tok[j], lw, 0);
+        fmt_num(b, sizeof b, r->dot[j]);
+        put_cell(b, 8, 1);
+        if (isinf(r->score[j])) {
+            put_cell("masked", 10, 1);
+            put_cell("0", 11, 1);
+        } else {
+            snprintf(b, sizeof b, "%.3f", r->score[j]);
+            put_cell(b, 10, 1);
+            snprintf(b, sizeof b, "%.3f", r->ex[j]);
+            put_cell(b, 11, 1);
+        }
+        snprintf(b, sizeof b, "%.3f", r->w[f][j]);
+        put_cell(b, 10, 1);
+        putchar('\n');
+    }
+    printf("  ");
+    put_cell("sum", lw, 0);
+    put_cell("", 18, 1);
+    snprintf(b, sizeof b, "%.3f", r->sum);
+    put_cell(b, 11, 1);
+    double wsum = 0;
+    for (int j = 0; j < e->n; j++) wsum += r->w[f][j];
+    snprintf(b, sizeof b, "%.3f", wsum);
+    put_cell(b, 10, 1);
+    printf("\n\n  The kernel's log-sum-exp for this row is LSE = %.3f, and e^LSE = %.3f is the sum.\n",
+           r->lse[f], exp(r->lse[f]));
+
+    /* 3. the weighted sum */
+    printf("\n3. Output: the weights times v, summed\n\n  ");
+    for (int j = 0, first = 1; j < e->n; j++) {
+        if (r->w[f][j] == 0) continue;
+        fmt_vec(b, sizeof b, r->v[j], e->dv);
+        printf("%s%.3f × %s", first ? "" : " + ", r->w[f][j], b);
+        first = 0;
+    }
+    fmt_vec3(b, sizeof b, r->o[f], e->dv);
+    printf("\n  = %s\n", b);
+    int top = 0;
+    for (int j = 1; j < e->n; j++)
+        if (r->w[f][j] > r->w[f][top]) top = j;
+    printf("  %s takes %.1f%% of its weight from %s%s.\n", e->tok[f], 100.0 * r->w[f][top],
+           top == f ? "itself, " : "", e->tok[top]);
+
+    /* 4. the matrix */
+    printf("\n4. Every row at once: the %d × %d weight matrix (row = query, column = key)\n\n", e->n, e->n);
+    print_matrix(e, r, lw, !r->causal);
+    putchar('\n');
+    if (r->causal) {
+        printf("  The causal mask adds -inf right of the diagonal (shown as -), so those weights\n"
+               "  are 0 and every row still sums to 1: each token sees only itself and the left.\n");
+        if (!base) printf("  Try --no-mask and --no-scale.\n");
+    } else {
+        /* The row that leans hardest on the token right after it: that token is
+         * exactly what the position is trained to predict. */
+        int row = 0;
+        for (int i = 1; i + 1 < e->n; i++)
+            if (r->w[i][i + 1] > r->w[row][row + 1]) row = i;
+        if (e->n > 1) {
+            printf("  Without the mask %s puts %.3f on %s, the token right after it. At %s the\n"
+                   "  model is trained to predict the next token, %s, so seeing it is copying the\n"
+                   "  answer; when generating, nothing to the right exists yet. With the causal\n"
+                   "  mask the %s row is",
+                   e->tok[row], r->w[row][row + 1], e->tok[row + 1], e->tok[row], e->tok[row + 1],
+                   e->tok[row]);
+            for (int j = 0; j <= row; j++) printf(" %.3f", base->w[row][j]);
+            printf(".\n");
+        }
+    }
+    if (r->scale == 1.0 && base) {
+        fmt_scale(c, sizeof c, e, base->scale);
+        printf("  Without the scale, %s → %s is %.3f instead of %.3f (with %s):\n"
+               "  larger score gaps make the softmax pickier. At d = %d that changes little;\n"
+               "  `qkv scaling` shows what happens at d = 128.\n",
+               e->tok[f], e->tok[top], r->w[f][top], base->w[f][top], c, e->d);
+    }
+    printf("\n(weights, output and LSE from qkv_attention_reference; the d = %d head is padded\n"
+           " with zeros to %d dims, which changes no dot product; the scale is passed explicitly)\n",
+           e->d, QKV_HEAD_DIM_MIN);
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20) printf("\\u%04x", *p);
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
+static void json_num(double v) {
+    if (!isfinite(v)) printf("null");
+    else if (fabs(v - round(v)) < 1e-12 && fabs(v) < 1e15) printf("%.0f", round(v) == 0 ? 0.0 : v);
+    else printf("%.9g", v);
+}
+
+static void json_vec(const double *v, int n) {
+    putchar('[');
+    for (int i = 0; i < n; i++) {
+        if (i) printf(", ");
+        json_num(v[i]);
+    }
+    putchar(']');
+}
+
+static void json_fvec(const float *v, int n) {
+    double t[EX_MAX_TOK];
+    for (int i = 0; i < n; i++) t[i] = v[i];
+    json_vec(t, n);
+}
+
+static void json_names(const char (*names)[EX_NAME], int n) {
+    putchar('[');
+    for (int i = 0; i < n; i++) {
+        if (i) printf(", ");
+        json_str(names[i]);
+    }
+    putchar(']');
+}
+
+static void json_rows(const char *key, const double (*m)[EX_MAX_HEAD], int rows, int cols, int last) {
+    printf("  \"%s\": [", key);
+    for (int i = 0; i < rows; i++) {
+        if (i) printf(", ");
+        json_vec(m[i], cols);
+    }
+    printf("]%s\n", last ? "" : ",");
+}
+
+static void json_weights(const char *key, const walk *r, int n) {
+    printf("  \"%s\": [", key);
+    for (int i = 0; i < n; i++) {
+        if (i) printf(", ");
+        json_fvec(r->w[i], n);
+    }
+    printf("]");
+}
+
+static void print_json(const example *e, const walk *r, const walk *base) {
+    int f = e->focus;
+    printf("{\n  \"kernel\": \"reference\",\n  \"tokens\": ");
+    json_names(e->tok, e->n);
+    printf(",\n  \"dims\": ");
+    json_names(e->dim, e->m);
+    printf(",\n  \"d_head\": %d,\n  \"mask\": \"%s\",\n  \"scale\": ", e->d, r->causal ? "causal" : "none");
+    json_num(r->scale);
+    printf(",\n");
+    double xm[EX_MAX_TOK][EX_MAX_HEAD];
+    for (int t = 0; t < e->n; t++)
+        for (int m = 0; m < e->m; m++) xm[t][m] = e->x[t][m];
+    json_rows("x", (const double (*)[EX_MAX_HEAD])xm, e->n, e->m, 0);
+    json_rows("w_q", e->wq, e->m, e->d, 0);
+    json_rows("w_k", e->wk, e->m, e->d, 0);
+    json_rows("w_v", e->wv, e->m, e->dv, 0);
+    json_rows("q", r->q, e->n, e->d, 0);
+    json_rows("k", r->k, e->n, e->d, 0);
+    json_rows("v", r->v, e->n, e->dv, 0);
+    printf("  \"focus\": {\"index\": %d, \"token\": ", f);
+    json_str(e->tok[f]);
+    printf(", \"dots\": ");
+    json_vec(r->dot, e->n);
+    printf(", \"scores\": ");
+    json_vec(r->score, e->n);
+    printf(", \"exp\": ");
+    json_vec(r->ex, e->n);
+    printf(", \"sum_exp\": ");
+    json_num(r->sum);
+    printf(", \"lse\": ");
+    json_num(r->lse[f]);
+    printf(", \"weights\": ");
+    json_fvec(r->w[f], e->n);
+    printf(", \"output\": ");
+    json_fvec(r->o[f], e->dv);
+    printf("},\n");
+    json_weights("weights", r, e->n);
+    printf(",\n  \"outputs\": [");
+    for (int i = 0; i < e->n; i++) {
+        if (i) printf(", ");
+        json_fvec(r->o[i], e->dv);
+    }
+    printf("],\n  \"lse\": ");
+    json_fvec(r->lse, e->n);
+    if (base) {
+        printf(",\n  \"baseline\": {\"mask\": \"causal\", \"scale\": ");
+        json_num(base->scale);
+        printf(",\n");
+        json_weights("weights", base, e->n);
+        printf("}");
+    }
+    printf("\n}\n");
+}
+
+/* ------------------------------------------------------------------ main */
+
+int cmd_explain(int argc, char **argv) {
+    int no_mask = 0, no_scale = 0, json = 0, print_example = 0;
+    const char *input = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--no-mask")) no_mask = 1;
+        else if (!strcmp(a, "--no-scale")) no_scale = 1;
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--example")) print_example = 1;
+        else if (!strcmp(a, "--input")) {
+            if (!(input = cli_value(argc, argv, &i))) return CLI_EXIT_BAD_INPUT;
+        } else return cli_fail("explain: unknown flag '%s' (see qkv explain --help)", a);
+    }
+    if (print_example) {
+        if (input) return cli_fail("explain: --example and --input exclude each other");
+        fputs(builtin_example, stdout);
+        return 0;
+    }
+    example e;
+    if (input) {
+        char *text = read_input(input);
+        if (!text) return cli_fail("explain: cannot read '%s'", input);
+        int rc = parse_example(&e, text, strcmp(input, "-") ? input : "stdin");
+        free(text);
+        if (rc) return rc;
+    } else if (parse_example(&e, builtin_example, "built-in example")) {
+        return 1;
+    }
+
+    double scaled = 1.0 / sqrt((double)e.d);
+    walk run, base;
+    if (run_walk(&run, &e, !no_mask, no_scale ? 1.0 : scaled)) return 1;
+    int alt = no_mask || no_scale;
+    if (alt && run_walk(&base, &e, 1, scaled)) return 1;
+    if (json) print_json(&e, &run, alt ? &base : NULL);
+    else print_text(&e, &run, alt ? &base : NULL, input == NULL);
+    return 0;
+}

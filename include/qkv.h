@@ -1,0 +1,480 @@
+/*
+ * qkv.h — the whole public API of libqkv: exact, fast self-attention for
+ * Llama-family models, and the model / probe layers built on it.
+ *
+ * Conventions (stated once, used everywhere):
+ *   - Shapes are written outermost first, row-major, last dim contiguous,
+ *     exactly as PyTorch prints them: q: [n_q_head, q_len, head_dim].
+ *   - Hq = n_q_head, Hkv = n_kv_head, Lq = q_len, Lk = kv_len, D = head_dim.
+ *     Hq % Hkv == 0; query head h reads KV head h / (Hq / Hkv) (GQA).
+ *   - Causal masking is bottom-right aligned: query row i sits at absolute
+ *     key position Lk - Lq + i (as in flash-attn and every KV-cache decode).
+ *   - LSE is the natural-log sum of exp of the scaled, masked scores of a row.
+ *     A fully masked row has O = 0 and LSE = -inf, never NaN.
+ *   - Functions return qkv_status; on failure the optional qkv_error receives
+ *     one line naming what was wrong. The library never prints, never exits,
+ *     keeps no global state and is safe to call from several threads.
+ *   - Arguments: outputs first, then inputs, then sizes.
+ */
+#ifndef QKV_H
+#define QKV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QKV_VERSION "0.1.0"
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum {
+    QKV_OK = 0,
+    QKV_ERR_INVALID = 1,     /* an argument is out of its documented range */
+    QKV_ERR_NOMEM = 2,       /* an allocation failed */
+    QKV_ERR_IO = 3,          /* a file could not be opened, read or written */
+    QKV_ERR_FORMAT = 4,      /* a file's contents are malformed */
+    QKV_ERR_FULL = 5,        /* a fixed-capacity container is full */
+    QKV_ERR_TOO_LARGE = 6,   /* the request would need more memory than allowed */
+    QKV_ERR_UNSUPPORTED = 7  /* valid, but not implemented (e.g. a tensor type) */
+} qkv_status;
+
+typedef struct {
+    qkv_status status;
+    char msg[320];
+} qkv_error;
+
+/* Name of a status code, e.g. "invalid argument". Never NULL. */
+const char *qkv_status_str(qkv_status s);
+
+/* ------------------------------------------------------------------ dtypes */
+
+typedef enum {
+    QKV_DTYPE_F32 = 0,
+    QKV_DTYPE_BF16 = 1,
+    QKV_DTYPE_F16 = 2
+} qkv_dtype;
+
+size_t qkv_dtype_size(qkv_dtype t);          /* bytes per element */
+const char *qkv_dtype_name(qkv_dtype t);     /* "f32", "bf16", "f16" */
+/* Parses "f32" | "bf16" | "f16"; returns QKV_ERR_INVALID otherwise. */
+qkv_status qkv_dtype_parse(qkv_dtype *out, const char *name);
+
+/* Round-to-nearest-even conversions, NaN preserved. */
+uint16_t qkv_f32_to_bf16(float x);
+float qkv_bf16_to_f32(uint16_t x);
+uint16_t qkv_f32_to_f16(float x);
+float qkv_f16_to_f32(uint16_t x);
+/* dst[n] (dtype t) <- src[n] f32, and back. */
+void qkv_convert_from_f32(void *dst, qkv_dtype t, const float *src, size_t n);
+void qkv_convert_to_f32(float *dst, const void *src, qkv_dtype t, size_t n);
+
+/* ------------------------------------------------------------------- masks */
+
+typedef enum {
+    QKV_MASK_NONE = 0,        /* every key visible */
+    QKV_MASK_CAUSAL = 1,      /* key j visible to row i iff j <= p(i) */
+    QKV_MASK_WINDOW = 2,      /* causal and j > p(i) - window (window keys incl. self) */
+    QKV_MASK_SINK_WINDOW = 3  /* causal and (j < sinks or j > p(i) - window): StreamingLLM */
+} qkv_mask_kind;
+
+/* p(i) = Lk - Lq + i. Key indices are rows of K (0 .. Lk-1). The exclusion
+ * list removes keys from every row on top of the kind's rule (ablation). */
+typedef struct {
+    qkv_mask_kind kind;
+    int window;            /* W >= 1 for WINDOW and SINK_WINDOW */
+    int sinks;             /* S >= 0 for SINK_WINDOW */
+    const int *exclude;    /* exclude: [n_exclude] key indices, any order, may repeat */
+    int n_exclude;
+} qkv_mask;
+
+/* 1 if key j is visible to query row i under mask m for the given lengths.
+ * The one definition every kernel and test agrees on. */
+int qkv_mask_visible(const qkv_mask *m, int q_len, int kv_len, int i, int j);
+
+/* --------------------------------------------------------------- attention */
+
+typedef enum {
+    QKV_KERNEL_AUTO = 0,       /* decode for Lq <= 8 and long KV, else flash */
+    QKV_KERNEL_REFERENCE = 1,  /* textbook: materialises scores, double accumulation */
+    QKV_KERNEL_FLASH = 2,      /* tiled online softmax, O(n) memory, GQA-packed */
+    QKV_KERNEL_DECODE = 3      /* split-KV across threads, LSE merge (Lq <= 8) */
+} qkv_kernel;
+
+const char *qkv_kernel_name(qkv_kernel k);
+/* Parses "ref" | "reference" | "flash" | "decode" | "auto". */
+qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
+
+#define QKV_HEAD_DIM_MIN 16
+#define QKV_HEAD_DIM_MAX 256
+#define QKV_DECODE_MAX_Q 8
+/* The reference kernel refuses a score table [Hq, Lq, Lk] of more entries
+ * (2^29 doubles = 4 GiB: Llama-3.1-8B heads at n = 4096). */
+#define QKV_REFERENCE_MAX_SCORES ((int64_t)1 << 29)
+
+typedef struct {
+    int n_q_head;          /* Hq */
+    int n_kv_head;         /* Hkv, Hq % Hkv == 0 */
+    int q_len;             /* Lq >= 1 */
+    int kv_len;            /* Lk >= 1 */
+    int head_dim;          /* D in [16, 256] */
+    float scale;           /* 0 means 1/sqrt(D) */
+    qkv_mask mask;
+    qkv_dtype kv_dtype;    /* element type of K and V */
+    int64_t kv_head_stride;/* elements between KV heads; 0 means Lk * D (dense) */
+    int n_threads;         /* 0 means all available */
+} qkv_attn_desc;
+
+/* Checks a descriptor; QKV_OK or QKV_ERR_INVALID with the field named. */
+qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err);
+
+/* The kernel AUTO resolves to for this descriptor. */
+qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
+
+/*
+ * O = softmax(scale * Q K^T + mask) V, per query head, K/V head chosen by GQA.
+ *   o:   [Hq, Lq, D]   f32 output
+ *   lse: [Hq, Lq]      f32 output, natural log; may be NULL
+ *   q:   [Hq, Lq, D]   f32
+ *   k:   [Hkv, Lk, D]  kv_dtype, heads kv_head_stride elements apart
+ *   v:   [Hkv, Lk, D]  kv_dtype, same layout as k
+ * The decode kernel requires Lq <= QKV_DECODE_MAX_Q.
+ */
+qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
+                         const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+
+/* The reference kernel with its weight matrix returned.
+ *   weights: [Hq, Lq, Lk] f32 output (softmax probabilities; masked = 0); may be NULL
+ * Refuses (QKV_ERR_TOO_LARGE) when Hq*Lq*Lk > QKV_REFERENCE_MAX_SCORES. */
+qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
+                                   const void *k, const void *v, const qkv_attn_desc *d,
+                                   qkv_error *err);
+
+/* -------------------------------------------------------------------- RoPE */
+
+typedef enum {
+    QKV_ROPE_HALF = 0,        /* rotate-half: pairs (i, i + D/2), HF transformers */
+    QKV_ROPE_INTERLEAVED = 1  /* pairs (2i, 2i + 1), Meta's reference and ggml llama */
+} qkv_rope_pairing;
+
+typedef enum {
+    QKV_ROPE_SCALING_NONE = 0,
+    QKV_ROPE_SCALING_LLAMA3 = 1   /* Llama-3.1 frequency scaling ("rope_type": "llama3") */
+} qkv_rope_scaling;
+
+typedef struct {
+    qkv_rope_pairing pairing;
+    float theta;                  /* base, e.g. 10000 or 500000 */
+    qkv_rope_scaling scaling;
+    float factor;                 /* llama3: 8 */
+    float low_freq_factor;        /* llama3: 1 */
+    float high_freq_factor;       /* llama3: 4 */
+    int original_max_position;    /* llama3: 8192 */
+} qkv_rope;
+
+/* Defaults: rotate-half, theta 10000, no scaling. */
+qkv_rope qkv_rope_default(void);
+
+/* Inverse frequencies as transformers computes them (float32 arithmetic).
+ *   inv_freq: [D/2] output */
+qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, qkv_error *err);
+
+/* Rotates x in place by position: angle = (float)pos[t] * inv_freq[i].
+ *   x:   [n_head, n_tok, D] f32
+ *   pos: [n_tok] absolute positions */
+qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n_head, int n_tok,
+                          int head_dim, qkv_error *err);
+
+/* ---------------------------------------------------------------- KV cache */
+
+/* One layer's K (after RoPE) and V, stored in [Hkv, capacity, D] of dtype. */
+typedef struct qkv_kv_cache qkv_kv_cache;
+
+qkv_status qkv_kv_cache_init(qkv_kv_cache **out, int n_kv_head, int head_dim, int capacity,
+                             qkv_dtype dtype, qkv_error *err);
+void qkv_kv_cache_free(qkv_kv_cache *c);
+int qkv_kv_cache_len(const qkv_kv_cache *c);
+int qkv_kv_cache_capacity(const qkv_kv_cache *c);
+qkv_dtype qkv_kv_cache_dtype(const qkv_kv_cache *c);
+/* Forgets positions >= len (len <= current length). */
+qkv_status qkv_kv_cache_truncate(qkv_kv_cache *c, int len, qkv_error *err);
+
+/* Appends n_new positions, converting to the cache dtype.
+ *   k, v: [Hkv, n_new, D] f32
+ * QKV_ERR_FULL (nothing written) if len + n_new > capacity. */
+qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, int n_new,
+                               qkv_error *err);
+
+/* Reads positions [start, start + n) back as f32.
+ *   k, v: [Hkv, n, D] f32 outputs (either may be NULL) */
+qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,
+                             qkv_error *err);
+
+/* Raw storage for kernels: pointers to [Hkv, capacity, D] in the cache dtype. */
+const void *qkv_kv_cache_k(const qkv_kv_cache *c);
+const void *qkv_kv_cache_v(const qkv_kv_cache *c);
+
+/* Attention of q against everything in the cache. d->kv_len, kv_dtype,
+ * kv_head_stride, n_kv_head and head_dim are taken from the cache.
+ *   o:   [Hq, Lq, D], lse: [Hq, Lq] or NULL, q: [Hq, Lq, D] */
+qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
+                                const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+
+
+/* --------------------------------------------------------------------- npy */
+
+/* A .npy array in memory: little-endian, C order; float32, int32 or int64. */
+typedef enum { QKV_NPY_F32 = 0, QKV_NPY_I32 = 1, QKV_NPY_I64 = 2 } qkv_npy_type;
+
+#define QKV_NPY_MAX_DIMS 8
+typedef struct {
+    qkv_npy_type type;
+    int ndim;
+    int64_t shape[QKV_NPY_MAX_DIMS];
+    int64_t count;      /* product of shape */
+    void *data;         /* [shape...] of type, malloc'd */
+} qkv_npy;
+
+/* Loads path; QKV_ERR_IO / QKV_ERR_FORMAT (the message names the file and the
+ * problem: truncated, big-endian, Fortran order, unsupported dtype ...). */
+qkv_status qkv_npy_load(qkv_npy *out, const char *path, qkv_error *err);
+void qkv_npy_free(qkv_npy *a);
+
+/* Writes a float32 array atomically (temporary file, then rename), so a
+ * failed write never leaves a partial file at path.
+ *   data: [shape[0], ..., shape[ndim-1]] f32 */
+qkv_status qkv_npy_save_f32(const char *path, const float *data, int ndim, const int64_t *shape,
+                            qkv_error *err);
+
+/* -------------------------------------------------------------------- gguf */
+
+/*
+ * A GGUF file (versions 2 and 3, little-endian), memory-mapped read-only:
+ *   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+ *   n_kv x      { string key | u32 value type | value }
+ *   n_tensors x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml type | u64 offset }
+ *   padding to general.alignment (u32, default 32), then the tensor data;
+ *   each tensor at data start + offset (a multiple of the alignment).
+ * string = u64 length + bytes (no NUL); array = u32 element type + u64 count +
+ * elements (strings and nested arrays included).
+ * Every offset, size, count and length is checked against the file at open;
+ * a malformed file gives QKV_ERR_FORMAT naming the file and the problem.
+ * Strings returned by the accessors are NUL-terminated copies owned by the
+ * qkv_gguf (a length is given too: a GGUF string may contain NUL bytes).
+ * Everything returned lives until qkv_gguf_close.
+ */
+typedef struct qkv_gguf qkv_gguf;
+
+/* Metadata value types (ids as stored in the file). */
+typedef enum {
+    QKV_GGUF_TYPE_U8 = 0,
+    QKV_GGUF_TYPE_I8 = 1,
+    QKV_GGUF_TYPE_U16 = 2,
+    QKV_GGUF_TYPE_I16 = 3,
+    QKV_GGUF_TYPE_U32 = 4,
+    QKV_GGUF_TYPE_I32 = 5,
+    QKV_GGUF_TYPE_F32 = 6,
+    QKV_GGUF_TYPE_BOOL = 7,
+    QKV_GGUF_TYPE_STRING = 8,
+    QKV_GGUF_TYPE_ARRAY = 9,
+    QKV_GGUF_TYPE_U64 = 10,
+    QKV_GGUF_TYPE_I64 = 11,
+    QKV_GGUF_TYPE_F64 = 12
+} qkv_gguf_type;
+
+/* Tensor element types (ggml ids as stored in the file). Ids not listed
+ * (4, 5, 31-33, 36-38: retired) or above 41 are rejected at open. */
+typedef enum {
+    QKV_GGML_TYPE_F32 = 0,
+    QKV_GGML_TYPE_F16 = 1,
+    QKV_GGML_TYPE_Q4_0 = 2,
+    QKV_GGML_TYPE_Q4_1 = 3,
+    QKV_GGML_TYPE_Q5_0 = 6,
+    QKV_GGML_TYPE_Q5_1 = 7,
+    QKV_GGML_TYPE_Q8_0 = 8,
+    QKV_GGML_TYPE_Q8_1 = 9,
+    QKV_GGML_TYPE_Q2_K = 10,
+    QKV_GGML_TYPE_Q3_K = 11,
+    QKV_GGML_TYPE_Q4_K = 12,
+    QKV_GGML_TYPE_Q5_K = 13,
+    QKV_GGML_TYPE_Q6_K = 14,
+    QKV_GGML_TYPE_Q8_K = 15,
+    QKV_GGML_TYPE_IQ2_XXS = 16,
+    QKV_GGML_TYPE_IQ2_XS = 17,
+    QKV_GGML_TYPE_IQ3_XXS = 18,
+    QKV_GGML_TYPE_IQ1_S = 19,
+    QKV_GGML_TYPE_IQ4_NL = 20,
+    QKV_GGML_TYPE_IQ3_S = 21,
+    QKV_GGML_TYPE_IQ2_S = 22,
+    QKV_GGML_TYPE_IQ4_XS = 23,
+    QKV_GGML_TYPE_I8 = 24,
+    QKV_GGML_TYPE_I16 = 25,
+    QKV_GGML_TYPE_I32 = 26,
+    QKV_GGML_TYPE_I64 = 27,
+    QKV_GGML_TYPE_F64 = 28,
+    QKV_GGML_TYPE_IQ1_M = 29,
+    QKV_GGML_TYPE_BF16 = 30,
+    QKV_GGML_TYPE_TQ1_0 = 34,
+    QKV_GGML_TYPE_TQ2_0 = 35,
+    QKV_GGML_TYPE_MXFP4 = 39,
+    QKV_GGML_TYPE_NVFP4 = 40,
+    QKV_GGML_TYPE_Q1_0 = 41
+} qkv_ggml_type;
+
+/* "u8" ... "f64", "string", "array"; "?" for an unknown id. */
+const char *qkv_gguf_type_name(qkv_gguf_type t);
+/* llama.cpp's names: "f32", "f16", "q4_0", "q4_K", "q6_K", "bf16" ...; "?" if unknown. */
+const char *qkv_ggml_type_name(qkv_ggml_type t);
+/* Elements per block (1 for plain types, 32 or 256 for quantised ones) and
+ * bytes per block; 0 for an unknown id. */
+int64_t qkv_ggml_block_elems(qkv_ggml_type t);
+size_t qkv_ggml_block_bytes(qkv_ggml_type t);
+/* Bytes of n consecutive elements (a row of n = shape[last]); 0 if the type is
+ * unknown or n is not a multiple of the block size. Row r of a 2-D weight
+ * [rows, n] starts at data + r * qkv_ggml_row_size(type, n). */
+size_t qkv_ggml_row_size(qkv_ggml_type t, int64_t n);
+
+/* Opens and validates path. QKV_ERR_IO if it cannot be opened or mapped,
+ * QKV_ERR_FORMAT if malformed (bad magic, version 1, truncated, absurd counts,
+ * unknown value or tensor type, duplicate key or tensor name, tensor data out
+ * of the file or overlapping ...), QKV_ERR_NOMEM. *out is NULL on failure. */
+qkv_status qkv_gguf_open(qkv_gguf **out, const char *path, qkv_error *err);
+void qkv_gguf_close(qkv_gguf *g);   /* NULL is fine */
+
+const char *qkv_gguf_path(const qkv_gguf *g);      /* as given to open */
+uint32_t qkv_gguf_version(const qkv_gguf *g);      /* 2 or 3 */
+uint32_t qkv_gguf_alignment(const qkv_gguf *g);    /* general.alignment or 32 */
+uint64_t qkv_gguf_file_size(const qkv_gguf *g);
+uint64_t qkv_gguf_data_offset(const qkv_gguf *g);  /* file offset of the data section */
+
+/* Metadata. key_id is 0 .. n_kv-1 in file order. */
+int64_t qkv_gguf_n_kv(const qkv_gguf *g);
+int64_t qkv_gguf_find_key(const qkv_gguf *g, const char *key);  /* -1 if absent */
+const char *qkv_gguf_key(const qkv_gguf *g, int64_t key_id);     /* NULL if out of range */
+qkv_gguf_type qkv_gguf_key_type(const qkv_gguf *g, int64_t key_id); /* -1 cast if out of range */
+
+/* Typed getters by key. QKV_ERR_FORMAT (message names file, key, stored type)
+ * when the key is absent or of another type; check qkv_gguf_find_key first for
+ * optional keys. get_int accepts every integer type (u8 ... i64; a u64 above
+ * INT64_MAX is refused): use it for counts and sizes. get_f32 accepts f32 and
+ * f64 (rounded). get_string gives a NUL-terminated copy and, if len is not
+ * NULL, its length in bytes. */
+qkv_status qkv_gguf_get_u32(uint32_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+qkv_status qkv_gguf_get_i32(int32_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+qkv_status qkv_gguf_get_u64(uint64_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+qkv_status qkv_gguf_get_int(int64_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+qkv_status qkv_gguf_get_f32(float *out, const qkv_gguf *g, const char *key, qkv_error *err);
+qkv_status qkv_gguf_get_bool(int *out, const qkv_gguf *g, const char *key, qkv_error *err);
+qkv_status qkv_gguf_get_string(const char **out, size_t *len, const qkv_gguf *g,
+                               const char *key, qkv_error *err);
+
+/* Arrays, by key_id (the tokenizer reads 10^5 elements; look the key up once).
+ * arr_len is 0 and arr_type -1 when key_id is not an array.
+ * arr_data: the elements of a numeric or bool array, copied to an aligned
+ * buffer in host order ([arr_len] of u8 ... f64; bool is one byte 0/1); NULL
+ * for arrays of strings or of arrays (nested arrays are validated but their
+ * contents are not exposed).
+ * arr_str: element i of a string array (NUL-terminated copy, *len its length
+ * if len is not NULL); NULL if not a string array or i out of range. */
+uint64_t qkv_gguf_arr_len(const qkv_gguf *g, int64_t key_id);
+qkv_gguf_type qkv_gguf_arr_type(const qkv_gguf *g, int64_t key_id);
+const void *qkv_gguf_arr_data(const qkv_gguf *g, int64_t key_id);
+const char *qkv_gguf_arr_str(const qkv_gguf *g, int64_t key_id, uint64_t i, size_t *len);
+
+/* Tensors. shape is OUTERMOST FIRST like every shape in this API: the file
+ * stores ggml's ne[] innermost first and the loader reverses it (the only place
+ * that does), so token_embd.weight with ne = {n_embd, n_vocab} reads
+ * shape = [n_vocab, n_embd], rows of n_embd contiguous elements. */
+#define QKV_GGUF_MAX_DIMS 4
+typedef struct {
+    const char *name;                    /* NUL-terminated */
+    qkv_ggml_type type;
+    int n_dims;                          /* 1 .. QKV_GGUF_MAX_DIMS */
+    int64_t shape[QKV_GGUF_MAX_DIMS];    /* [n_dims], outermost first; unused = 1 */
+    int64_t n_elements;                  /* product of shape */
+    size_t nbytes;                       /* bytes of data */
+    uint64_t offset;                     /* from the start of the data section */
+    const void *data;                    /* into the mapping, read-only */
+} qkv_gguf_tensor;
+
+int64_t qkv_gguf_n_tensors(const qkv_gguf *g);
+int64_t qkv_gguf_find_tensor(const qkv_gguf *g, const char *name);  /* -1 if absent */
+/* Tensor tensor_id (0 .. n_tensors-1, file order); NULL if out of range. */
+const qkv_gguf_tensor *qkv_gguf_tensor_info(const qkv_gguf *g, int64_t tensor_id);
+
+/* ------------------------------------------------------------- dequantise */
+
+/* 1 if qkv_dequantize handles t: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
+ * Q5_K, Q6_K. */
+int qkv_dequantize_supported(qkv_ggml_type t);
+
+/* out[n] f32 <- src, n consecutive elements of type t (whole blocks: n a
+ * multiple of qkv_ggml_block_elems(t); src needs qkv_ggml_row_size(t, n)
+ * bytes, any alignment). QKV_ERR_UNSUPPORTED naming the type for other types,
+ * QKV_ERR_INVALID if n < 0 or not a whole number of blocks. */
+qkv_status qkv_dequantize(float *out, const void *src, qkv_ggml_type t, int64_t n,
+                          qkv_error *err);
+
+/* -------------------------------------------------------------- text width */
+
+/* Decodes the UTF-8 code point at s into *cp; returns the bytes it took, 0 at
+ * the terminating NUL. An invalid or truncated sequence gives U+FFFD and 1. */
+int qkv_text_next(uint32_t *cp, const char *s);
+/* Terminal columns of one code point: 2 for East Asian Wide and Fullwidth
+ * (CJK ideographs, kana, hangul, fullwidth forms, emoji), 0 for combining
+ * marks, zero-width characters and controls, else 1. */
+int qkv_text_char_width(uint32_t cp);
+/* Terminal columns of a NUL-terminated UTF-8 string (sum of the above). */
+int qkv_text_width(const char *s);
+
+/* -------------------------------------------------------------- cost model */
+
+/* The shape of a Llama-family model, as far as cost goes. */
+typedef struct {
+    char name[64];          /* display name, e.g. "Llama-3.1-8B" */
+    int n_layer;            /* L */
+    int hidden;             /* residual width (embedding length) */
+    int n_head;             /* Hq */
+    int n_kv_head;          /* Hkv, Hq % Hkv == 0 */
+    int head_dim;           /* D */
+    int ffn;                /* SwiGLU inner width */
+    int vocab;
+    int tied_embeddings;    /* 1: lm_head is the embedding matrix (fewer params, same FLOPs) */
+} qkv_cost_config;
+
+/* Every figure for one context length n; FLOPs count a multiply-add as 2.
+ * Doubles so that no product overflows; byte counts are exact below 2^53. */
+typedef struct {
+    int64_t ctx;                        /* n, tokens */
+    size_t elem_bytes;                  /* storage width of scores and K/V */
+    double params_total;                /* all weights: embedding, layers, norms, lm_head unless tied */
+    double params_matmul;               /* weights a token is multiplied by: L x (q,k,v,o,gate,up,down) + lm_head */
+    double weight_flops_per_token;      /* 2 * params_matmul, independent of n */
+    double attn_flops_per_token;        /* 4 * n * Hq * D * L: QK^T and PV of one token against n positions */
+    double prefill_attn_flops;          /* 2 * n^2 * Hq * D * L: causal prefill, n/2 keys per token on average */
+    double prefill_fixed_flops;         /* n * weight_flops_per_token */
+    double prefill_attn_ratio;          /* prefill_attn_flops / prefill_fixed_flops */
+    double score_table_bytes_per_layer; /* Hq * n^2 * elem_bytes: the n x n table of every head */
+    double flash_bytes_per_layer;       /* Hq * n * 4: the f32 LSE per row FlashAttention keeps instead */
+    double kv_bytes_per_token;          /* 2 * L * Hkv * D * elem_bytes */
+    double kv_cache_bytes;              /* n * kv_bytes_per_token */
+} qkv_cost;
+
+/* Built-in configurations by id ("llama-3.1-8b", ...); QKV_ERR_INVALID
+ * listing the known ids otherwise. qkv_cost_preset_id(i) enumerates them,
+ * NULL past the end. */
+qkv_status qkv_cost_preset(qkv_cost_config *out, const char *id, qkv_error *err);
+const char *qkv_cost_preset_id(int i);
+/* Every size >= 1 and Hq % Hkv == 0; QKV_ERR_INVALID naming the field. */
+qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err);
+/* The figures for context ctx >= 1 with elements of elem_bytes (1..8). */
+qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+                         qkv_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_H */

@@ -1,0 +1,152 @@
+/*
+ * attention.c — the one entry point, qkv_attention: checks the descriptor,
+ * resolves defaults and hands the call to the reference, flash or decode
+ * kernel. Also the pieces every kernel shares: scratch and thread counts.
+ */
+#include "attn/internal.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+const char *qkv_kernel_name(qkv_kernel k) {
+    switch (k) {
+    case QKV_KERNEL_AUTO: return "auto";
+    case QKV_KERNEL_REFERENCE: return "ref";
+    case QKV_KERNEL_FLASH: return "flash";
+    case QKV_KERNEL_DECODE: return "decode";
+    }
+    return "?";
+}
+
+qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name) {
+    if (!name) return QKV_ERR_INVALID;
+    if (!strcmp(name, "ref") || !strcmp(name, "reference")) *out = QKV_KERNEL_REFERENCE;
+    else if (!strcmp(name, "flash")) *out = QKV_KERNEL_FLASH;
+    else if (!strcmp(name, "decode")) *out = QKV_KERNEL_DECODE;
+    else if (!strcmp(name, "auto")) *out = QKV_KERNEL_AUTO;
+    else return QKV_ERR_INVALID;
+    return QKV_OK;
+}
+
+qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err) {
+    if (!d) return qkv_fail(err, QKV_ERR_INVALID, "attention: descriptor is NULL");
+    if (d->n_q_head < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: n_q_head %d < 1", d->n_q_head);
+    if (d->n_kv_head < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: n_kv_head %d < 1", d->n_kv_head);
+    if (d->n_q_head % d->n_kv_head)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention: n_q_head %d is not a multiple of n_kv_head %d",
+                        d->n_q_head, d->n_kv_head);
+    if (d->q_len < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: q_len %d < 1", d->q_len);
+    if (d->kv_len < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: kv_len %d < 1", d->kv_len);
+    if (d->head_dim < QKV_HEAD_DIM_MIN || d->head_dim > QKV_HEAD_DIM_MAX)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention: head_dim %d outside [%d, %d]", d->head_dim,
+                        QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX);
+    if (!(d->scale >= 0) || !isfinite(d->scale))
+        return qkv_fail(err, QKV_ERR_INVALID, "attention: scale must be finite and >= 0 (0 = 1/sqrt(D))");
+    if (d->kv_dtype != QKV_DTYPE_F32 && d->kv_dtype != QKV_DTYPE_BF16 && d->kv_dtype != QKV_DTYPE_F16)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention: unknown kv_dtype %d", (int)d->kv_dtype);
+    if (d->kv_head_stride != 0 && d->kv_head_stride < (int64_t)d->kv_len * d->head_dim)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention: kv_head_stride %lld < kv_len * head_dim",
+                        (long long)d->kv_head_stride);
+    if (d->n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "attention: n_threads %d < 0", d->n_threads);
+    const qkv_mask *m = &d->mask;
+    switch (m->kind) {
+    case QKV_MASK_NONE:
+    case QKV_MASK_CAUSAL: break;
+    case QKV_MASK_WINDOW:
+    case QKV_MASK_SINK_WINDOW:
+        if (m->window < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: mask window %d < 1", m->window);
+        if (m->kind == QKV_MASK_SINK_WINDOW && m->sinks < 0)
+            return qkv_fail(err, QKV_ERR_INVALID, "attention: mask sinks %d < 0", m->sinks);
+        break;
+    default: return qkv_fail(err, QKV_ERR_INVALID, "attention: unknown mask kind %d", (int)m->kind);
+    }
+    if (m->n_exclude < 0 || (m->n_exclude > 0 && !m->exclude))
+        return qkv_fail(err, QKV_ERR_INVALID, "attention: bad exclusion list");
+    return QKV_OK;
+}
+
+qkv_kernel qkv_attn_pick(const qkv_attn_desc *d) {
+    /* Few query rows against a long KV: the flash grid (KV heads x query
+     * blocks) has too few items to fill the cores, so split the keys instead. */
+    if (d->q_len <= QKV_DECODE_MAX_Q && d->kv_len >= 256) return QKV_KERNEL_DECODE;
+    return QKV_KERNEL_FLASH;
+}
+
+int attn_threads(int requested) {
+    int n = requested > 0 ? requested : omp_get_max_threads();
+    return n < 1 ? 1 : n;
+}
+
+qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q,
+                             const void *k, const void *v, qkv_error *err) {
+    qkv_status st = qkv_attn_check(d, err);
+    if (st) return st;
+    if (!q || !k || !v) return qkv_fail(err, QKV_ERR_INVALID, "attention: q, k and v must not be NULL");
+    memset(P, 0, sizeof *P);
+    P->n_q_head = d->n_q_head;
+    P->n_kv_head = d->n_kv_head;
+    P->group = d->n_q_head / d->n_kv_head;
+    P->q_len = d->q_len;
+    P->kv_len = d->kv_len;
+    P->head_dim = d->head_dim;
+    P->ld = (d->head_dim + 15) & ~15;
+    P->scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->head_dim);
+    P->mask = &d->mask;
+    P->q = q;
+    P->k = k;
+    P->v = v;
+    P->kv_dtype = d->kv_dtype;
+    P->kv_head_stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)d->kv_len * d->head_dim;
+    return attn_excl_init(&P->ex, &d->mask, d->kv_len, err);
+}
+
+void attn_problem_free(attn_problem *P) { attn_excl_free(&P->ex); }
+
+qkv_status attn_scratch_init(attn_scratch *ws, int ld, qkv_error *err) {
+    size_t n_q = (size_t)ATTN_MAX_ROWS * ld, n_s = (size_t)ATTN_MAX_ROWS * ATTN_BK,
+           n_kt = (size_t)ld * ATTN_BK, n_vt = (size_t)ATTN_BK * ld, n_acc = (size_t)ATTN_MAX_ROWS * ld,
+           n_row = ATTN_MAX_ROWS;
+    size_t total = n_q + n_s + n_kt + n_vt + n_acc + 3 * n_row;
+    float *mem = aligned_alloc(64, ((total * sizeof(float)) + 63) & ~(size_t)63);
+    if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention: cannot allocate %zu bytes of scratch", total * 4);
+    ws->mem = mem;
+    ws->q = mem;
+    ws->s = ws->q + n_q;
+    ws->kt = ws->s + n_s;
+    ws->vt = ws->kt + n_kt;
+    ws->acc = ws->vt + n_vt;
+    ws->m = ws->acc + n_acc;
+    ws->l = ws->m + n_row;
+    ws->alpha = ws->l + n_row;
+    return QKV_OK;
+}
+
+void attn_scratch_free(attn_scratch *ws) {
+    free(ws->mem);
+    ws->mem = NULL;
+}
+
+qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
+                         const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
+    if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
+    if (kernel == QKV_KERNEL_REFERENCE) return qkv_attention_reference(o, lse, NULL, q, k, v, d, err);
+    attn_problem P;
+    qkv_status st = attn_problem_init(&P, d, q, k, v, err);
+    if (st) return st;
+    if (kernel == QKV_KERNEL_AUTO) kernel = qkv_attn_pick(d);
+    int threads = attn_threads(d->n_threads);
+    if (kernel == QKV_KERNEL_DECODE) {
+        if (d->q_len > QKV_DECODE_MAX_Q)
+            st = qkv_fail(err, QKV_ERR_INVALID, "attention: the decode kernel takes q_len <= %d, got %d",
+                          QKV_DECODE_MAX_Q, d->q_len);
+        else
+            st = attn_decode(o, lse, &P, threads, err);
+    } else if (kernel == QKV_KERNEL_FLASH) {
+        st = attn_flash(o, lse, &P, threads, err);
+    } else {
+        st = qkv_fail(err, QKV_ERR_INVALID, "attention: unknown kernel %d", (int)kernel);
+    }
+    attn_problem_free(&P);
+    return st;
+}

@@ -1,0 +1,109 @@
+/*
+ * kv_cache.c — one layer's keys (after RoPE) and values, [Hkv, capacity, D]
+ * in f32, bf16 or f16. Appending converts once; the kernels read the storage
+ * type directly (kv_head_stride = capacity * D). Valid because of the causal
+ * mask: K and V of position j never change once written.
+ */
+#include "qkv.h"
+#include "util/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct qkv_kv_cache {
+    int n_kv_head, head_dim, capacity, len;
+    qkv_dtype dtype;
+    void *k; /* [n_kv_head, capacity, head_dim] of dtype */
+    void *v; /* [n_kv_head, capacity, head_dim] of dtype */
+};
+
+qkv_status qkv_kv_cache_init(qkv_kv_cache **out, int n_kv_head, int head_dim, int capacity,
+                             qkv_dtype dtype, qkv_error *err) {
+    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "kv cache: out is NULL");
+    *out = NULL;
+    if (n_kv_head < 1 || head_dim < 1 || capacity < 1)
+        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: n_kv_head %d, head_dim %d, capacity %d must be >= 1",
+                        n_kv_head, head_dim, capacity);
+    if (dtype != QKV_DTYPE_F32 && dtype != QKV_DTYPE_BF16 && dtype != QKV_DTYPE_F16)
+        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: unknown dtype %d", (int)dtype);
+    size_t bytes = (size_t)n_kv_head * (size_t)capacity * (size_t)head_dim * qkv_dtype_size(dtype);
+    qkv_kv_cache *c = calloc(1, sizeof *c);
+    if (!c) return qkv_fail(err, QKV_ERR_NOMEM, "kv cache: out of memory");
+    c->k = malloc(bytes);
+    c->v = malloc(bytes);
+    if (!c->k || !c->v) {
+        qkv_kv_cache_free(c);
+        return qkv_fail(err, QKV_ERR_NOMEM, "kv cache: cannot allocate 2 x %zu bytes", bytes);
+    }
+    c->n_kv_head = n_kv_head;
+    c->head_dim = head_dim;
+    c->capacity = capacity;
+    c->dtype = dtype;
+    *out = c;
+    return QKV_OK;
+}
+
+void qkv_kv_cache_free(qkv_kv_cache *c) {
+    if (!c) return;
+    free(c->k);
+    free(c->v);
+    free(c);
+}
+
+int qkv_kv_cache_len(const qkv_kv_cache *c) { return c->len; }
+int qkv_kv_cache_capacity(const qkv_kv_cache *c) { return c->capacity; }
+qkv_dtype qkv_kv_cache_dtype(const qkv_kv_cache *c) { return c->dtype; }
+const void *qkv_kv_cache_k(const qkv_kv_cache *c) { return c->k; }
+const void *qkv_kv_cache_v(const qkv_kv_cache *c) { return c->v; }
+
+qkv_status qkv_kv_cache_truncate(qkv_kv_cache *c, int len, qkv_error *err) {
+    if (len < 0 || len > c->len)
+        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: cannot truncate length %d to %d", c->len, len);
+    c->len = len;
+    return QKV_OK;
+}
+
+static size_t offset(const qkv_kv_cache *c, int head, int pos) {
+    return ((size_t)head * c->capacity + (size_t)pos) * c->head_dim * qkv_dtype_size(c->dtype);
+}
+
+qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, int n_new,
+                               qkv_error *err) {
+    if (n_new < 0 || !k || !v) return qkv_fail(err, QKV_ERR_INVALID, "kv cache: bad append arguments");
+    if (n_new > c->capacity - c->len)
+        return qkv_fail(err, QKV_ERR_FULL, "kv cache: full (%d of %d positions used, %d more requested)",
+                        c->len, c->capacity, n_new);
+    const size_t row = (size_t)n_new * c->head_dim;
+    for (int h = 0; h < c->n_kv_head; h++) {
+        qkv_convert_from_f32((char *)c->k + offset(c, h, c->len), c->dtype, k + h * row, row);
+        qkv_convert_from_f32((char *)c->v + offset(c, h, c->len), c->dtype, v + h * row, row);
+    }
+    c->len += n_new;
+    return QKV_OK;
+}
+
+qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,
+                             qkv_error *err) {
+    if (start < 0 || n < 0 || start + n > c->len)
+        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: read [%d, %d) outside [0, %d)", start, start + n,
+                        c->len);
+    const size_t row = (size_t)n * c->head_dim;
+    for (int h = 0; h < c->n_kv_head; h++) {
+        if (k) qkv_convert_to_f32(k + h * row, (const char *)c->k + offset(c, h, start), c->dtype, row);
+        if (v) qkv_convert_to_f32(v + h * row, (const char *)c->v + offset(c, h, start), c->dtype, row);
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
+                                const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
+    if (!c || !d) return qkv_fail(err, QKV_ERR_INVALID, "attention: cache or descriptor is NULL");
+    if (c->len < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: the kv cache is empty");
+    qkv_attn_desc dd = *d;
+    dd.n_kv_head = c->n_kv_head;
+    dd.head_dim = c->head_dim;
+    dd.kv_len = c->len;
+    dd.kv_dtype = c->dtype;
+    dd.kv_head_stride = (int64_t)c->capacity * c->head_dim;
+    return qkv_attention(o, lse, q, c->k, c->v, &dd, kernel, err);
+}

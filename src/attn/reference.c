@@ -1,0 +1,95 @@
+/*
+ * reference.c — attention exactly as the textbook writes it, the oracle every
+ * other kernel is tested against:
+ *   S = scale * Q K^T          the whole score table [Hq, Lq, Lk], in double
+ *   S[mask] = -inf
+ *   P = softmax(S) row by row  pass 1: max, pass 2: exp and sum, pass 3: divide
+ *   O = P V                    accumulated in double
+ * No tiling, no SIMD, no tricks. It refuses tables of more than
+ * QKV_REFERENCE_MAX_SCORES entries instead of trying to allocate them.
+ */
+#include "attn/internal.h"
+
+#include <math.h>
+
+static double kv_at(const void *base, qkv_dtype t, int64_t i) {
+    if (t == QKV_DTYPE_F32) return ((const float *)base)[i];
+    if (t == QKV_DTYPE_BF16) return qkv_bf16_to_f32(((const uint16_t *)base)[i]);
+    return qkv_f16_to_f32(((const uint16_t *)base)[i]);
+}
+
+qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
+                                   const void *k, const void *v, const qkv_attn_desc *d,
+                                   qkv_error *err) {
+    if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
+    attn_problem P;
+    qkv_status st = attn_problem_init(&P, d, q, k, v, err);
+    if (st) return st;
+    const int Hq = P.n_q_head, Lq = P.q_len, Lk = P.kv_len, D = P.head_dim;
+    int64_t n_scores = (int64_t)Hq * Lq * Lk;
+    if (n_scores > QKV_REFERENCE_MAX_SCORES) {
+        attn_problem_free(&P);
+        return qkv_fail(err, QKV_ERR_TOO_LARGE,
+                        "reference attention: the score table [%d, %d, %d] would need %.1f GiB "
+                        "(limit %.0f GiB); use the flash kernel",
+                        Hq, Lq, Lk, (double)n_scores * 8 / (1 << 30),
+                        (double)QKV_REFERENCE_MAX_SCORES * 8 / (1 << 30));
+    }
+    double *scores = malloc((size_t)n_scores * sizeof(double)); /* [Hq, Lq, Lk] */
+    if (!scores) {
+        attn_problem_free(&P);
+        return qkv_fail(err, QKV_ERR_NOMEM, "reference attention: cannot allocate the score table");
+    }
+    const double scale = P.scale;
+
+#pragma omp parallel for num_threads(attn_threads(d->n_threads)) schedule(dynamic, 1)
+    for (int h = 0; h < Hq; h++) {
+        const int64_t kv_off = (int64_t)(h / P.group) * P.kv_head_stride;
+        for (int i = 0; i < Lq; i++) {
+            const float *qi = q + ((size_t)h * Lq + i) * D;
+            double *s = scores + ((size_t)h * Lq + i) * Lk;
+            /* scores, masked to -inf */
+            for (int j = 0; j < Lk; j++) {
+                if (!qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
+                    s[j] = -INFINITY;
+                    continue;
+                }
+                double dot = 0;
+                for (int e = 0; e < D; e++) dot += (double)qi[e] * kv_at(k, P.kv_dtype, kv_off + (int64_t)j * D + e);
+                s[j] = dot * scale;
+            }
+            /* pass 1: max */
+            double mx = -INFINITY;
+            for (int j = 0; j < Lk; j++) mx = s[j] > mx ? s[j] : mx;
+            float *oi = o + ((size_t)h * Lq + i) * D;
+            float *wi = weights ? weights + ((size_t)h * Lq + i) * Lk : NULL;
+            if (mx == -INFINITY) { /* fully masked row: O = 0, LSE = -inf */
+                for (int e = 0; e < D; e++) oi[e] = 0;
+                if (wi)
+                    for (int j = 0; j < Lk; j++) wi[j] = 0;
+                if (lse) lse[(size_t)h * Lq + i] = -INFINITY;
+                continue;
+            }
+            /* pass 2: exp and sum */
+            double sum = 0;
+            for (int j = 0; j < Lk; j++) {
+                s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+                sum += s[j];
+            }
+            /* pass 3: normalise, then O = P V */
+            for (int j = 0; j < Lk; j++) s[j] /= sum;
+            double acc[QKV_HEAD_DIM_MAX] = {0};
+            for (int j = 0; j < Lk; j++) {
+                if (s[j] == 0) continue;
+                for (int e = 0; e < D; e++) acc[e] += s[j] * kv_at(v, P.kv_dtype, kv_off + (int64_t)j * D + e);
+            }
+            for (int e = 0; e < D; e++) oi[e] = (float)acc[e];
+            if (wi)
+                for (int j = 0; j < Lk; j++) wi[j] = (float)s[j];
+            if (lse) lse[(size_t)h * Lq + i] = (float)(mx + log(sum));
+        }
+    }
+    free(scores);
+    attn_problem_free(&P);
+    return QKV_OK;
+}

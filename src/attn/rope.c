@@ -1,0 +1,97 @@
+/*
+ * rope.c — rotary position embedding (Su et al., arXiv:2104.09864), computed
+ * the way transformers does, in float32: inv_freq[i] = 1 / theta^(2i/D),
+ * angle = (float)pos * inv_freq[i], then cos/sin of that float.
+ *
+ * Pairing: rotate-half (HF) rotates (x[i], x[i + D/2]); interleaved (Meta,
+ * ggml) rotates (x[2i], x[2i + 1]). Both use inv_freq[i] for pair i, so a
+ * model converted between them by permuting q/k weight rows gives identical
+ * scores. Llama-3.1 scaling follows transformers' _compute_llama3_parameters:
+ * wavelengths longer than orig/low_freq_factor are divided by factor, shorter
+ * than orig/high_freq_factor kept, the band between interpolated smoothly.
+ */
+#include "qkv.h"
+#include "util/error.h"
+
+#include <math.h>
+
+qkv_rope qkv_rope_default(void) {
+    qkv_rope r = {QKV_ROPE_HALF, 10000.0f, QKV_ROPE_SCALING_NONE, 0, 0, 0, 0};
+    return r;
+}
+
+static qkv_status rope_check(const qkv_rope *r, int head_dim, qkv_error *err) {
+    if (!r) return qkv_fail(err, QKV_ERR_INVALID, "rope: parameters are NULL");
+    if (head_dim < 2 || head_dim % 2)
+        return qkv_fail(err, QKV_ERR_INVALID, "rope: head_dim %d must be even and >= 2", head_dim);
+    if (!(r->theta > 1.0f) || !isfinite(r->theta))
+        return qkv_fail(err, QKV_ERR_INVALID, "rope: theta must be > 1");
+    if (r->pairing != QKV_ROPE_HALF && r->pairing != QKV_ROPE_INTERLEAVED)
+        return qkv_fail(err, QKV_ERR_INVALID, "rope: unknown pairing %d", (int)r->pairing);
+    if (r->scaling == QKV_ROPE_SCALING_LLAMA3) {
+        if (!(r->factor > 0) || !(r->low_freq_factor > 0) || !(r->high_freq_factor > r->low_freq_factor) ||
+            r->original_max_position < 1)
+            return qkv_fail(err, QKV_ERR_INVALID,
+                            "rope: llama3 scaling needs factor > 0, 0 < low < high, orig >= 1");
+    } else if (r->scaling != QKV_ROPE_SCALING_NONE) {
+        return qkv_fail(err, QKV_ERR_INVALID, "rope: unknown scaling %d", (int)r->scaling);
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, qkv_error *err) {
+    qkv_status st = rope_check(r, head_dim, err);
+    if (st) return st;
+    const int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float expo = (float)(2 * i) / (float)head_dim;
+        inv_freq[i] = 1.0f / powf(r->theta, expo);
+    }
+    if (r->scaling != QKV_ROPE_SCALING_LLAMA3) return QKV_OK;
+    const float orig = (float)r->original_max_position;
+    const float low_wavelen = orig / r->low_freq_factor;
+    const float high_wavelen = orig / r->high_freq_factor;
+    const float two_pi = 6.283185307179586f;
+    for (int i = 0; i < half; i++) {
+        float f = inv_freq[i];
+        float wavelen = two_pi / f;
+        float scaled = wavelen > low_wavelen ? f / r->factor : f;
+        if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+            float smooth = (orig / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+            scaled = (1.0f - smooth) * scaled / r->factor + smooth * scaled;
+        }
+        inv_freq[i] = scaled;
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n_head, int n_tok,
+                          int head_dim, qkv_error *err) {
+    qkv_status st = rope_check(r, head_dim, err);
+    if (st) return st;
+    if (head_dim > QKV_HEAD_DIM_MAX)
+        return qkv_fail(err, QKV_ERR_INVALID, "rope: head_dim %d > %d", head_dim, QKV_HEAD_DIM_MAX);
+    if (n_head < 1 || n_tok < 0) return qkv_fail(err, QKV_ERR_INVALID, "rope: bad n_head/n_tok");
+    float inv_freq[QKV_HEAD_DIM_MAX / 2];
+    qkv_rope_inv_freq(inv_freq, r, head_dim, NULL);
+    const int half = head_dim / 2;
+    for (int t = 0; t < n_tok; t++) {
+        float c[QKV_HEAD_DIM_MAX / 2], s[QKV_HEAD_DIM_MAX / 2];
+        for (int i = 0; i < half; i++) {
+            float angle = (float)pos[t] * inv_freq[i];
+            c[i] = cosf(angle);
+            s[i] = sinf(angle);
+        }
+        for (int h = 0; h < n_head; h++) {
+            float *xt = x + ((size_t)h * n_tok + t) * head_dim; /* [head_dim] */
+            for (int i = 0; i < half; i++) {
+                int a = r->pairing == QKV_ROPE_HALF ? i : 2 * i;
+                int b = r->pairing == QKV_ROPE_HALF ? i + half : 2 * i + 1;
+                float x0 = xt[a], x1 = xt[b];
+                xt[a] = x0 * c[i] - x1 * s[i];
+                xt[b] = x1 * c[i] + x0 * s[i];
+            }
+        }
+    }
+    return QKV_OK;
+}

@@ -1,0 +1,242 @@
+/*
+ * test_attn_kernels.c — flash and decode against the reference kernel on
+ * randomised shapes: Lq = 1, Lk = 1, lengths that are no multiple of any tile,
+ * D from 16 to 256 (72 and 80 included), GQA ratios 1, 4, 8 and MQA, every
+ * mask kind, exclusions, all three KV dtypes, extreme scores, and every ISA
+ * this CPU supports.
+ *
+ * Tolerance: max |O_kernel - O_ref| <= 1e-5 * max |O_ref| (+1e-7 absolute),
+ * LSE within 1e-5 (+1e-6 relative). With bf16/f16 KV both kernels read the
+ * same rounded K and V (the reference converts them to double), so the
+ * storage rounding cancels and the same bound applies; the looser bound for
+ * storage rounding itself (bf16 2^-9, f16 2^-12 relative per element) is
+ * tested separately against the f32 result.
+ */
+#include "testing.h"
+
+#include "attn/internal.h"
+#include "qkv.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int hq, hkv, lq, lk, d;
+    qkv_mask_kind mask;
+    int window, sinks, n_exclude;
+    qkv_dtype dtype;
+    float scale;
+} shape;
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fabsf(x[i]) > m ? fabsf(x[i]) : m;
+    return m;
+}
+
+/* Runs one shape through ref and `kernel`; returns failures added. */
+static void check_shape(const shape *s, qkv_kernel kernel, test_rng *rng, float q_sd, int integer_inputs) {
+    size_t nq = (size_t)s->hq * s->lq * s->d, nkv = (size_t)s->hkv * s->lk * s->d;
+    float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4);
+    if (integer_inputs) { /* exact dot products: small integers, so extreme scores are exact */
+        for (size_t i = 0; i < nq; i++) q[i] = (float)test_rng_int(rng, -3, 3);
+        for (size_t i = 0; i < nkv; i++) k[i] = (float)test_rng_int(rng, -3, 3);
+    } else {
+        test_fill_normal(q, nq, rng, q_sd);
+        test_fill_normal(k, nkv, rng, 1);
+    }
+    test_fill_normal(v, nkv, rng, 1);
+    void *kd = malloc(nkv * 4), *vd = malloc(nkv * 4);
+    qkv_convert_from_f32(kd, s->dtype, k, nkv);
+    qkv_convert_from_f32(vd, s->dtype, v, nkv);
+    int excl[16];
+    for (int e = 0; e < s->n_exclude; e++) excl[e] = test_rng_int(rng, 0, s->lk - 1);
+    qkv_attn_desc d = {s->hq, s->hkv, s->lq, s->lk, s->d, s->scale,
+                       {s->mask, s->window, s->sinks, excl, s->n_exclude}, s->dtype, 0, 2};
+    float *o_ref = malloc(nq * 4), *o = malloc(nq * 4);
+    float *lse_ref = malloc((size_t)s->hq * s->lq * 4), *lse = malloc((size_t)s->hq * s->lq * 4);
+    qkv_error err = {0};
+    qkv_status st = qkv_attention_reference(o_ref, lse_ref, NULL, q, kd, vd, &d, &err);
+    CHECK(st == QKV_OK, "reference failed: %s", err.msg);
+    st = qkv_attention(o, lse, q, kd, vd, &d, kernel, &err);
+    CHECK(st == QKV_OK, "%s failed: %s", qkv_kernel_name(kernel), err.msg);
+    if (st == QKV_OK) {
+        char what[200];
+        snprintf(what, sizeof what, "%s O hq=%d hkv=%d lq=%d lk=%d d=%d mask=%d w=%d s=%d ex=%d %s",
+                 qkv_kernel_name(kernel), s->hq, s->hkv, s->lq, s->lk, s->d, s->mask, s->window, s->sinks,
+                 s->n_exclude, qkv_dtype_name(s->dtype));
+        float scale = max_abs(o_ref, nq);
+        CHECK_CLOSE(what, o, o_ref, nq, 1e-5 * scale + 1e-7, 0);
+        snprintf(what, sizeof what, "%s LSE hq=%d lq=%d lk=%d d=%d mask=%d", qkv_kernel_name(kernel), s->hq,
+                 s->lq, s->lk, s->d, s->mask);
+        CHECK_CLOSE(what, lse, lse_ref, (size_t)s->hq * s->lq, 1e-5, 1e-6);
+        for (size_t i = 0; i < nq; i++)
+            if (isnan(o[i])) {
+                CHECK(0, "NaN in output at %zu", i);
+                break;
+            }
+    }
+    free(q); free(k); free(v); free(kd); free(vd); free(o_ref); free(o); free(lse_ref); free(lse);
+}
+
+static shape random_shape(test_rng *r, int max_lq, int want_decode) {
+    static const int ds[] = {16, 32, 64, 72, 80, 96, 128, 256};
+    static const int groups[] = {1, 4, 8};
+    shape s;
+    s.d = ds[test_rng_int(r, 0, 7)];
+    int g = test_rng_int(r, 0, 3);
+    s.hkv = test_rng_int(r, 1, 3);
+    s.hq = g < 3 ? s.hkv * groups[g] : 8; /* g == 3: MQA */
+    if (g == 3) s.hkv = 1;
+    s.lk = test_rng_int(r, 1, 3) == 1 ? test_rng_int(r, 1, 9) : test_rng_int(r, 1, 700);
+    s.lq = test_rng_int(r, 1, want_decode ? 8 : max_lq);
+    if (s.lq > s.lk && test_rng_int(r, 0, 1)) s.lq = s.lk;
+    s.mask = (qkv_mask_kind)test_rng_int(r, 0, 3);
+    s.window = test_rng_int(r, 1, 100);
+    s.sinks = test_rng_int(r, 0, 6);
+    s.n_exclude = test_rng_int(r, 0, 2) == 0 ? test_rng_int(r, 1, 16) : 0;
+    s.dtype = (qkv_dtype)test_rng_int(r, 0, 2);
+    s.scale = test_rng_int(r, 0, 4) == 0 ? 0.05f : 0;
+    return s;
+}
+
+static void sweep(qkv_kernel kernel, int want_decode, uint64_t seed, int n) {
+    test_rng r = {seed};
+    for (int i = 0; i < n && test_failures() < 10; i++) {
+        shape s = random_shape(&r, 200, want_decode);
+        check_shape(&s, kernel, &r, 1, 0);
+    }
+}
+
+static void for_each_isa(void (*fn)(void)) {
+    static const char *isas[] = {"avx512", "avx2", "scalar"};
+    const char *saved = getenv("QKV_ISA");
+    char *keep = saved ? strdup(saved) : NULL;
+    for (int i = 0; i < 3; i++) {
+        if (!attn_isa_find(isas[i])) continue;
+        setenv("QKV_ISA", isas[i], 1);
+        fn();
+    }
+    if (keep) setenv("QKV_ISA", keep, 1); else unsetenv("QKV_ISA");
+    free(keep);
+}
+
+static void flash_sweep(void) { sweep(QKV_KERNEL_FLASH, 0, 11, 60); }
+static void decode_sweep(void) { sweep(QKV_KERNEL_DECODE, 1, 12, 60); }
+
+TEST(flash_matches_reference_random_shapes) { for_each_isa(flash_sweep); }
+TEST(decode_matches_reference_random_shapes) { for_each_isa(decode_sweep); }
+
+TEST(flash_and_decode_edge_lengths) {
+    test_rng r = {5};
+    /* Lq = 1, Lk = 1; Lq = Lk = tile +- 1; Lq > Lk (rows before the first key are fully masked) */
+    const int lens[][2] = {{1, 1}, {1, 2}, {2, 1}, {63, 63}, {64, 64}, {65, 65}, {1, 4097}, {8, 1000},
+                           {5, 3}, {130, 129}};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int m = 0; m < 4; m++) {
+            shape s = {8, 2, lens[i][0], lens[i][1], 72, (qkv_mask_kind)m, 7, 2, 0, QKV_DTYPE_F32, 0};
+            check_shape(&s, QKV_KERNEL_FLASH, &r, 1, 0);
+            if (s.lq <= 8) check_shape(&s, QKV_KERNEL_DECODE, &r, 1, 0);
+        }
+}
+
+TEST(extreme_scores_are_exact_and_finite) {
+    /* integer q, k with |q.k| up to 3*3*128 and scale 8: scores to ~1e4 */
+    test_rng r = {99};
+    for (int m = 0; m < 4; m++) {
+        shape s = {8, 2, 33, 300, 128, (qkv_mask_kind)m, 50, 3, 0, QKV_DTYPE_F32, 8.0f};
+        check_shape(&s, QKV_KERNEL_FLASH, &r, 1, 1);
+        shape t = {8, 2, 3, 1500, 128, (qkv_mask_kind)m, 50, 3, 0, QKV_DTYPE_F32, -0.0f};
+        t.scale = 8.0f;
+        check_shape(&t, QKV_KERNEL_DECODE, &r, 1, 1);
+    }
+}
+
+TEST(fully_masked_rows_give_zero_and_minus_inf) {
+    /* every key excluded: all rows fully masked */
+    int excl[5] = {0, 1, 2, 3, 4};
+    qkv_attn_desc d = {4, 2, 3, 5, 16, 0, {QKV_MASK_CAUSAL, 0, 0, excl, 5}, QKV_DTYPE_F32, 0, 1};
+    float q[4 * 3 * 16], k[2 * 5 * 16], v[2 * 5 * 16], o[4 * 3 * 16], lse[12];
+    test_rng r = {3};
+    test_fill_normal(q, sizeof q / 4, &r, 1);
+    test_fill_normal(k, sizeof k / 4, &r, 1);
+    test_fill_normal(v, sizeof v / 4, &r, 1);
+    for (int kern = 1; kern <= 3; kern++) {
+        qkv_error err = {0};
+        CHECK(qkv_attention(o, lse, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
+        for (int i = 0; i < 4 * 3 * 16; i++) CHECK(o[i] == 0, "kernel %d: O[%d] = %g, want 0", kern, i, o[i]);
+        for (int i = 0; i < 12; i++) CHECK(isinf(lse[i]) && lse[i] < 0, "kernel %d: LSE[%d] = %g", kern, i, lse[i]);
+    }
+}
+
+TEST(kv_storage_rounding_stays_within_its_bound) {
+    /* bf16 / f16 KV against the f32 result: |dO| <= eps_dtype * (max|V| + |O| * spread)
+     * in practice; we check a bound of 8 ulps of the storage type times max|V|. */
+    test_rng r = {42};
+    int hq = 8, hkv = 2, lq = 40, lk = 300, dd = 128;
+    size_t nq = (size_t)hq * lq * dd, nkv = (size_t)hkv * lk * dd;
+    float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *o32 = malloc(nq * 4),
+          *o = malloc(nq * 4);
+    uint16_t *k16 = malloc(nkv * 2), *v16 = malloc(nkv * 2);
+    test_fill_normal(q, nq, &r, 1);
+    test_fill_normal(k, nkv, &r, 1);
+    test_fill_normal(v, nkv, &r, 1);
+    qkv_attn_desc d = {hq, hkv, lq, lk, dd, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 2};
+    qkv_attention(o32, NULL, q, k, v, &d, QKV_KERNEL_FLASH, NULL);
+    const qkv_dtype types[2] = {QKV_DTYPE_BF16, QKV_DTYPE_F16};
+    const double eps[2] = {1.0 / 256, 1.0 / 2048}; /* 2 ulps at bf16 / f16 precision */
+    for (int t = 0; t < 2; t++) {
+        qkv_convert_from_f32(k16, types[t], k, nkv);
+        qkv_convert_from_f32(v16, types[t], v, nkv);
+        d.kv_dtype = types[t];
+        qkv_attention(o, NULL, q, k16, v16, &d, QKV_KERNEL_FLASH, NULL);
+        /* scores move by <= eps * |q||k| / sqrt(D) ~ eps * 1 (unit-variance inputs, 4 sd margin),
+         * so weights move by a factor within exp(+-4 eps); V moves by eps relative. */
+        double bound = 4 * eps[t] * max_abs(v, nkv);
+        char what[64];
+        snprintf(what, sizeof what, "flash %s KV vs f32", qkv_dtype_name(types[t]));
+        CHECK_CLOSE(what, o, o32, nq, bound, 0);
+    }
+    free(q); free(k); free(v); free(o32); free(o); free(k16); free(v16);
+}
+
+TEST(auto_picks_decode_for_short_queries) {
+    qkv_attn_desc d = {32, 8, 1, 4096, 128, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
+    CHECK(qkv_attn_pick(&d) == QKV_KERNEL_DECODE, "Lq=1 Lk=4096 should use decode");
+    d.q_len = 512;
+    CHECK(qkv_attn_pick(&d) == QKV_KERNEL_FLASH, "Lq=512 should use flash");
+}
+
+TEST(bad_descriptors_are_refused_with_a_message) {
+    float x[4096];
+    memset(x, 0, sizeof x);
+    qkv_attn_desc good = {4, 2, 2, 3, 16, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 1};
+    qkv_attn_desc bad[6];
+    for (int i = 0; i < 6; i++) bad[i] = good;
+    bad[0].n_q_head = 3;          /* not a multiple of 2 */
+    bad[1].head_dim = 8;          /* too small */
+    bad[2].head_dim = 300;        /* too large */
+    bad[3].q_len = 0;
+    bad[4].mask.kind = QKV_MASK_WINDOW; /* window 0 */
+    bad[5].scale = -1;
+    for (int i = 0; i < 6; i++) {
+        qkv_error err = {0};
+        qkv_status st = qkv_attention(x, NULL, x, x, x, &bad[i], QKV_KERNEL_FLASH, &err);
+        CHECK(st == QKV_ERR_INVALID && err.msg[0], "case %d: status %d msg '%s'", i, st, err.msg);
+    }
+    good.q_len = 9;
+    qkv_error err = {0};
+    CHECK(qkv_attention(x, NULL, x, x, x, &good, QKV_KERNEL_DECODE, &err) == QKV_ERR_INVALID,
+          "decode with Lq=9 must be refused");
+}
+
+TEST(reference_refuses_a_huge_score_table) {
+    qkv_attn_desc d = {32, 8, 32768, 32768, 128, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 1};
+    float x[16] = {0};
+    qkv_error err = {0};
+    qkv_status st = qkv_attention_reference(x, NULL, NULL, x, x, x, &d, &err);
+    CHECK(st == QKV_ERR_TOO_LARGE, "status %d", st);
+    CHECK(strstr(err.msg, "flash") != NULL, "message should point to the flash kernel: %s", err.msg);
+}

@@ -1,0 +1,67 @@
+/*
+ * testing.h — the test runner's tiny framework.
+ *
+ * TEST(name) { ... } defines and registers a test (a constructor adds it to the
+ * runner's list, so a new tests/ file needs no central table). CHECK(cond,
+ * fmt, ...) records a failure with file:line and goes on; a test passes when it
+ * recorded none. Helpers compare arrays and report max diff and the first few
+ * mismatches, stopping after 10.
+ */
+#ifndef QKV_TESTING_H
+#define QKV_TESTING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*test_fn)(void);
+void test_register(const char *name, const char *file, test_fn fn);
+
+#define TEST(name)                                                          \
+    static void test_##name(void);                                          \
+    static void test_register_##name(void) __attribute__((constructor));    \
+    static void test_register_##name(void) { test_register(#name, __FILE__, test_##name); } \
+    static void test_##name(void)
+
+void test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define CHECK(cond, ...)                                                    \
+    do {                                                                    \
+        if (!(cond)) test_fail(__FILE__, __LINE__, __VA_ARGS__);            \
+    } while (0)
+
+/* Number of failures recorded by the running test so far. */
+int test_failures(void);
+
+/* max |a-b| over n; reports when above tol. Returns the max diff.
+ * what names the comparison in the failure message. */
+double test_compare(const char *file, int line, const char *what, const float *got,
+                    const float *want, size_t n, double atol, double rtol);
+#define CHECK_CLOSE(what, got, want, n, atol, rtol) \
+    test_compare(__FILE__, __LINE__, what, got, want, n, atol, rtol)
+
+/* Deterministic random numbers (splitmix64 / Box-Muller). */
+typedef struct { uint64_t s; } test_rng;
+uint64_t test_rng_u64(test_rng *r);
+double test_rng_uniform(test_rng *r);          /* [0, 1) */
+double test_rng_normal(test_rng *r);           /* N(0, 1) */
+int test_rng_int(test_rng *r, int lo, int hi); /* [lo, hi] */
+void test_fill_normal(float *x, size_t n, test_rng *r, float sd);
+
+/* Runs the qkv binary ($QKV_BIN, default build/qkv) with argv (NULL-ended,
+ * without the program name), feeding stdin_text (may be NULL). Captures stdout
+ * and stderr into malloc'd strings (caller frees). Returns the exit status,
+ * or -1 if the process could not be run or was killed by a signal. */
+int test_run_cli(const char *const *argv, const char *stdin_text, char **out, char **err);
+
+/* A fresh empty directory under build/ for the running test; returns its path. */
+const char *test_tmpdir(void);
+/* 1 if a file exists at path. */
+int test_file_exists(const char *path);
+/* Reads a whole file (malloc'd, NUL-terminated) or returns NULL. */
+char *test_read_file(const char *path, size_t *len);
+
+/* Directory holding committed fixtures (tests/fixtures). */
+const char *test_fixture_dir(void);
+
+#endif /* QKV_TESTING_H */
