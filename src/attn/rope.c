@@ -16,7 +16,7 @@
 #include <math.h>
 
 qkv_rope qkv_rope_default(void) {
-    qkv_rope r = {QKV_ROPE_HALF, 10000.0f, QKV_ROPE_SCALING_NONE, 0, 0, 0, 0};
+    qkv_rope r = {QKV_ROPE_HALF, 10000.0f, QKV_ROPE_SCALING_NONE, 0, 0, 0, 0, NULL};
     return r;
 }
 
@@ -39,6 +39,8 @@ static qkv_status rope_check(const qkv_rope *r, int head_dim, qkv_error *err) {
     return QKV_OK;
 }
 
+static void llama3_scale(float *inv_freq, const qkv_rope *r, int half);
+
 qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, qkv_error *err) {
     qkv_status st = rope_check(r, head_dim, err);
     if (st) return st;
@@ -47,7 +49,14 @@ qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, q
         float expo = (float)(2 * i) / (float)head_dim;
         inv_freq[i] = 1.0f / powf(r->theta, expo);
     }
-    if (r->scaling != QKV_ROPE_SCALING_LLAMA3) return QKV_OK;
+    if (r->scaling == QKV_ROPE_SCALING_LLAMA3) llama3_scale(inv_freq, r, half);
+    if (r->freq_factors)
+        for (int i = 0; i < half; i++) inv_freq[i] /= r->freq_factors[i];
+    return QKV_OK;
+}
+
+/* transformers' _compute_llama3_parameters, in float32. */
+static void llama3_scale(float *inv_freq, const qkv_rope *r, int half) {
     const float orig = (float)r->original_max_position;
     const float low_wavelen = orig / r->low_freq_factor;
     const float high_wavelen = orig / r->high_freq_factor;
@@ -62,7 +71,6 @@ qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, q
         }
         inv_freq[i] = scaled;
     }
-    return QKV_OK;
 }
 
 qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n_head, int n_tok,

@@ -1,0 +1,413 @@
+/*
+ * llama.c — the Llama forward pass over a GGUF file, top to bottom:
+ *   x = embed(tokens)                                   [n, E]
+ *   per layer:  h = rmsnorm(x) ; q, k, v = h Wq, h Wk, h Wv
+ *               rope(q, k) ; cache <- k, v ; o = attention(q, cache)   (libqkv)
+ *               x += o Wo
+ *               h = rmsnorm(x) ; x += (silu(h Wgate) * (h Wup)) Wdown
+ *   logits = rmsnorm(x) Wout                            [n, V]
+ * State is split as in llama2.c: config (qkv_model_config), weights (pointers
+ * into the GGUF mapping) and run state (activations and KV caches, allocated
+ * once at open for n_ctx positions: forward never allocates).
+ *
+ * RoPE pairing: llama.cpp's converter permutes the rows of q and k weights so
+ * that ggml's "normal" rope, which rotates adjacent pairs (2i, 2i+1), equals
+ * HF's rotate-half on the original weights. So a GGUF is run with the
+ * interleaved pairing.
+ */
+#include "model/internal.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const qkv_gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} layer_weights;
+
+struct qkv_model {
+    qkv_gguf *gguf;
+    qkv_model_config cfg;
+    int n_ctx, n_threads;
+    /* weights (into the mapping) */
+    const qkv_gguf_tensor *tok_embd, *output_norm, *output;
+    layer_weights *layers;   /* [L] */
+    float *norm_w;           /* [2L + 1, E] norm weights as f32 (attn, ffn per layer; final) */
+    float *rope_factors;     /* [D/2] or NULL */
+    /* run state, sized for n_ctx tokens */
+    qkv_kv_cache **cache;    /* [L] */
+    float *x;                /* [n_ctx, E] residual stream */
+    float *h;                /* [n_ctx, E] normed input of a sublayer */
+    float *q;                /* [n_ctx, Hq*D] */
+    float *k, *v;            /* [n_ctx, Hkv*D] */
+    float *qt;               /* [Hq, n_ctx, D] queries, head-major, rotated */
+    float *kt, *vt;          /* [Hkv, n_ctx, D] */
+    float *att;              /* [Hq, n_ctx, D] attention output, head-major */
+    float *lse;              /* [Hq, n_ctx] */
+    float *o;                /* [n_ctx, Hq*D] */
+    float *gate, *up;        /* [n_ctx, F] */
+    float *scratch;          /* [n_threads, MATMUL_ROWS, max cols] */
+    int64_t *positions;      /* [n_ctx] */
+    int *exclude;            /* [n_exclude] */
+    int n_exclude;
+    qkv_attn_hook hook;
+    void *hook_user;
+};
+
+/* ------------------------------------------------------------- loading */
+
+static qkv_status meta_int(int *out, const qkv_gguf *g, const char *arch, const char *suffix, int required,
+                           int dflt, qkv_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (qkv_gguf_find_key(g, key) < 0) {
+        if (required) return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing metadata key %s", qkv_gguf_path(g), key);
+        *out = dflt;
+        return QKV_OK;
+    }
+    int64_t v;
+    qkv_status st = qkv_gguf_get_int(&v, g, key, err);
+    if (st) return st;
+    if (v < 1 || v > (1 << 30))
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld is out of range", qkv_gguf_path(g), key, (long long)v);
+    *out = (int)v;
+    return QKV_OK;
+}
+
+static qkv_status meta_float(float *out, const qkv_gguf *g, const char *arch, const char *suffix, float dflt,
+                             qkv_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    if (qkv_gguf_find_key(g, key) < 0) {
+        *out = dflt;
+        return QKV_OK;
+    }
+    return qkv_gguf_get_f32(out, g, key, err);
+}
+
+/* Finds a tensor and checks its shape [d0, d1] (d1 = 0: 1-D [d0]) and type. */
+static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, const char *name, int64_t d0,
+                              int64_t d1, int optional, qkv_error *err) {
+    int64_t id = qkv_gguf_find_tensor(g, name);
+    *out = NULL;
+    if (id < 0) {
+        if (optional) return QKV_OK;
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing tensor %s", qkv_gguf_path(g), name);
+    }
+    const qkv_gguf_tensor *t = qkv_gguf_tensor_info(g, id);
+    int ok = d1 ? (t->n_dims == 2 && t->shape[0] == d0 && t->shape[1] == d1) : (t->n_elements == d0);
+    if (!ok) {
+        if (d1)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]",
+                            qkv_gguf_path(g), name, (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 1),
+                            (long long)d0, (long long)d1);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has %lld elements, expected %lld", qkv_gguf_path(g), name,
+                        (long long)t->n_elements, (long long)d0);
+    }
+    if (!qkv_dequantize_supported(t->type))
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: tensor %s has unsupported type %s", qkv_gguf_path(g), name,
+                        qkv_ggml_type_name(t->type));
+    *out = t;
+    return QKV_OK;
+}
+
+static qkv_status load_config(qkv_model_config *c, const qkv_gguf *g, qkv_error *err) {
+    memset(c, 0, sizeof *c);
+    const char *arch;
+    qkv_status st = qkv_gguf_get_string(&arch, NULL, g, "general.architecture", err);
+    if (st) return st;
+    if (strcmp(arch, "llama"))
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (only llama)",
+                        qkv_gguf_path(g), arch);
+    snprintf(c->arch, sizeof c->arch, "%s", arch);
+    if ((st = meta_int(&c->n_layer, g, arch, "block_count", 1, 0, err)) ||
+        (st = meta_int(&c->n_embd, g, arch, "embedding_length", 1, 0, err)) ||
+        (st = meta_int(&c->n_head, g, arch, "attention.head_count", 1, 0, err)) ||
+        (st = meta_int(&c->n_kv_head, g, arch, "attention.head_count_kv", 0, c->n_head, err)) ||
+        (st = meta_int(&c->n_ff, g, arch, "feed_forward_length", 1, 0, err)) ||
+        (st = meta_int(&c->n_ctx_train, g, arch, "context_length", 0, 2048, err)) ||
+        (st = meta_int(&c->head_dim, g, arch, "attention.key_length", 0, c->n_embd / c->n_head, err)) ||
+        (st = meta_float(&c->norm_eps, g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, err)))
+        return st;
+    if (c->n_head % c->n_kv_head)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %d heads is not a multiple of %d KV heads", qkv_gguf_path(g),
+                        c->n_head, c->n_kv_head);
+    if (c->head_dim < QKV_HEAD_DIM_MIN || c->head_dim > QKV_HEAD_DIM_MAX || c->head_dim % 2)
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: head_dim %d is not supported", qkv_gguf_path(g), c->head_dim);
+    int rope_dims;
+    if ((st = meta_int(&rope_dims, g, arch, "rope.dimension_count", 0, c->head_dim, err))) return st;
+    if (rope_dims != c->head_dim)
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported",
+                        qkv_gguf_path(g), rope_dims, c->head_dim);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    if (qkv_gguf_find_key(g, key) >= 0) {
+        const char *type;
+        if ((st = qkv_gguf_get_string(&type, NULL, g, key, err))) return st;
+        if (strcmp(type, "none"))
+            return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: rope scaling '%s' is not supported", qkv_gguf_path(g), type);
+    }
+    c->rope = qkv_rope_default();
+    c->rope.pairing = QKV_ROPE_INTERLEAVED;
+    if ((st = meta_float(&c->rope.theta, g, arch, "rope.freq_base", 10000.0f, err))) return st;
+    int64_t tid = qkv_gguf_find_tensor(g, "token_embd.weight");
+    if (tid < 0) return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing tensor token_embd.weight", qkv_gguf_path(g));
+    const qkv_gguf_tensor *te = qkv_gguf_tensor_info(g, tid);
+    if (te->n_dims != 2 || te->shape[1] != c->n_embd)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: token_embd.weight is not [vocab, %d]", qkv_gguf_path(g), c->n_embd);
+    c->n_vocab = (int)te->shape[0];
+    c->tied_embeddings = qkv_gguf_find_tensor(g, "output.weight") < 0;
+    return QKV_OK;
+}
+
+static qkv_status load_norm(float *dst, const qkv_gguf *g, const char *name, int n, qkv_error *err) {
+    const qkv_gguf_tensor *t;
+    qkv_status st = find_weight(&t, g, name, n, 0, 0, err);
+    if (st) return st;
+    return qkv_dequantize(dst, t->data, t->type, n, err);
+}
+
+static qkv_status load_weights(qkv_model *m, qkv_error *err) {
+    const qkv_gguf *g = m->gguf;
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd, QD = c->n_head * c->head_dim, KD = c->n_kv_head * c->head_dim, F = c->n_ff;
+    qkv_status st;
+    if ((st = find_weight(&m->tok_embd, g, "token_embd.weight", c->n_vocab, E, 0, err))) return st;
+    if ((st = find_weight(&m->output, g, "output.weight", c->n_vocab, E, 1, err))) return st;
+    if (!m->output) m->output = m->tok_embd;
+    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    m->norm_w = malloc((size_t)(2 * c->n_layer + 1) * E * sizeof(float));
+    if (!m->layers || !m->norm_w) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    for (int l = 0; l < c->n_layer; l++) {
+        layer_weights *w = &m->layers[l];
+        char name[96];
+#define WEIGHT(field, suffix, d0, d1)                                           \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                        \
+    if ((st = find_weight(&w->field, g, name, d0, d1, 0, err))) return st;
+        WEIGHT(attn_norm, "attn_norm.weight", E, 0)
+        WEIGHT(wq, "attn_q.weight", QD, E)
+        WEIGHT(wk, "attn_k.weight", KD, E)
+        WEIGHT(wv, "attn_v.weight", KD, E)
+        WEIGHT(wo, "attn_output.weight", E, QD)
+        WEIGHT(ffn_norm, "ffn_norm.weight", E, 0)
+        WEIGHT(w_gate, "ffn_gate.weight", F, E)
+        WEIGHT(w_up, "ffn_up.weight", F, E)
+        WEIGHT(w_down, "ffn_down.weight", E, F)
+#undef WEIGHT
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        if ((st = load_norm(m->norm_w + (size_t)(2 * l) * E, g, name, E, err))) return st;
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        if ((st = load_norm(m->norm_w + (size_t)(2 * l + 1) * E, g, name, E, err))) return st;
+    }
+    if ((st = load_norm(m->norm_w + (size_t)(2 * c->n_layer) * E, g, "output_norm.weight", E, err))) return st;
+    const qkv_gguf_tensor *rf;
+    if ((st = find_weight(&rf, g, "rope_freqs.weight", c->head_dim / 2, 0, 1, err))) return st;
+    if (rf) {
+        m->rope_factors = malloc((size_t)(c->head_dim / 2) * sizeof(float));
+        if (!m->rope_factors) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+        if ((st = qkv_dequantize(m->rope_factors, rf->data, rf->type, c->head_dim / 2, err))) return st;
+        m->cfg.rope.freq_factors = m->rope_factors;
+    }
+    return QKV_OK;
+}
+
+static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error *err) {
+    const qkv_model_config *c = &m->cfg;
+    const size_t N = (size_t)m->n_ctx, E = (size_t)c->n_embd, QD = (size_t)c->n_head * c->head_dim,
+                 KD = (size_t)c->n_kv_head * c->head_dim, F = (size_t)c->n_ff;
+    size_t max_cols = E > QD ? E : QD;
+    if (F > max_cols) max_cols = F;
+    m->x = malloc(N * E * 4);
+    m->h = malloc(N * E * 4);
+    m->q = malloc(N * QD * 4);
+    m->k = malloc(N * KD * 4);
+    m->v = malloc(N * KD * 4);
+    m->qt = malloc(N * QD * 4);
+    m->kt = malloc(N * KD * 4);
+    m->vt = malloc(N * KD * 4);
+    m->att = malloc(N * QD * 4);
+    m->lse = malloc(N * (size_t)c->n_head * 4);
+    m->o = malloc(N * QD * 4);
+    m->gate = malloc(N * F * 4);
+    m->up = malloc(N * F * 4);
+    m->scratch = malloc((size_t)m->n_threads * MATMUL_ROWS * max_cols * 4);
+    m->positions = malloc(N * sizeof(int64_t));
+    m->cache = calloc((size_t)c->n_layer, sizeof *m->cache);
+    if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->qt || !m->kt || !m->vt || !m->att || !m->lse || !m->o ||
+        !m->gate || !m->up || !m->scratch || !m->positions || !m->cache)
+        return qkv_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_ctx);
+    for (int l = 0; l < c->n_layer; l++) {
+        qkv_status st = qkv_kv_cache_init(&m->cache[l], c->n_kv_head, c->head_dim, m->n_ctx, p->kv_dtype, err);
+        if (st) return st;
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err) {
+    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "model: out is NULL");
+    *out = NULL;
+    qkv_model_params defaults = {0, QKV_DTYPE_F32, 0};
+    if (!p) p = &defaults;
+    if (p->n_ctx < 0 || p->n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx or n_threads");
+    qkv_model *m = calloc(1, sizeof *m);
+    if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    qkv_status st = qkv_gguf_open(&m->gguf, path, err);
+    if (!st) st = load_config(&m->cfg, m->gguf, err);
+    if (!st) st = load_weights(m, err);
+    if (!st) {
+        m->n_threads = p->n_threads > 0 ? p->n_threads : omp_get_max_threads();
+        m->n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->cfg.n_ctx_train < 8192 ? m->cfg.n_ctx_train : 8192);
+        st = alloc_state(m, p, err);
+    }
+    if (st) {
+        qkv_model_close(m);
+        return st;
+    }
+    *out = m;
+    return QKV_OK;
+}
+
+void qkv_model_close(qkv_model *m) {
+    if (!m) return;
+    if (m->cache)
+        for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_free(m->cache[l]);
+    free(m->cache);
+    free(m->layers); free(m->norm_w); free(m->rope_factors);
+    free(m->x); free(m->h); free(m->q); free(m->k); free(m->v); free(m->qt); free(m->kt); free(m->vt);
+    free(m->att); free(m->lse); free(m->o); free(m->gate); free(m->up); free(m->scratch); free(m->positions);
+    free(m->exclude);
+    qkv_gguf_close(m->gguf);
+    free(m);
+}
+
+const qkv_model_config *qkv_model_get_config(const qkv_model *m) { return &m->cfg; }
+const qkv_gguf *qkv_model_gguf(const qkv_model *m) { return m->gguf; }
+int qkv_model_n_ctx(const qkv_model *m) { return m->n_ctx; }
+int qkv_model_pos(const qkv_model *m) { return qkv_kv_cache_len(m->cache[0]); }
+
+qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err) {
+    if (pos < 0 || pos > qkv_model_pos(m))
+        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot rewind to %d (at %d)", pos, qkv_model_pos(m));
+    for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], pos, NULL);
+    return QKV_OK;
+}
+
+void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user) {
+    m->hook = hook;
+    m->hook_user = user;
+}
+
+qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err) {
+    free(m->exclude);
+    m->exclude = NULL;
+    m->n_exclude = 0;
+    if (n <= 0 || !positions) return QKV_OK;
+    m->exclude = malloc((size_t)n * sizeof(int));
+    if (!m->exclude) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    memcpy(m->exclude, positions, (size_t)n * sizeof(int));
+    m->n_exclude = n;
+    return QKV_OK;
+}
+
+/* ------------------------------------------------------------- forward */
+
+/* dst[H, n, D] <- src[n, H*D] */
+static void to_head_major(float *dst, const float *src, int n, int H, int D) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++)
+            memcpy(dst + ((size_t)h * n + t) * D, src + ((size_t)t * H + h) * D, (size_t)D * sizeof(float));
+}
+
+/* dst[n, H*D] <- src[H, n, D] */
+static void to_token_major(float *dst, const float *src, int n, int H, int D) {
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < n; t++)
+            memcpy(dst + ((size_t)t * H + h) * D, src + ((size_t)h * n + t) * D, (size_t)D * sizeof(float));
+}
+
+static qkv_status attention_layer(qkv_model *m, int l, int n, int pos0, qkv_error *err) {
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
+    const float *norm = m->norm_w + (size_t)(2 * l) * E;
+    const layer_weights *w = &m->layers[l];
+    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    model_matmul(m->q, m->h, w->wq, n, m->scratch, m->n_threads);
+    model_matmul(m->k, m->h, w->wk, n, m->scratch, m->n_threads);
+    model_matmul(m->v, m->h, w->wv, n, m->scratch, m->n_threads);
+    to_head_major(m->qt, m->q, n, Hq, D);
+    to_head_major(m->kt, m->k, n, Hkv, D);
+    to_head_major(m->vt, m->v, n, Hkv, D);
+    qkv_status st;
+    if ((st = qkv_rope_apply(m->qt, m->positions, &c->rope, Hq, n, D, err)) ||
+        (st = qkv_rope_apply(m->kt, m->positions, &c->rope, Hkv, n, D, err)) ||
+        (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
+        return st;
+    qkv_attn_desc desc = {Hq, Hkv, n, pos0 + n, D, 0, {QKV_MASK_CAUSAL, 0, 0, m->exclude, m->n_exclude},
+                          QKV_DTYPE_F32, 0, m->n_threads};
+    if ((st = qkv_attention_cached(m->att, m->lse, m->qt, m->cache[l], &desc, QKV_KERNEL_AUTO, err))) return st;
+    if (m->hook) {
+        desc.kv_dtype = qkv_kv_cache_dtype(m->cache[l]);
+        desc.kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D;
+        if (m->hook(m->hook_user, l, m->qt, m->lse, n, pos0, m->cache[l], &desc))
+            return qkv_fail(err, QKV_ERR_INVALID, "model: the attention hook stopped the forward pass at layer %d", l);
+    }
+    to_token_major(m->o, m->att, n, Hq, D);
+    model_matmul(m->h, m->o, w->wo, n, m->scratch, m->n_threads); /* h <- o Wo^T */
+    for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
+    return QKV_OK;
+}
+
+static void ffn_layer(qkv_model *m, int l, int n) {
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd, F = c->n_ff;
+    const float *norm = m->norm_w + (size_t)(2 * l + 1) * E;
+    const layer_weights *w = &m->layers[l];
+    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    model_matmul(m->gate, m->h, w->w_gate, n, m->scratch, m->n_threads);
+    model_matmul(m->up, m->h, w->w_up, n, m->scratch, m->n_threads);
+    for (size_t i = 0; i < (size_t)n * F; i++) {
+        float g = m->gate[i];
+        m->gate[i] = g / (1.0f + expf(-g)) * m->up[i]; /* SiLU(gate) * up */
+    }
+    model_matmul(m->h, m->gate, w->w_down, n, m->scratch, m->n_threads);
+    for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
+}
+
+qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
+                             qkv_error *err) {
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd;
+    const int pos0 = qkv_model_pos(m);
+    if (n < 1 || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "forward: no tokens");
+    if (n > m->n_ctx - pos0)
+        return qkv_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, pos0,
+                        m->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
+            return qkv_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], c->n_vocab);
+    /* embedding rows */
+    const size_t emb_row = qkv_ggml_row_size(m->tok_embd->type, E);
+    for (int t = 0; t < n; t++) {
+        qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)m->tok_embd->data + (size_t)tokens[t] * emb_row,
+                                       m->tok_embd->type, E, err);
+        if (st) return st;
+        m->positions[t] = pos0 + t;
+    }
+    for (int l = 0; l < c->n_layer; l++) {
+        qkv_status st = attention_layer(m, l, n, pos0, err);
+        if (st) {
+            for (int j = 0; j <= l; j++) qkv_kv_cache_truncate(m->cache[j], pos0, NULL);
+            return st;
+        }
+        ffn_layer(m, l, n);
+    }
+    if (!logits) return QKV_OK;
+    const float *norm = m->norm_w + (size_t)(2 * c->n_layer) * E;
+    int first = all_logits ? 0 : n - 1, rows = n - first;
+    for (int t = first; t < n; t++) model_rmsnorm(m->h + (size_t)(t - first) * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    model_matmul(logits, m->h, m->output, rows, m->scratch, m->n_threads);
+    return QKV_OK;
+}
