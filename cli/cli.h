@@ -30,6 +30,7 @@ const char *cli_value(int argc, char **argv, int *i);
 int cmd_attend(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int cmd_scaling(int argc, char **argv);
 int cmd_cost(int argc, char **argv);

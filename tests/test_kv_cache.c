@@ -72,41 +72,33 @@ TEST(kv_cache_append_read_and_capacity) {
 }
 
 TEST(decode_through_the_cache_equals_direct_attention) {
+    /* Prefill 200 positions, then append 100 more (as decoding does), then
+     * attend with the last 2 queries: the same as attention over the cache's
+     * rounded K/V handed over directly. */
     const qkv_dtype types[3] = {QKV_DTYPE_F32, QKV_DTYPE_BF16, QKV_DTYPE_F16};
     test_rng r = {8};
-    enum { HQ = 8, HKV = 2, D = 128, N = 300, CAP = 512 };
-    float *k = malloc(HKV * N * D * 4), *v = malloc(HKV * N * D * 4), *kr = malloc(HKV * N * D * 4),
-          *vr = malloc(HKV * N * D * 4);
-    float q[HQ * 2 * D], o1[HQ * 2 * D], o2[HQ * 2 * D];
-    test_fill_normal(k, HKV * N * D, &r, 1);
-    test_fill_normal(v, HKV * N * D, &r, 1);
+    enum { HQ = 8, HKV = 2, D = 128, N1 = 200, N2 = 100, N = N1 + N2, CAP = 512 };
+    float *k1 = malloc(HKV * N1 * D * 4), *v1 = malloc(HKV * N1 * D * 4); /* [HKV, N1, D] */
+    float *k2 = malloc(HKV * N2 * D * 4), *v2 = malloc(HKV * N2 * D * 4); /* [HKV, N2, D] */
+    float *kr = malloc(HKV * N * D * 4), *vr = malloc(HKV * N * D * 4);   /* [HKV, N, D] read back */
+    float q[HQ * 2 * D], o1[HQ * 2 * D], o2[HQ * 2 * D];                  /* [HQ, 2, D] */
+    test_fill_normal(k1, HKV * N1 * D, &r, 1);
+    test_fill_normal(v1, HKV * N1 * D, &r, 1);
+    test_fill_normal(k2, HKV * N2 * D, &r, 1);
+    test_fill_normal(v2, HKV * N2 * D, &r, 1);
     test_fill_normal(q, HQ * 2 * D, &r, 1);
     for (int t = 0; t < 3; t++) {
         qkv_kv_cache *c = NULL;
-        qkv_kv_cache_init(&c, HKV, D, CAP, types[t], NULL);
-        qkv_kv_cache_append(c, k, v, N - 100, NULL); /* two appends, as prefill then decode */
-        float *k2 = malloc(HKV * 100 * D * 4), *v2 = malloc(HKV * 100 * D * 4);
-        for (int h = 0; h < HKV; h++) {
-            memcpy(k2 + h * 100 * D, k + ((size_t)h * N + N - 100) * D, 100 * D * 4);
-            memcpy(v2 + h * 100 * D, v + ((size_t)h * N + N - 100) * D, 100 * D * 4);
-        }
-        /* the first append took rows [0, 200) of every head from a [HKV, N, D] array: redo it right */
-        qkv_kv_cache_truncate(c, 0, NULL);
-        float *k1 = malloc(HKV * 200 * D * 4), *v1 = malloc(HKV * 200 * D * 4);
-        for (int h = 0; h < HKV; h++) {
-            memcpy(k1 + h * 200 * D, k + (size_t)h * N * D, 200 * D * 4);
-            memcpy(v1 + h * 200 * D, v + (size_t)h * N * D, 200 * D * 4);
-        }
-        qkv_kv_cache_append(c, k1, v1, 200, NULL);
-        qkv_kv_cache_append(c, k2, v2, 100, NULL);
-        qkv_kv_cache_read(kr, vr, c, 0, N, NULL); /* the rounded values, as f32 */
-        qkv_attn_desc d = {HQ, HKV, 2, N, D, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 2};
         qkv_error err = {0};
+        CHECK(qkv_kv_cache_init(&c, HKV, D, CAP, types[t], &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_kv_cache_append(c, k1, v1, N1, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_kv_cache_append(c, k2, v2, N2, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_kv_cache_read(kr, vr, c, 0, N, &err) == QKV_OK, "%s", err.msg);
+        qkv_attn_desc d = {HQ, HKV, 2, N, D, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 2};
         CHECK(qkv_attention_cached(o1, NULL, q, c, &d, QKV_KERNEL_DECODE, &err) == QKV_OK, "%s", err.msg);
         CHECK(qkv_attention(o2, NULL, q, kr, vr, &d, QKV_KERNEL_REFERENCE, &err) == QKV_OK, "%s", err.msg);
         CHECK_CLOSE(qkv_dtype_name(types[t]), o1, o2, HQ * 2 * D, 1e-5, 0);
         qkv_kv_cache_free(c);
-        free(k1); free(v1); free(k2); free(v2);
     }
-    free(k); free(v); free(kr); free(vr);
+    free(k1); free(v1); free(k2); free(v2); free(kr); free(vr);
 }

@@ -1,0 +1,91 @@
+/*
+ * chat.c — the chat templates qkv knows, recognised from the GGUF's Jinja
+ * tokenizer.chat_template by their markers rather than by running Jinja:
+ *   ChatML   <|im_start|>role\\ncontent<|im_end|>\\n ... <|im_start|>assistant\\n
+ *            (SmolLM2's template inserts a default system turn when the first
+ *            message is not a system one; its text is read from the template)
+ *   Llama-3  <|begin_of_text|><|start_header_id|>role<|end_header_id|>\\n\\ncontent<|eot_id|>
+ */
+#include "qkv.h"
+#include "util/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Appends printf-style text to a growing buffer. */
+static int append(char **buf, size_t *len, size_t *cap, const char *a, const char *b, const char *c) {
+    const char *parts[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        if (!parts[i]) continue;
+        size_t n = strlen(parts[i]);
+        if (*len + n + 1 > *cap) {
+            size_t nc = (*len + n + 1) * 2;
+            char *nb = realloc(*buf, nc);
+            if (!nb) return -1;
+            *buf = nb;
+            *cap = nc;
+        }
+        memcpy(*buf + *len, parts[i], n);
+        *len += n;
+        (*buf)[*len] = 0;
+    }
+    return 0;
+}
+
+/* The default system text a ChatML template inserts, or NULL. The template
+ * writes it as a literal: '<|im_start|>system\\n' TEXT '<|im_end|>\\n' where
+ * \\n is spelled as a backslash-n escape or a real newline. */
+static char *chatml_default_system(const char *tmpl) {
+    const char *mark = "<|im_start|>system";
+    const char *p = strstr(tmpl, mark);
+    if (!p) return NULL;
+    p += strlen(mark);
+    if (p[0] == '\\' && p[1] == 'n') p += 2;
+    else if (p[0] == '\n') p += 1;
+    else return NULL;
+    const char *e = strstr(p, "<|im_end|>");
+    if (!e || memchr(p, '\'', (size_t)(e - p)) || memchr(p, '"', (size_t)(e - p)) || memchr(p, '{', (size_t)(e - p)))
+        return NULL; /* not a plain literal: the template computes it */
+    char *s = malloc((size_t)(e - p) + 1);
+    if (!s) return NULL;
+    memcpy(s, p, (size_t)(e - p));
+    s[e - p] = 0;
+    return s;
+}
+
+qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
+                           qkv_error *err) {
+    *out = NULL;
+    if (!user) return qkv_fail(err, QKV_ERR_INVALID, "chat: no user text");
+    if (qkv_gguf_find_key(g, "tokenizer.chat_template") < 0)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer.chat_template", qkv_gguf_path(g));
+    const char *tmpl;
+    qkv_status st = qkv_gguf_get_string(&tmpl, NULL, g, "tokenizer.chat_template", err);
+    if (st) return st;
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int bad = 0;
+    if (strstr(tmpl, "<|im_start|>")) {
+        char *dflt = system ? NULL : chatml_default_system(tmpl);
+        const char *sys = system ? system : dflt;
+        if (sys) bad |= append(&buf, &len, &cap, "<|im_start|>system\n", sys, "<|im_end|>\n");
+        bad |= append(&buf, &len, &cap, "<|im_start|>user\n", user, "<|im_end|>\n");
+        bad |= append(&buf, &len, &cap, "<|im_start|>assistant\n", NULL, NULL);
+        free(dflt);
+    } else if (strstr(tmpl, "<|start_header_id|>")) {
+        bad |= append(&buf, &len, &cap, "<|begin_of_text|>", NULL, NULL);
+        if (system) bad |= append(&buf, &len, &cap, "<|start_header_id|>system<|end_header_id|>\n\n", system, "<|eot_id|>");
+        bad |= append(&buf, &len, &cap, "<|start_header_id|>user<|end_header_id|>\n\n", user, "<|eot_id|>");
+        bad |= append(&buf, &len, &cap, "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL, NULL);
+    } else {
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: chat template not recognised (ChatML and Llama-3 are)",
+                        qkv_gguf_path(g));
+    }
+    if (bad) {
+        free(buf);
+        return qkv_fail(err, QKV_ERR_NOMEM, "chat: out of memory");
+    }
+    *out = buf;
+    return QKV_OK;
+}
