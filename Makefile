@@ -17,6 +17,8 @@ OPT_FLAGS  ?= -O3 -g
 ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -fopenmp \
               -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(CFLAGS)
 LDLIBS     := -lm -fopenmp $(LDFLAGS)
+# libpng (Debian libpng-dev) encodes `qkv inspect --png`
+LDLIBS     += -lpng
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
 CLI_SRC  := $(sort $(wildcard cli/*.c))
@@ -36,6 +38,7 @@ $(BUILD)/%.o: %.c
 # The SIMD inner loops may fuse a*b+c into FMA; nothing else does (no -ffast-math:
 # masks rely on -INFINITY).
 $(BUILD)/src/attn/tile_%.o: ALL_CFLAGS += -ffp-contract=fast
+$(BUILD)/src/model/matmul_%.o: ALL_CFLAGS += -ffp-contract=fast
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -50,10 +53,11 @@ $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
 $(BUILD)/qkv-test: $(TEST_OBJ) $(BUILD)/libqkv.a $(BUILD)/qkv
 	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
 
-# `make test` runs every test twice: the native build (-march=native, SIMD
+# `make test` fetches the real model (make model) if missing, then runs every
+# test twice: the native build (-march=native, SIMD
 # kernels picked at run time) and the portable scalar build. The runner's last
 # line is "N passed, N failed"; its exit status is 0 only when nothing failed.
-test:
+test: model
 	$(MAKE) check
 	$(MAKE) check PORTABLE=1 BUILD=$(BUILD)/portable
 

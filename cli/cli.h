@@ -34,5 +34,25 @@ int cmd_run(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int cmd_scaling(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+
+/* qkv inspect and qkv sinks (cli/cmd_inspect.c, cli/cmd_sinks.c) and the
+ * prompt loader they share: exactly one of text, file ('-': stdin) or ids
+ * ("1,2,3"); chat wraps the text in the GGUF's chat template; the first
+ * max_tokens tokens are kept (0: all). On failure prints the error, returns 2. */
+typedef struct {
+    const char *model, *text, *file, *ids;
+    int chat, max_tokens;
+} cli_prompt_args;
+typedef struct {
+    int32_t *ids;   /* [n] */
+    char **labels;  /* [n] readable token labels (qkv_token_labels) */
+    int n;
+} cli_prompt;
+int cli_prompt_load(cli_prompt *out, const cli_prompt_args *a);
+void cli_prompt_free(cli_prompt *p);
+double cli_peak_rss_mib(void);  /* getrusage's ru_maxrss */
+int cmd_inspect(int argc, char **argv);
+int cmd_sinks(int argc, char **argv);
 
 #endif /* QKV_CLI_H */

@@ -649,9 +649,14 @@ int64_t qkv_tokenize_bound(size_t len);
  *   parse_special: nonzero recognises control tokens written in the text
  *   out_ids:       [max_ids] output (may be NULL when max_ids is 0)
  * *n receives the number of ids the text needs; if that exceeds max_ids, the
- * first max_ids are written and QKV_ERR_FULL returned. QKV_ERR_INVALID if a
- * byte cannot be encoded (a vocabulary without it and without an unknown
- * token). Same as transformers' tokenizer on the same GGUF, and llama.cpp. */
+ * first max_ids are written and QKV_ERR_FULL returned; QKV_ERR_TOO_LARGE for
+ * text of 256 MiB or more. A byte a "gpt2"
+ * vocabulary has no token for is dropped (as HF and llama.cpp drop it); in a
+ * "llama" one a character without a token or <0xXX> becomes the unknown
+ * token, QKV_ERR_INVALID if there is none. The ids are those of the model's
+ * own tokenizer.json (tests/fixtures/tokenizer); where transformers' rebuild
+ * from GGUF departs from it (no digit split for "smollm", no ignore_merges,
+ * no "▁" before a leading space), qkv follows the original, as llama.cpp does. */
 qkv_status qkv_tokenize(const qkv_tokenizer *t, const char *text, size_t len, int add_special,
                         int parse_special, int32_t *out_ids, int64_t max_ids, int64_t *n,
                         qkv_error *err);
@@ -686,6 +691,182 @@ qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t 
  *   parse_special set. */
 qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
                            qkv_error *err);
+
+/* ------------------------------------------------------------ probe: maps */
+
+/*
+ * Attention maps and sink statistics of a running model, taken from the
+ * engine that runs it. A probe holds no copy of the attention: it reads what
+ * a layer's kernel was given (rotated q, the KV cache) and what it returned
+ * (LSE) through the model's attention hook, and recomputes the weight rows it
+ * is asked for:  w[i, j] = exp(scale * q_i . k_j - lse_i), 0 where masked.
+ */
+
+/* Weights of query head `head`: rows row0 .. row0+n_rows-1 against keys
+ * key0 .. key0+n_keys-1.
+ *   w:   [n_rows, n_keys] f32 output
+ *   q:   [Hq, Lq, D] f32 (after RoPE);  lse: [Hq, Lq] as the kernel returned it
+ *   k:   [Hkv, Lk, D] of d->kv_dtype, heads d->kv_head_stride apart (0: dense)
+ * Keys hidden by d->mask (qkv_mask_visible) and rows with LSE -inf give 0.
+ * Costs n_rows x n_keys dot products of D (masked keys none): the sink
+ * columns of a row (key0 = 0, n_keys = k) are k dot products. */
+qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const void *k,
+                            const qkv_attn_desc *d, int head, int row0, int n_rows, int key0,
+                            int n_keys, qkv_error *err);
+
+/* What one weight row says. */
+typedef struct {
+    double sink;            /* weight on key 0 */
+    double first;           /* weight on keys 0 .. n_first-1 */
+    double entropy;         /* -sum w ln w, nats (0 for one-hot, ln m for m equal keys) */
+    int top;                /* the strongest key (lowest index on ties); -1 if n == 0 */
+    float top_weight;
+    int top_other;          /* the strongest key >= n_first; -1 if none */
+    float top_other_weight;
+} qkv_row_stats;
+
+/* Statistics of w[n] (a weight row), the first n_first keys counted as "first". */
+void qkv_row_stats_of(qkv_row_stats *s, const float *w, int n, int n_first);
+
+/* Receives one weight row: map (layer_index, head_index) of the request,
+ * query position `row`, w: [n_keys] (all keys of the cache, masked ones 0).
+ * Return nonzero to stop the forward pass. */
+typedef int (*qkv_inspect_row_fn)(void *user, int layer_index, int head_index, int row, const float *w,
+                                  int n_keys, const qkv_row_stats *s);
+
+typedef struct {
+    const int *layers;      /* [n_layers] layers to inspect, increasing; NULL: all */
+    int n_layers;
+    const int *heads;       /* [n_heads] query heads, any order; NULL: all */
+    int n_heads;
+    int n_first;            /* keys counted as "first" in the row stats; 0 means 1 */
+    qkv_inspect_row_fn row;
+    void *user;
+} qkv_inspect_params;
+
+/* An attention hook that hands the requested maps to p->row one row at a
+ * time, in order: layer, head (as listed), query row — so one forward call
+ * over a whole prompt streams [n_layers, n_heads, n, n] in C order. It holds
+ * 64 rows of Lk floats, whatever the prompt: O(n) beyond the model.
+ *   qkv_inspect *in; qkv_inspect_init(&in, qkv_model_get_config(m), &p, &err);
+ *   qkv_model_set_hook(m, qkv_inspect_hook, in); qkv_model_forward(m, ...);
+ * When the forward call fails because the hook stopped it,
+ * qkv_inspect_error(in) says why (NULL if the hook did not fail). */
+typedef struct qkv_inspect qkv_inspect;
+qkv_status qkv_inspect_init(qkv_inspect **out, const qkv_model_config *cfg, const qkv_inspect_params *p,
+                            qkv_error *err);
+void qkv_inspect_free(qkv_inspect *in);
+int qkv_inspect_hook(void *in, int layer, const float *q, const float *lse, int n, int pos0,
+                     const qkv_kv_cache *cache, const qkv_attn_desc *desc);
+const char *qkv_inspect_error(const qkv_inspect *in);
+
+/* Attention sinks over long text, from the kernel's outputs: every row's
+ * weight on keys 0 .. n_first-1 (n_first dot products and the row's LSE),
+ * plus every `every`-th row recomputed in full for its strongest other key.
+ * Rows at positions < skip are left out of every mean. */
+typedef struct {
+    int n_first;            /* k >= 1 (default 4) */
+    int skip;               /* >= 0 (default 16) */
+    int every;              /* >= 1 (default 16) */
+    int n_threads;          /* 0: all cores */
+} qkv_sinks_params;
+
+/* Means over the measured rows of one layer and head. */
+typedef struct {
+    double sink;            /* weight on token 0 */
+    double first;           /* weight on tokens 0 .. n_first-1 */
+    double top_other;       /* sampled rows: weight of the strongest key other than token 0 */
+    double top_other_dist;  /* sampled rows: its distance back from the query (p - j) */
+    double sink_top;        /* sampled rows: share whose strongest key is token 0 */
+    double entropy;         /* sampled rows: -sum w ln w, nats */
+    int64_t n_rows, n_sampled;
+} qkv_sinks_head;
+
+/* Accumulates over every forward call while installed as the hook
+ * (qkv_model_set_hook(m, qkv_sinks_hook, s)). p NULL: defaults. */
+typedef struct qkv_sinks qkv_sinks;
+qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qkv_sinks_params *p,
+                          qkv_error *err);
+void qkv_sinks_free(qkv_sinks *s);
+int qkv_sinks_hook(void *s, int layer, const float *q, const float *lse, int n, int pos0,
+                   const qkv_kv_cache *cache, const qkv_attn_desc *desc);
+const char *qkv_sinks_error(const qkv_sinks *s);
+/* The means so far for (layer, head); NULL if out of range. Valid until the
+ * next call for the same pair or qkv_sinks_free. */
+const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
+
+/* Readable labels for token pieces (bytes, as qkv_token_piece gives them):
+ * a space is shown as "·", a newline "↵", a tab "→", other controls as
+ * "\xNN"; a piece that holds only part of a UTF-8 character (byte-level BPE
+ * splits 年 into two tokens) shows the whole character with "…" on the side
+ * that continues in the neighbouring token ("年…", "…年"); bytes that form
+ * no character anywhere show as "\xNN".
+ *   labels: [n] output, each malloc'd and NUL-terminated (qkv_token_labels_free) */
+qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size_t *lens, int n,
+                            qkv_error *err);
+void qkv_token_labels_free(char **labels, int n);
+
+/* .npy written as it is produced: open with the full shape, put the
+ * elements in C order, close. The file appears at path (renamed from a
+ * temporary) only when close finds every element written; abort (or a short
+ * close) removes it. */
+typedef struct qkv_npy_writer qkv_npy_writer;
+qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim, const int64_t *shape,
+                               qkv_error *err);
+qkv_status qkv_npy_writer_put(qkv_npy_writer *w, const float *data, int64_t n, qkv_error *err);
+qkv_status qkv_npy_writer_close(qkv_npy_writer *w, qkv_error *err);
+void qkv_npy_writer_abort(qkv_npy_writer *w);
+
+/* A set of causal maps for the writers below: n_layers x n_heads maps of
+ * [n_tok, n_tok] (query rows, key columns). */
+typedef struct {
+    const char *title;          /* UTF-8 */
+    const char *subtitle;       /* UTF-8, may be NULL */
+    int n_tok;
+    const char *const *labels;  /* [n_tok] token labels (qkv_token_labels) */
+    const int32_t *ids;         /* [n_tok] token ids, may be NULL */
+    const int *layers;          /* [n_layers] layer number of each row of maps */
+    int n_layers;
+    const int *heads;           /* [n_heads] head number of each column of maps */
+    int n_heads;
+} qkv_maps_info;
+
+/* One self-contained HTML page (no network: works from file://): a grid of
+ * every map as a small heatmap with its sink mass and entropy, a large view
+ * of the chosen map with the tokens on both axes, hover for query, key and
+ * weight, toggles for log scale and for hiding token 0. Rows are streamed
+ * into the file in order (layer, head, row); each keeps its keys 0 .. row
+ * as 16-bit log-coded weights (relative error < 2e-4), so a page holds
+ * n_layers x n_heads x n(n+1)/2 of them: at most QKV_HTML_MAX_WEIGHTS. */
+#define QKV_HTML_MAX_WEIGHTS ((int64_t)1 << 26)
+typedef struct qkv_html_writer qkv_html_writer;
+qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps_info *info,
+                         qkv_error *err);
+/* Row `row` of map (li, hi): w[row + 1] (keys 0 .. row), in order. */
+qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float *w, qkv_error *err);
+/* Writes the end of the page and renames it into place. */
+qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err);
+void qkv_html_abort(qkv_html_writer *h);
+
+/* Heatmaps in a PNG (libpng): viridis colour map, token labels on the axes
+ * when a token gets >= 16 pixels (GNU Unifont glyphs read from font_path,
+ * default /usr/share/unifont/unifont.hex; without it, no labels), one panel
+ * per map with its layer and head. Each panel is at most max_panel pixels a
+ * side (larger maps are max-pooled down), so memory does not grow with n^2.
+ * Rows in any order. */
+typedef struct {
+    int log_scale;              /* colour by log10(w) over 4 decades instead of w */
+    int max_panel;              /* 0: 768 for one map, 192 for several */
+    const char *font_path;      /* NULL: $QKV_FONT, else the default above */
+} qkv_png_params;
+typedef struct qkv_png_maps qkv_png_maps;
+qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, const qkv_png_params *p,
+                             qkv_error *err);
+void qkv_png_maps_row(qkv_png_maps *pm, int li, int hi, int row, const float *w);
+/* 1 if the labels could be drawn (a font was found). */
+int qkv_png_maps_has_font(const qkv_png_maps *pm);
+qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err);
+void qkv_png_maps_free(qkv_png_maps *pm);
 
 #ifdef __cplusplus
 }

@@ -104,21 +104,26 @@ qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const floa
 void attn_problem_free(attn_problem *P) { attn_excl_free(&P->ex); }
 
 qkv_status attn_scratch_init(attn_scratch *ws, int ld, qkv_error *err) {
-    size_t n_q = (size_t)ATTN_MAX_ROWS * ld, n_s = (size_t)ATTN_MAX_ROWS * ATTN_BK,
-           n_kt = (size_t)ld * ATTN_BK, n_vt = (size_t)ATTN_BK * ld, n_acc = (size_t)ATTN_MAX_ROWS * ld,
-           n_row = ATTN_MAX_ROWS;
-    size_t total = n_q + n_s + n_kt + n_vt + n_acc + 3 * n_row;
-    float *mem = aligned_alloc(64, ((total * sizeof(float)) + 63) & ~(size_t)63);
+    /* sizes in floats, each rounded up to 16 (64 bytes) */
+#define SCRATCH_ROUND(n) (((size_t)(n) + 15) & ~(size_t)15)
+    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_ROWS * ld), n_s = SCRATCH_ROUND(ATTN_MAX_ROWS * ATTN_BK),
+                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_acc = n_q, n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
+                 n_part = SCRATCH_ROUND(ATTN_PART);
+#undef SCRATCH_ROUND
+    const size_t total = n_q + n_s + 2 * n_tile + n_acc + 4 * n_row + n_part;
+    float *mem = aligned_alloc(64, total * sizeof(float));
     if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention: cannot allocate %zu bytes of scratch", total * 4);
     ws->mem = mem;
     ws->q = mem;
     ws->s = ws->q + n_q;
     ws->kt = ws->s + n_s;
-    ws->vt = ws->kt + n_kt;
-    ws->acc = ws->vt + n_vt;
+    ws->vt = ws->kt + n_tile;
+    ws->acc = ws->vt + n_tile;
     ws->m = ws->acc + n_acc;
     ws->l = ws->m + n_row;
     ws->alpha = ws->l + n_row;
+    ws->pos = (int32_t *)(void *)(ws->alpha + n_row);
+    ws->part = ws->alpha + 2 * n_row;
     return QKV_OK;
 }
 

@@ -59,18 +59,22 @@ typedef struct {
     int kvh, h0, nh, i0, nq;
 } attn_rows;
 
-/* Per-thread scratch, allocated once per call per thread (O(tile), never O(n)). */
+/* Per-thread scratch, allocated once per call per thread (O(tile), never O(n)).
+ * Every buffer starts on a 64-byte boundary. */
 typedef struct {
-    float *q;     /* [ATTN_MAX_ROWS, ld] scaled queries */
-    float *s;     /* [ATTN_MAX_ROWS, ATTN_BK] scores, then probabilities */
-    float *kt;    /* [ld, ATTN_BK] K tile transposed */
+    float *q;     /* [ATTN_MAX_ROWS * ld] scaled queries: rows [R, ld] or transposed [D, RP] */
+    float *s;     /* [ATTN_MAX_ROWS * ATTN_BK] scores, then probabilities: [R, BK] or [BK, RP] */
+    float *kt;    /* [ATTN_BK, ld] K tile in f32, zero padded */
     float *vt;    /* [ATTN_BK, ld] V tile in f32, zero padded */
     float *acc;   /* [ATTN_MAX_ROWS, ld] running sum of p * v */
     float *m;     /* [ATTN_MAX_ROWS] running max of scores */
     float *l;     /* [ATTN_MAX_ROWS] running sum of exp(score - m) */
     float *alpha; /* [ATTN_MAX_ROWS] rescale factor of the current tile */
+    int32_t *pos; /* [ATTN_MAX_ROWS] absolute position of each row */
+    float *part;  /* [ATTN_PART] partial dot products of the few-row path */
     void *mem;
 } attn_scratch;
+#define ATTN_PART (8 * 16 * 16)
 
 qkv_status attn_scratch_init(attn_scratch *ws, int ld, qkv_error *err);
 void attn_scratch_free(attn_scratch *ws);

@@ -10,58 +10,94 @@
  *   acc = sum exp(score - m) * v.
  *   a new tile with max mx: m' = max(m, mx), alpha = exp(m - m'),
  *   l' = alpha * l + sum exp(s - m'), acc' = alpha * acc + sum exp(s - m') v.
- *   A row that has seen only masked keys keeps m = -inf, l = 0 and is never
- *   rescaled (exp(-inf - -inf) would be NaN).
+ *   A row that has seen only masked keys has m = -inf; it subtracts 0 instead
+ *   of m' (exp(-inf - -inf) would be NaN), so its p and alpha are exactly 0.
  *
- * Shapes: queries of a block are rows r = hl * nq + t (head-major), ld is the
- * padded row stride, BK keys per tile. Two ways to form the scores:
- *   - R >= 8 rows: K tile transposed to kt [D, BK], then a register-tiled
- *     micro-kernel (MR rows x BK keys) broadcasting q[r][d] (prefill);
- *   - R < 8 rows: one dot product per (row, key) along D (decode: few rows,
- *     each K row used R times, no transpose to amortise).
+ * Rows of a block are r = hl * nq + t (head-major), R of them; ld is the
+ * padded row stride, BK keys per tile. Two layouts, chosen by R:
+ *   - block path (R > VW / 2, prefill): queries transposed once per block to
+ *     qt [D, RP] (RP = R rounded up to VW), scores transposed st [BK, RP], so
+ *     every vector runs across rows. Q·Kᵀ is a register-tiled micro-kernel
+ *     (MK keys x RCV row vectors, K broadcast from its row, no K transpose),
+ *     and the softmax bookkeeping (max, rescale, sum, causal mask) is one
+ *     vector operation per VW rows. P·V is a second micro-kernel (MR rows x
+ *     NC vectors of D) broadcasting p. K/V tiles are read in place when they
+ *     are f32, else converted to f32 once per tile for all R rows.
+ *   - few path (R <= VW / 2, decode): one dot product per (row, key) along D
+ *     with K converted in registers, VW keys' partial vectors folded into one
+ *     vector of scores by a shuffle tree; P·V converts V in registers.
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "attn/internal.h"
 
 #include <math.h>
 #include <string.h>
+#if VW > 1
+#include <immintrin.h>
+#endif
 
 typedef float vf __attribute__((vector_size(VW * 4)));
 typedef int32_t vi __attribute__((vector_size(VW * 4)));
 typedef uint32_t vu __attribute__((vector_size(VW * 4)));
 typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 
-#define NV (ATTN_BK / VW)             /* vectors per score row */
-#define MR (VW >= 16 ? 4 : VW >= 8 ? 2 : 1) /* rows per score micro-tile */
-#define PV_ROWS 4                     /* rows per P.V micro-tile */
-#define PV_VECS (VW >= 16 ? 4 : VW >= 8 ? 2 : 16) /* vectors of D per P.V micro-tile */
+#define INLINE static inline __attribute__((always_inline))
+
+/* Register tiles per ISA: Q·Kᵀ holds MK x RCV accumulators, P·V MR x NC. */
+#if VW >= 16
+#define MK 6
+#define RCV 4
+#define MR 4
+#define NC 4
+#elif VW >= 8
+#define MK 4
+#define RCV 2
+#define MR 4
+#define NC 2
+#else
+#define MK 2
+#define RCV 4
+#define MR 2
+#define NC 4
+#endif
+#define FEW_ROWS (VW / 2) /* at most this many rows take the few path */
+
+/* Pins a value in a register: without it GCC folds the V loads of the P·V
+ * micro-kernel into every FMA, loading each vector MR times instead of once. */
+#if VW > 1
+#define KEEP_IN_REG(x) __asm__("" : "+v"(x))
+#else
+#define KEEP_IN_REG(x) ((void)0)
+#endif
 
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 
-static inline vf vload(const float *p) {
+INLINE vf vload(const float *p) {
     vf v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
-static inline vf vset1(float x) { return (vf){0} + x; }
-static inline vf vmax(vf a, vf b) {
-    vi gt = a > b;
+INLINE void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+/* x - 0 is x for every x (also -0), so this folds to a plain broadcast;
+ * 0 + x would not (0 + -0 is +0) and costs a scalar add first. */
+INLINE vf vset1(float x) { return x - (vf){0}; }
+INLINE vf vselect(vi mask, vf a, vf b) { /* mask ? a : b, lane by lane */
     vi ai, bi;
     memcpy(&ai, &a, sizeof a);
     memcpy(&bi, &b, sizeof b);
-    vi r = (ai & gt) | (bi & ~gt);
+    vi r = (ai & mask) | (bi & ~mask);
     vf out;
     memcpy(&out, &r, sizeof out);
     return out;
 }
-static inline float vhmax(vf a) {
+INLINE vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
+INLINE float vhmax(vf a) {
     float m = a[0];
     for (int i = 1; i < VW; i++) m = a[i] > m ? a[i] : m;
     return m;
 }
-static inline float vhsum(vf a) {
+INLINE float vhsum(vf a) {
     float s = 0;
     for (int i = 0; i < VW; i++) s += a[i];
     return s;
@@ -69,7 +105,7 @@ static inline float vhsum(vf a) {
 
 /* exp(x) for x <= 0 (scores minus their running max), Cephes polynomial,
  * ~2 ulp; exactly 0 below -87.3 (and for -inf), where expf is subnormal. */
-static inline vf vexp(vf x) {
+INLINE vf vexp(vf x) {
     const vf lo = vset1(-87.3f);
     vi keep = x >= lo;
     x = vmax(x, lo);
@@ -87,19 +123,30 @@ static inline vf vexp(vf x) {
     vi e = (__builtin_convertvector(n, vi) + 127) << 23;
     vf scale;
     memcpy(&scale, &e, sizeof scale);
-    vf y = p * scale;
-    vi yi;
-    memcpy(&yi, &y, sizeof yi);
-    yi &= keep;
-    memcpy(&y, &yi, sizeof y);
-    return y;
+    return vselect(keep, p * scale, vset1(0));
 }
 
-/* One vector of a K/V row in its storage type, as f32. */
-static inline vf vload_kv(const void *row, qkv_dtype t, int d) {
+/* One vector of a K/V row in its storage type, as f32 (d + VW <= D). */
+INLINE vf vload_kv(const void *row, qkv_dtype t, int d) {
     if (t == QKV_DTYPE_F32) return vload((const float *)row + d);
+    const uint16_t *h16 = (const uint16_t *)row + d;
+#if VW == 16 /* one zero-extending load (+ shift) or one hardware conversion */
+    __m512 f = t == QKV_DTYPE_F16
+                   ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h16))
+                   : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)h16)), 16));
+    vf out;
+    memcpy(&out, &f, sizeof out);
+    return out;
+#elif VW == 8
+    __m256 f = t == QKV_DTYPE_F16
+                   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h16))
+                   : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h16)), 16));
+    vf out;
+    memcpy(&out, &f, sizeof out);
+    return out;
+#else
     vh h;
-    memcpy(&h, (const uint16_t *)row + d, sizeof h);
+    memcpy(&h, h16, sizeof h);
     vu u = __builtin_convertvector(h, vu);
     vf f;
     if (t == QKV_DTYPE_BF16) {
@@ -107,8 +154,9 @@ static inline vf vload_kv(const void *row, qkv_dtype t, int d) {
         memcpy(&f, &u, sizeof f);
         return f;
     }
-    /* f16: move exponent and mantissa into place, rebias by 2^112 (this also
-     * normalises subnormals), then restore inf/NaN exponents and the sign. */
+    /* f16 without F16C: move exponent and mantissa into place, rebias by
+     * 2^112 (this also normalises subnormals), then restore inf/NaN
+     * exponents and the sign. */
     vu mag = (u & 0x7fffu) << 13;
     memcpy(&f, &mag, sizeof f);
     f = f * 0x1p112f;
@@ -119,10 +167,11 @@ static inline vf vload_kv(const void *row, qkv_dtype t, int d) {
     fb |= (u & 0x8000u) << 16;
     memcpy(&f, &fb, sizeof f);
     return f;
+#endif
 }
 
 /* dst[ld] <- row[D] converted to f32, zero padded. */
-static inline void convert_row(float *dst, const void *row, qkv_dtype t, int D, int ld) {
+INLINE void convert_row(float *dst, const void *row, qkv_dtype t, int D, int ld) {
     int d = 0;
     for (; d + VW <= D; d += VW) vstore(dst + d, vload_kv(row, t, d));
     for (; d < D; d++) {
@@ -133,87 +182,438 @@ static inline void convert_row(float *dst, const void *row, qkv_dtype t, int D, 
     for (; d < ld; d++) dst[d] = 0;
 }
 
+static void convert_rows(float *dst, const void *src, qkv_dtype t, int n, int D, int ld) {
+    const size_t es = qkv_dtype_size(t);
+    switch (t) { /* one loop per type, so the conversion is inlined without a branch */
+    case QKV_DTYPE_F32:
+        for (int j = 0; j < n; j++) convert_row(dst + (size_t)j * ld, (const char *)src + j * D * es, QKV_DTYPE_F32, D, ld);
+        break;
+    case QKV_DTYPE_BF16:
+        for (int j = 0; j < n; j++) convert_row(dst + (size_t)j * ld, (const char *)src + j * D * es, QKV_DTYPE_BF16, D, ld);
+        break;
+    case QKV_DTYPE_F16:
+        for (int j = 0; j < n; j++) convert_row(dst + (size_t)j * ld, (const char *)src + j * D * es, QKV_DTYPE_F16, D, ld);
+        break;
+    }
+}
+
+/* Software prefetch of the row ATTN_PREFETCH bytes ahead of a streamed K/V
+ * row: the decode path reads the cache once, at DRAM speed only if the
+ * next lines are already on their way (the hardware prefetcher alone leaves
+ * one core at about half the bandwidth). */
+#define ATTN_PREFETCH 4096
+INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
+    const char *p = (const char *)row + ATTN_PREFETCH;
+    const int bytes = D * (t == QKV_DTYPE_F32 ? 4 : 2);
+    for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 0);
+}
+
 static inline const void *kv_row(const void *base, qkv_dtype t, int64_t offset) {
     return (const char *)base + offset * (int64_t)(t == QKV_DTYPE_F32 ? 4 : 2);
 }
 
-/* s[r][0..BK) = q[r] . kt[:, 0..BK) for rows [0, R), register-tiled. */
-static void scores_transposed(float *s, const float *q, const float *kt, int R, int D, int ld) {
+/* ------------------------------------------------------------ block path */
+
+/* st[k][r0 .. r0 + rcv*VW) = sum_d k_row(k)[d] * qt[d][r0 ..] for keys k < mk. */
+INLINE void qk_micro(float *st, const float *qt, const float *kp, int ks, int D, int RP, int r0,
+                     const int mk, const int rcv) {
+    vf a[MK][RCV];
+    for (int k = 0; k < mk; k++)
+        for (int n = 0; n < rcv; n++) a[k][n] = vset1(0);
+    for (int d = 0; d < D; d++) {
+        vf qv[RCV];
+        for (int n = 0; n < rcv; n++) qv[n] = vload(qt + (size_t)d * RP + r0 + n * VW);
+        for (int k = 0; k < mk; k++) {
+            vf kb = vset1(kp[(size_t)k * ks + d]);
+            for (int n = 0; n < rcv; n++) a[k][n] += kb * qv[n];
+        }
+    }
+    for (int k = 0; k < mk; k++)
+        for (int n = 0; n < rcv; n++) vstore(st + (size_t)k * RP + r0 + n * VW, a[k][n]);
+}
+
+INLINE void qk_rowchunk(float *st, const float *qt, const float *kp, int ks, int nk, int D, int RP,
+                        int r0, const int rcv) {
+    int j = 0;
+    for (; j + MK <= nk; j += MK) qk_micro(st + (size_t)j * RP, qt, kp + (size_t)j * ks, ks, D, RP, r0, MK, rcv);
+    st += (size_t)j * RP;
+    kp += (size_t)j * ks;
+    switch (nk - j) { /* the last nk % MK keys in one pass */
+#if MK > 5
+    case 5: qk_micro(st, qt, kp, ks, D, RP, r0, 5, rcv); break;
+#endif
+#if MK > 4
+    case 4: qk_micro(st, qt, kp, ks, D, RP, r0, 4, rcv); break;
+#endif
+#if MK > 3
+    case 3: qk_micro(st, qt, kp, ks, D, RP, r0, 3, rcv); break;
+#endif
+#if MK > 2
+    case 2: qk_micro(st, qt, kp, ks, D, RP, r0, 2, rcv); break;
+#endif
+    case 1: qk_micro(st, qt, kp, ks, D, RP, r0, 1, rcv); break;
+    default: break;
+    }
+}
+
+/* Scores of nk keys (rows of kp, ks floats apart) against all RP rows:
+ * st[j][r] = qt[:, r] . k_j. */
+static void qk_tile(float *st, const float *qt, const float *kp, int ks, int nk, int D, int RP) {
+    for (int r0 = 0; r0 < RP; r0 += RCV * VW) {
+        int rcv = (RP - r0) / VW;
+        if (rcv >= RCV) qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, RCV);
+#if RCV > 3
+        else if (rcv == 3) qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, 3);
+#endif
+#if RCV > 2
+        else if (rcv == 2) qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, 2);
+#endif
+        else qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, 1);
+    }
+}
+
+/* acc[r0 + i][c0 + c*VW ..] += sum_j pt[j][r0 + i] * v_j[c0 + c*VW ..], i < mr, c < nc. */
+INLINE void pv_micro(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int r0,
+                     int c0, const int mr, const int nc) {
+    vf a[MR][NC];
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW);
+    for (int j = 0; j < nk; j++) {
+        vf vv[NC];
+        for (int c = 0; c < nc; c++) {
+            vv[c] = vload(vp + (size_t)j * vs + c0 + c * VW);
+            KEEP_IN_REG(vv[c]);
+        }
+        for (int i = 0; i < mr; i++) {
+            vf pb = vset1(pt[(size_t)j * RP + r0 + i]);
+            for (int c = 0; c < nc; c++) a[i][c] += pb * vv[c];
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < nc; c++) vstore(acc + (size_t)(r0 + i) * ld + c0 + c * VW, a[i][c]);
+}
+
+INLINE void pv_colchunk(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int R,
+                        int c0, const int nc) {
     int r0 = 0;
-    for (; r0 + MR <= R; r0 += MR) {
-        vf acc[MR][NV];
-        for (int r = 0; r < MR; r++)
-            for (int n = 0; n < NV; n++) acc[r][n] = vset1(0);
-        for (int d = 0; d < D; d++) {
-            vf kv[NV];
-            for (int n = 0; n < NV; n++) kv[n] = vload(kt + (size_t)d * ATTN_BK + n * VW);
-            for (int r = 0; r < MR; r++) {
-                vf qb = vset1(q[(size_t)(r0 + r) * ld + d]);
-                for (int n = 0; n < NV; n++) acc[r][n] += qb * kv[n];
-            }
-        }
-        for (int r = 0; r < MR; r++)
-            for (int n = 0; n < NV; n++) vstore(s + (size_t)(r0 + r) * ATTN_BK + n * VW, acc[r][n]);
-    }
-    for (; r0 < R; r0++) {
-        vf acc[NV];
-        for (int n = 0; n < NV; n++) acc[n] = vset1(0);
-        for (int d = 0; d < D; d++) {
-            vf qb = vset1(q[(size_t)r0 * ld + d]);
-            for (int n = 0; n < NV; n++) acc[n] += qb * vload(kt + (size_t)d * ATTN_BK + n * VW);
-        }
-        for (int n = 0; n < NV; n++) vstore(s + (size_t)r0 * ATTN_BK + n * VW, acc[n]);
+    for (; r0 + MR <= R; r0 += MR) pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, MR, nc);
+    for (; r0 < R; r0++) pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 1, nc);
+}
+
+/* acc[r][0 .. ncols) += sum_j pt[j][r] * v_j for rows r < R (ncols % VW == 0). */
+static void pv_tile(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int R,
+                    int ncols) {
+    for (int c0 = 0; c0 < ncols; c0 += NC * VW) {
+        int nc = (ncols - c0) / VW;
+        if (nc >= NC) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, NC);
+#if NC > 3
+        else if (nc == 3) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, 3);
+#endif
+#if NC > 2
+        else if (nc == 2) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, 2);
+#endif
+        else pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, 1);
     }
 }
 
-/* acc[r][:] += sum_j p[r][j] * vt[j][:] over nk keys, rows [0, R). */
-static void accumulate_pv(float *acc, const float *p, const float *vt, int R, int nk, int ld) {
-    for (int c0 = 0; c0 < ld; c0 += PV_VECS * VW) {
-        int nvec = (ld - c0) / VW;
-        if (nvec > PV_VECS) nvec = PV_VECS;
-        int r0 = 0;
-        if (nvec == PV_VECS) {
-            for (; r0 + PV_ROWS <= R; r0 += PV_ROWS) {
-                vf a[PV_ROWS][PV_VECS];
-                for (int r = 0; r < PV_ROWS; r++)
-                    for (int c = 0; c < PV_VECS; c++)
-                        a[r][c] = vload(acc + (size_t)(r0 + r) * ld + c0 + c * VW);
-                for (int j = 0; j < nk; j++) {
-                    vf vv[PV_VECS];
-                    for (int c = 0; c < PV_VECS; c++) vv[c] = vload(vt + (size_t)j * ld + c0 + c * VW);
-                    for (int r = 0; r < PV_ROWS; r++) {
-                        vf pb = vset1(p[(size_t)(r0 + r) * ATTN_BK + j]);
-                        for (int c = 0; c < PV_VECS; c++) a[r][c] += pb * vv[c];
-                    }
-                }
-                for (int r = 0; r < PV_ROWS; r++)
-                    for (int c = 0; c < PV_VECS; c++)
-                        vstore(acc + (size_t)(r0 + r) * ld + c0 + c * VW, a[r][c]);
-            }
+/* Hides the keys of a partial tile: st[j][r] = -inf where key jt + j is not
+ * visible to row r (position pos[r]) or is excluded. Every rule is a compare
+ * of the key against the row's position, so it runs VW rows at a time. */
+static void mask_tile(float *st, const int32_t *pos, int RP, const attn_problem *P, int jt, int nk) {
+    const qkv_mask *m = P->mask;
+    const vf ninf = vset1(-INFINITY);
+    for (int j = 0; j < nk; j++) {
+        const int key = jt + j;
+        float *sj = st + (size_t)j * RP;
+        if (attn_excl_has(&P->ex, key)) {
+            for (int r = 0; r < RP; r += VW) vstore(sj + r, ninf);
+            continue;
         }
-        for (; r0 < R; r0++) {
-            for (int c = 0; c < nvec; c++) {
-                float *ap = acc + (size_t)r0 * ld + c0 + c * VW;
-                vf a = vload(ap);
-                for (int j = 0; j < nk; j++)
-                    a += vset1(p[(size_t)r0 * ATTN_BK + j]) * vload(vt + (size_t)j * ld + c0 + c * VW);
-                vstore(ap, a);
-            }
+        if (m->kind == QKV_MASK_NONE) continue;
+        for (int r = 0; r < RP; r += VW) {
+            vi p;
+            memcpy(&p, pos + r, sizeof p);
+            vi vis = key <= p; /* causal part of every rule */
+            if (m->kind == QKV_MASK_WINDOW) vis &= key > p - m->window;
+            else if (m->kind == QKV_MASK_SINK_WINDOW) vis &= (key > p - m->window) | ((vi){0} - (key < m->sinks));
+            vstore(sj + r, vselect(vis, vload(sj + r), ninf));
         }
     }
 }
 
-void CAT(attn_rows_, SUFFIX)(const attn_problem *P, const attn_rows *rows, int j0, int j1,
-                             attn_scratch *ws) {
+/* Online softmax of one tile, VW rows at a time: st becomes p = exp(s - m'),
+ * m, l and alpha are updated (see the invariant at the top). */
+static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int nk) {
+    const vf ninf = vset1(-INFINITY);
+    for (int r = 0; r < RP; r += VW) {
+        vf mx = vload(st + r);
+        for (int j = 1; j < nk; j++) mx = vmax(mx, vload(st + (size_t)j * RP + r));
+        vf m_old = vload(m + r);
+        vf m_new = vmax(m_old, mx);
+        vf m_use = vselect(m_new == ninf, vset1(0), m_new); /* rows with nothing visible yet */
+        vf sum = vset1(0);
+        for (int j = 0; j < nk; j++) {
+            vf p = vexp(vload(st + (size_t)j * RP + r) - m_use);
+            vstore(st + (size_t)j * RP + r, p);
+            sum += p;
+        }
+        vf a = vexp(m_old - m_use);
+        vstore(alpha + r, a);
+        vstore(l + r, vload(l + r) * a + sum);
+        vstore(m + r, m_new);
+    }
+}
+
+static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
+    const int D = P->head_dim, ld = P->ld, nq = rows->nq;
+    const int R = rows->nh * nq, RP = (R + VW - 1) / VW * VW;
+    const qkv_dtype t = P->kv_dtype;
+    const int64_t kv_base = (int64_t)rows->kvh * P->kv_head_stride;
+    const int p_first = P->kv_len - P->q_len + rows->i0, p_last = p_first + nq - 1;
+    /* f32 K is read in place; f32 V too when its rows are whole vectors */
+    const int k_direct = t == QKV_DTYPE_F32, v_direct = t == QKV_DTYPE_F32 && D % VW == 0;
+    const int ncols = v_direct ? D : ld;
+
+    /* scaled queries, transposed: qt[d][r]; padding rows are 0 */
+    memset(ws->q, 0, (size_t)D * RP * sizeof(float));
+    for (int hl = 0; hl < rows->nh; hl++) {
+        int h = rows->kvh * P->group + rows->h0 + hl;
+        for (int tq = 0; tq < nq; tq++) {
+            const float *src = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
+            int r = hl * nq + tq;
+            for (int d = 0; d < D; d++) ws->q[(size_t)d * RP + r] = src[d] * P->scale;
+        }
+    }
+    for (int r = 0; r < RP; r++) {
+        ws->pos[r] = r < R ? p_first + r % nq : p_last;
+        ws->m[r] = -INFINITY;
+        ws->l[r] = 0;
+    }
+    memset(ws->acc, 0, (size_t)R * ld * sizeof(float));
+
+    int key_end = attn_key_end(P->mask, P->kv_len, p_last);
+    if (j1 > key_end) j1 = key_end;
+    for (int jt = j0; jt < j1; jt += ATTN_BK) {
+        const int nk = j1 - jt < ATTN_BK ? j1 - jt : ATTN_BK;
+        attn_tile_class cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, jt, jt + nk);
+        if (cls == ATTN_TILE_EMPTY) continue;
+        const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
+        const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
+
+        /* 1. scores st[j][r] = (scale q_r) . k_j */
+        const float *kp = ksrc;
+        int ks = D;
+        if (!k_direct) {
+            convert_rows(ws->kt, ksrc, t, nk, D, ld);
+            kp = ws->kt;
+            ks = ld;
+        }
+        qk_tile(ws->s, ws->q, kp, ks, nk, D, RP);
+
+        /* 2. mask the keys a partial tile hides */
+        if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, P, jt, nk);
+
+        /* 3. online softmax */
+        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk);
+
+        /* 4. acc = alpha * acc + P V */
+        for (int r = 0; r < R; r++) {
+            if (ws->alpha[r] == 1.0f) continue;
+            vf a = vset1(ws->alpha[r]);
+            float *ar = ws->acc + (size_t)r * ld;
+            for (int d = 0; d < ld; d += VW) vstore(ar + d, vload(ar + d) * a);
+        }
+        const float *vp = vsrc;
+        int vs = D;
+        if (!v_direct) {
+            convert_rows(ws->vt, vsrc, t, nk, D, ld);
+            vp = ws->vt;
+            vs = ld;
+        }
+        pv_tile(ws->acc, ld, ws->s, RP, vp, vs, nk, R, ncols);
+    }
+}
+
+/* -------------------------------------------------------------- few path */
+
+/* fold_tree folds VW vectors into one whose lane i is the horizontal sum of
+ * x[bitrev(i)]: log2 VW levels, each adding the low and high halves of pairs.
+ * fold_slot[k] = bitrev(k) is where key k's vector goes so that lane k is key k. */
+#if VW == 16
+#define SHUF __builtin_shufflevector
+INLINE vf fold_tree(vf *x) {
+    vf a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++)
+        a[i] = SHUF(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               SHUF(x[2 * i], x[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int i = 0; i < 4; i++)
+        b[i] = SHUF(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
+               SHUF(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    for (int i = 0; i < 2; i++)
+        c[i] = SHUF(b[2 * i], b[2 * i + 1], 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
+               SHUF(b[2 * i], b[2 * i + 1], 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+    return SHUF(c[0], c[1], 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
+           SHUF(c[0], c[1], 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+}
+static const int fold_slot[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+#elif VW == 8
+#define SHUF __builtin_shufflevector
+INLINE vf fold_tree(vf *x) {
+    vf a[4], b[2];
+    for (int i = 0; i < 4; i++)
+        a[i] = SHUF(x[2 * i], x[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+               SHUF(x[2 * i], x[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    for (int i = 0; i < 2; i++)
+        b[i] = SHUF(a[2 * i], a[2 * i + 1], 0, 1, 8, 9, 4, 5, 12, 13) +
+               SHUF(a[2 * i], a[2 * i + 1], 2, 3, 10, 11, 6, 7, 14, 15);
+    return SHUF(b[0], b[1], 0, 8, 2, 10, 4, 12, 6, 14) + SHUF(b[0], b[1], 1, 9, 3, 11, 5, 13, 7, 15);
+}
+static const int fold_slot[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+#endif
+
+#if VW > 1
+/* part[(r0 + i) * VW + fold_slot[k]] = q_(r0+i) * k_k folded to one vector,
+ * for rows i < rf (a constant, so the accumulators live in registers) and
+ * keys k < cn <= VW starting at krow0 (rows D elements apart); K converted in
+ * registers, D % VW == 0. */
+INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
+                         int D, int cn) {
+    for (int k = 0; k < cn; k++) {
+        const void *kr = kv_row(krow0, t, (int64_t)k * D);
+        if (r0 == 0) prefetch_row(kr, t, D);
+        vf a0[4], a1[4];
+        for (int i = 0; i < rf; i++) a0[i] = a1[i] = vset1(0);
+        int d = 0;
+        for (; d + 2 * VW <= D; d += 2 * VW) {
+            vf k0 = vload_kv(kr, t, d), k1 = vload_kv(kr, t, d + VW);
+            for (int i = 0; i < rf; i++) {
+                a0[i] += k0 * vload(q + (size_t)(r0 + i) * ld + d);
+                a1[i] += k1 * vload(q + (size_t)(r0 + i) * ld + d + VW);
+            }
+        }
+        if (d < D) {
+            vf k0 = vload_kv(kr, t, d);
+            for (int i = 0; i < rf; i++) a0[i] += k0 * vload(q + (size_t)(r0 + i) * ld + d);
+        }
+        for (int i = 0; i < rf; i++) part[(r0 + i) * VW + fold_slot[k]] = a0[i] + a1[i];
+    }
+}
+
+/* s[r][c0 + i] = q_r . k_(c0+i) for i < cn <= VW keys starting at krow0, rows r < R. */
+INLINE void few_scores(float *s, const float *q, int ld, int R, const void *krow0, qkv_dtype t, int D, int c0,
+                       int cn, vf *part /* [FEW_ROWS * VW] */) {
+    for (int r0 = 0; r0 < R; r0 += 4) {
+        switch (R - r0) {
+        case 1: few_partials(part, q, ld, r0, 1, krow0, t, D, cn); break;
+        case 2: few_partials(part, q, ld, r0, 2, krow0, t, D, cn); break;
+        case 3: few_partials(part, q, ld, r0, 3, krow0, t, D, cn); break;
+        default: few_partials(part, q, ld, r0, 4, krow0, t, D, cn); break;
+        }
+    }
+    for (int k = cn; k < VW; k++)
+        for (int r = 0; r < R; r++) part[r * VW + fold_slot[k]] = vset1(0);
+    for (int r = 0; r < R; r++) vstore(s + (size_t)r * ATTN_BK + c0, fold_tree(part + r * VW));
+}
+#endif
+
+/* acc[r][c0 + c*VW ..] += sum_j p[r][j] v_j[...] for rows r < mr, c < nc; V
+ * converted in registers. */
+INLINE void few_pv(float *acc, int ld, const float *p, const void *vrow0, qkv_dtype t, int D, int nk, int r0,
+                   int c0, const int mr, const int nc) {
+    vf a[FEW_ROWS > 0 ? FEW_ROWS : 1][NC];
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW);
+    for (int j = 0; j < nk; j++) {
+        const void *vr = kv_row(vrow0, t, (int64_t)j * D);
+        if (r0 == 0 && c0 == 0) prefetch_row(vr, t, D);
+        vf vv[NC];
+        for (int c = 0; c < nc; c++) vv[c] = vload_kv(vr, t, c0 + c * VW);
+        for (int i = 0; i < mr; i++) {
+            vf pb = vset1(p[(size_t)(r0 + i) * ATTN_BK + j]);
+            for (int c = 0; c < nc; c++) a[i][c] += pb * vv[c];
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < nc; c++) vstore(acc + (size_t)(r0 + i) * ld + c0 + c * VW, a[i][c]);
+}
+
+#if VW > 1
+/* One tile of the few path for a KV dtype known at compile time (inlined per type). */
+INLINE void few_tile(const attn_problem *P, int R, int nq, int p_first, int jt, int nk, attn_tile_class cls,
+                     const void *ksrc, const void *vsrc, const qkv_dtype t, attn_scratch *ws) {
+    const int D = P->head_dim, ld = P->ld;
+    vf *part = (vf *)(void *)ws->part; /* [FEW_ROWS, VW] partial vectors */
+
+    /* 1. scores s[r][j] = (scale q_r) . k_j, VW keys at a time */
+    for (int c0 = 0; c0 < nk; c0 += VW)
+        few_scores(ws->s, ws->q, ld, R, kv_row(ksrc, t, (int64_t)c0 * D), t, D, c0, nk - c0 < VW ? nk - c0 : VW,
+                   part);
+
+    /* 2. mask: keys past the tile's end and, in partial tiles, hidden keys */
+    for (int r = 0; r < R; r++) {
+        float *sr = ws->s + (size_t)r * ATTN_BK;
+        for (int j = nk; j < ATTN_BK; j++) sr[j] = -INFINITY;
+        if (cls == ATTN_TILE_PARTIAL) {
+            int p = p_first + r % nq;
+            for (int j = 0; j < nk; j++)
+                if (!attn_rule_visible(P->mask, p, jt + j) || attn_excl_has(&P->ex, jt + j)) sr[j] = -INFINITY;
+        }
+    }
+
+    /* 3. online softmax, row by row along the keys */
+    const int nv = (nk + VW - 1) / VW;
+    for (int r = 0; r < R; r++) {
+        float *sr = ws->s + (size_t)r * ATTN_BK;
+        vf mx = vload(sr);
+        for (int n = 1; n < nv; n++) mx = vmax(mx, vload(sr + n * VW));
+        float m_new = fmaxf(ws->m[r], vhmax(mx));
+        float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        vf sum = vset1(0);
+        for (int n = 0; n < nv; n++) {
+            vf pv = vexp(vload(sr + n * VW) - m_use);
+            vstore(sr + n * VW, pv);
+            sum += pv;
+        }
+        float alpha = ws->m[r] == -INFINITY ? 0.0f : expf(ws->m[r] - m_use);
+        ws->alpha[r] = alpha;
+        ws->l[r] = ws->l[r] * alpha + vhsum(sum);
+        ws->m[r] = m_new;
+    }
+
+    /* 4. acc = alpha * acc + P V */
+    for (int r = 0; r < R; r++) {
+        if (ws->alpha[r] == 1.0f) continue;
+        vf a = vset1(ws->alpha[r]);
+        float *ar = ws->acc + (size_t)r * ld;
+        for (int d = 0; d < ld; d += VW) vstore(ar + d, vload(ar + d) * a);
+    }
+    for (int c0 = 0; c0 < D; c0 += NC * VW) {
+        const int nc = (D - c0) / VW;
+        for (int r0 = 0; r0 < R; r0++) { /* rows one by one up to FEW_ROWS at once */
+            const int mr = R - r0;
+#define FEW_PV(MRC)                                                                                  \
+    do {                                                                                              \
+        if (nc >= NC) few_pv(ws->acc, ld, ws->s, vsrc, t, D, nk, r0, c0, MRC, NC);                    \
+        else if (nc == 1) few_pv(ws->acc, ld, ws->s, vsrc, t, D, nk, r0, c0, MRC, 1);                 \
+        else if (nc == 2) few_pv(ws->acc, ld, ws->s, vsrc, t, D, nk, r0, c0, MRC, 2 < NC ? 2 : NC);   \
+        else few_pv(ws->acc, ld, ws->s, vsrc, t, D, nk, r0, c0, MRC, 3 < NC ? 3 : NC);                \
+    } while (0)
+            if (mr >= 4) { FEW_PV(4); r0 += 3; }
+            else if (mr == 3) { FEW_PV(3); r0 += 2; }
+            else if (mr == 2) { FEW_PV(2); r0 += 1; }
+            else FEW_PV(1);
+#undef FEW_PV
+        }
+    }
+}
+
+static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
     const int D = P->head_dim, ld = P->ld, nq = rows->nq;
     const int R = rows->nh * nq;
     const qkv_dtype t = P->kv_dtype;
     const int64_t kv_base = (int64_t)rows->kvh * P->kv_head_stride;
-    /* absolute positions of the block's first and last query */
-    const int p_first = P->kv_len - P->q_len + rows->i0;
-    const int p_last = p_first + nq - 1;
+    const int p_first = P->kv_len - P->q_len + rows->i0, p_last = p_first + nq - 1;
 
-    /* scaled queries, zero padded to ld */
     for (int hl = 0; hl < rows->nh; hl++) {
         int h = rows->kvh * P->group + rows->h0 + hl;
         for (int tq = 0; tq < nq; tq++) {
@@ -235,75 +635,24 @@ void CAT(attn_rows_, SUFFIX)(const attn_problem *P, const attn_rows *rows, int j
         const int nk = j1 - jt < ATTN_BK ? j1 - jt : ATTN_BK;
         attn_tile_class cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, jt, jt + nk);
         if (cls == ATTN_TILE_EMPTY) continue;
-
-        /* 1. scores s[r][j] = (scale q_r) . k_j */
-        if (R >= 8) {
-            for (int j = 0; j < nk; j++) {
-                float *tmp = ws->vt; /* reuse a V row as conversion buffer */
-                convert_row(tmp, kv_row(P->k, t, kv_base + (int64_t)(jt + j) * D), t, D, ld);
-                for (int d = 0; d < D; d++) ws->kt[(size_t)d * ATTN_BK + j] = tmp[d];
-            }
-            for (int j = nk; j < ATTN_BK; j++)
-                for (int d = 0; d < D; d++) ws->kt[(size_t)d * ATTN_BK + j] = 0;
-            scores_transposed(ws->s, ws->q, ws->kt, R, D, ld);
-        } else {
-            float *krow = ws->kt; /* [ld] */
-            for (int j = 0; j < nk; j++) {
-                convert_row(krow, kv_row(P->k, t, kv_base + (int64_t)(jt + j) * D), t, D, ld);
-                for (int r = 0; r < R; r++) {
-                    vf a = vset1(0);
-                    const float *qr = ws->q + (size_t)r * ld;
-                    for (int d = 0; d < ld; d += VW) a += vload(qr + d) * vload(krow + d);
-                    ws->s[(size_t)r * ATTN_BK + j] = vhsum(a);
-                }
-            }
+        const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
+        const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
+        switch (t) {
+        case QKV_DTYPE_F32: few_tile(P, R, nq, p_first, jt, nk, cls, ksrc, vsrc, QKV_DTYPE_F32, ws); break;
+        case QKV_DTYPE_BF16: few_tile(P, R, nq, p_first, jt, nk, cls, ksrc, vsrc, QKV_DTYPE_BF16, ws); break;
+        case QKV_DTYPE_F16: few_tile(P, R, nq, p_first, jt, nk, cls, ksrc, vsrc, QKV_DTYPE_F16, ws); break;
         }
-
-        /* 2. mask: keys past the tile's end and, in partial tiles, hidden keys */
-        for (int r = 0; r < R; r++) {
-            float *sr = ws->s + (size_t)r * ATTN_BK;
-            for (int j = nk; j < ATTN_BK; j++) sr[j] = -INFINITY;
-            if (cls == ATTN_TILE_PARTIAL) {
-                int p = p_first + r % nq;
-                for (int j = 0; j < nk; j++)
-                    if (!attn_rule_visible(P->mask, p, jt + j) || attn_excl_has(&P->ex, jt + j))
-                        sr[j] = -INFINITY;
-            }
-        }
-
-        /* 3. online softmax: new max, rescale factor, probabilities, running sum */
-        for (int r = 0; r < R; r++) {
-            float *sr = ws->s + (size_t)r * ATTN_BK;
-            vf mx = vload(sr);
-            for (int n = 1; n < NV; n++) mx = vmax(mx, vload(sr + n * VW));
-            float m_new = fmaxf(ws->m[r], vhmax(mx));
-            if (m_new == -INFINITY) { /* nothing visible yet in this row */
-                memset(sr, 0, ATTN_BK * sizeof(float));
-                ws->alpha[r] = 1;
-                continue;
-            }
-            vf sum = vset1(0);
-            for (int n = 0; n < NV; n++) {
-                vf pv = vexp(vload(sr + n * VW) - m_new);
-                vstore(sr + n * VW, pv);
-                sum += pv;
-            }
-            float alpha = ws->m[r] == -INFINITY ? 0.0f : expf(ws->m[r] - m_new);
-            ws->alpha[r] = alpha;
-            ws->l[r] = ws->l[r] * alpha + vhsum(sum);
-            ws->m[r] = m_new;
-        }
-
-        /* 4. acc = alpha * acc + P V */
-        for (int r = 0; r < R; r++) {
-            if (ws->alpha[r] == 1.0f) continue;
-            vf a = vset1(ws->alpha[r]);
-            float *ar = ws->acc + (size_t)r * ld;
-            for (int d = 0; d < ld; d += VW) vstore(ar + d, vload(ar + d) * a);
-        }
-        for (int j = 0; j < nk; j++)
-            convert_row(ws->vt + (size_t)j * ld, kv_row(P->v, t, kv_base + (int64_t)(jt + j) * D), t,
-                        D, ld);
-        accumulate_pv(ws->acc, ws->s, ws->vt, R, nk, ld);
     }
+}
+#endif
+
+void CAT(attn_rows_, SUFFIX)(const attn_problem *P, const attn_rows *rows, int j0, int j1,
+                             attn_scratch *ws) {
+#if VW > 1
+    if (rows->nh * rows->nq <= FEW_ROWS && P->head_dim % VW == 0) {
+        rows_few(P, rows, j0, j1, ws);
+        return;
+    }
+#endif
+    rows_block(P, rows, j0, j1, ws);
 }

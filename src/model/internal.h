@@ -7,13 +7,53 @@
 
 #include "qkv.h"
 
-#define MATMUL_ROWS 16 /* weight rows dequantised together (one block per thread) */
+#define MATMUL_ROWS 16 /* weight rows per thread block (dequantised together when tiled) */
+#define MM_FUSED_MAX 3  /* up to this many tokens a matmul decodes weights in registers */
 
-/* out[n, rows] = x[n, cols] @ W^T, W: [rows, cols] in its GGUF type.
- * scratch: [n_threads, MATMUL_ROWS, cols] f32 (dequantised weight rows).
- * Each weight row is dequantised once per call, whatever n. */
+/* out[n, rows] = x[n, cols] @ W^T, W: [rows, cols] in its GGUF type, rows split
+ * across n_threads in blocks of MATMUL_ROWS. scratch: [n_threads,
+ * MATMUL_ROWS, cols] f32 (dequantised weight rows). Each weight row is
+ * decoded once per call, whatever n (matmul_impl.h has the kernels). */
 void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
                   int n_threads);
+
+/* The readable twin: each row dequantised by qkv_dequantize, then
+ * model_dot per (token, row); same arguments. Kept as the oracle. */
+void model_matmul_reference(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
+                            int n_threads);
+
+/* One ISA's kernels (matmul_impl.h), compiled per ISA like attn's tiles.
+ * rows: out[t, r] for rows r0 <= r < r1 (r1 - r0 <= MATMUL_ROWS) and all
+ * tokens; out and x as in model_matmul, scratch [MATMUL_ROWS, cols].
+ * dequant: y[cols] <- one row of type t (qkv_dequantize's values). */
+typedef void (*model_mm_rows_fn)(float *out, const float *x, const qkv_gguf_tensor *w, int n, int64_t r0,
+                                 int64_t r1, float *scratch);
+typedef void (*model_mm_dequant_fn)(float *y, const void *src, qkv_ggml_type t, int64_t cols);
+typedef struct {
+    const char *name; /* "avx512", "avx2", "scalar" */
+    int vector_width; /* floats per vector */
+    model_mm_rows_fn rows;
+    model_mm_dequant_fn dequant;
+} model_mm_isa;
+
+/* Best ISA this CPU runs (QKV_ISA=avx512|avx2|scalar in the environment
+ * narrows the choice, as for attention). */
+const model_mm_isa *model_mm_isa_best(void);
+/* The ISA of that name if compiled in and supported by this CPU, else NULL. */
+const model_mm_isa *model_mm_isa_find(const char *name);
+/* model_matmul with a given ISA. */
+void model_matmul_isa(const model_mm_isa *isa, float *out, const float *x, const qkv_gguf_tensor *w, int n,
+                      float *scratch, int n_threads);
+
+void model_mm_rows_avx512(float *out, const float *x, const qkv_gguf_tensor *w, int n, int64_t r0, int64_t r1,
+                          float *scratch);
+void model_mm_rows_avx2(float *out, const float *x, const qkv_gguf_tensor *w, int n, int64_t r0, int64_t r1,
+                        float *scratch);
+void model_mm_rows_scalar(float *out, const float *x, const qkv_gguf_tensor *w, int n, int64_t r0, int64_t r1,
+                          float *scratch);
+void model_mm_dequant_avx512(float *y, const void *src, qkv_ggml_type t, int64_t cols);
+void model_mm_dequant_avx2(float *y, const void *src, qkv_ggml_type t, int64_t cols);
+void model_mm_dequant_scalar(float *y, const void *src, qkv_ggml_type t, int64_t cols);
 
 /* out[n] = x[n] * w[n] / sqrt(mean(x^2) + eps)  (LlamaRMSNorm, float32) */
 void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps);

@@ -1,13 +1,17 @@
 /*
  * matmul.c — activations times GGUF weights. Weights stay quantised in the
- * file's mapping; a block of MATMUL_ROWS weight rows is dequantised into
- * per-thread scratch and dotted with every token of the batch, so prefill
- * pays the dequantisation once per row, not once per token.
+ * file's mapping; rows are split across threads in blocks of MATMUL_ROWS and
+ * each block goes to the kernels of the best ISA (matmul_impl.h, compiled per
+ * ISA by matmul_avx512.c, matmul_avx2.c, matmul_scalar.c, picked at run time
+ * as attention's tiles are). Also the readable reference twin, and the small
+ * dense kernels of the forward pass (dot, RMSNorm).
  */
 #include "model/internal.h"
 
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 float model_dot(const float *a, const float *b, int n) {
     float acc[16] = {0};
@@ -26,8 +30,10 @@ void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
 
-void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
-                  int n_threads) {
+/* ------------------------------------------------------------ reference */
+
+void model_matmul_reference(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
+                            int n_threads) {
     const int64_t rows = w->shape[0], cols = w->shape[1];
     const size_t row_bytes = qkv_ggml_row_size(w->type, cols);
     const int64_t n_blocks = (rows + MATMUL_ROWS - 1) / MATMUL_ROWS;
@@ -44,4 +50,63 @@ void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, f
             for (int64_t r = 0; r < nr; r++) ot[r] = model_dot(xt, buf + r * cols, (int)cols);
         }
     }
+}
+
+/* ------------------------------------------------------------- dispatch */
+
+static const model_mm_isa mm_isas[] = {
+#ifndef QKV_PORTABLE
+    {"avx512", 16, model_mm_rows_avx512, model_mm_dequant_avx512},
+    {"avx2", 8, model_mm_rows_avx2, model_mm_dequant_avx2},
+#endif
+    {"scalar", 1, model_mm_rows_scalar, model_mm_dequant_scalar},
+};
+#define N_ISAS (sizeof mm_isas / sizeof mm_isas[0])
+
+static int isa_supported(const model_mm_isa *isa) {
+#ifndef QKV_PORTABLE
+    if (!strcmp(isa->name, "avx512"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    if (!strcmp(isa->name, "avx2"))
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
+    (void)isa;
+    return 1;
+}
+
+const model_mm_isa *model_mm_isa_find(const char *name) {
+    for (size_t i = 0; i < N_ISAS; i++)
+        if (!strcmp(mm_isas[i].name, name)) return isa_supported(&mm_isas[i]) ? &mm_isas[i] : NULL;
+    return NULL;
+}
+
+const model_mm_isa *model_mm_isa_best(void) {
+    const char *want = getenv("QKV_ISA");
+    if (want && *want) {
+        const model_mm_isa *isa = model_mm_isa_find(want);
+        if (isa) return isa;
+    }
+    for (size_t i = 0; i < N_ISAS; i++)
+        if (isa_supported(&mm_isas[i])) return &mm_isas[i];
+    return &mm_isas[N_ISAS - 1];
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+void model_matmul_isa(const model_mm_isa *isa, float *out, const float *x, const qkv_gguf_tensor *w, int n,
+                      float *scratch, int n_threads) {
+    const int64_t rows = w->shape[0], cols = w->shape[1];
+    const int64_t n_blocks = (rows + MATMUL_ROWS - 1) / MATMUL_ROWS;
+    const model_mm_rows_fn rows_fn = isa->rows;
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int64_t b = 0; b < n_blocks; b++) {
+        int64_t r0 = b * MATMUL_ROWS, r1 = r0 + MATMUL_ROWS < rows ? r0 + MATMUL_ROWS : rows;
+        rows_fn(out, x, w, n, r0, r1, scratch + (size_t)omp_get_thread_num() * MATMUL_ROWS * cols);
+    }
+}
+
+void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
+                  int n_threads) {
+    model_matmul_isa(model_mm_isa_best(), out, x, w, n, scratch, n_threads);
 }

@@ -58,6 +58,7 @@ def prompts(tok):
         # name, text, special (special tokens in the text are parsed as such)
         ("english", "The quick brown fox jumps over the lazy dog. Attention is all you need, "
                     "and the capital of France is", False),
+        ("story", "Once upon a time, in a small village by the sea, there lived", False),
         ("chinese", "年假怎么申请？", False),
         ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
                  "    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(", False),
@@ -67,7 +68,7 @@ def prompts(tok):
     ]
 
 
-GEN_PROMPTS = ["english", "code", "chat"]
+GEN_PROMPTS = ["story", "code", "chat"]
 
 
 def sha256(path):
@@ -122,7 +123,7 @@ def main():
             logits = model(torch.tensor([ids])).logits[0].float()    # [T, V]
         top = torch.topk(logits, TOPK, dim=-1)
         lse = torch.logsumexp(logits.double(), dim=-1).float()
-        rows = [t - 1] if name != "gpl3" else [0, t // 2, t - 1]
+        rows = [t - 1] if name != "gpl3" else [t // 2, t - 1]
         save(args.out, f"{name}.ids.npy", np.array(ids, dtype=np.int32))
         save(args.out, f"{name}.top5_ids.npy", top.indices.numpy().astype(np.int32))
         save(args.out, f"{name}.top5_logits.npy", top.values.numpy().astype(np.float32))

@@ -1,0 +1,255 @@
+/*
+ * cmd_sinks.c — `qkv sinks`: the attention sink, measured over long text.
+ * One forward pass with the sinks probe (src/probe/sinks.c) as the attention
+ * hook: every query row's weight on token 0 and on the first k tokens comes
+ * from the kernel's own LSE and k dot products; a sample of rows is
+ * recomputed in full for its strongest other key, for comparison. Prints a
+ * layer x head table, or JSON, and draws an SVG plot.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char usage_text[] =
+    "usage: qkv sinks [-m MODEL] (-f FILE | -p TEXT) [flags]\n"
+    "  How much attention piles on the first tokens (the attention sink), per layer and head,\n"
+    "  over long text: each row's weight on token 0 taken from the kernel's LSE.\n"
+    "  -m, --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+    "  -f, --file FILE       the text ('-': stdin);  -p, --prompt TEXT  or give it inline\n"
+    "  --chat                wrap the text as a user turn in the model's chat template\n"
+    "  --tokens N            use the first N tokens (default 2048; at most the model's context)\n"
+    "  --first K             also measure the weight on tokens 0..K-1 (default 4)\n"
+    "  --skip S              leave out query rows at positions < S (default 16)\n"
+    "  --every E             recompute every E-th row in full for its strongest other key\n"
+    "                        (default: about 128 rows per head)\n"
+    "  --json                everything as JSON on stdout\n"
+    "  --svg FILE            plot: per layer, weight on token 0 (each head and the mean)\n"
+    "                        against the strongest other key\n"
+    "  --threads N           worker threads (default: all cores)\n"
+    "  -v, --verbose         time and peak memory (RSS) on stderr\n";
+
+typedef struct {
+    double sink, first, top_other, sink_top;
+} layer_mean;
+
+static layer_mean mean_of(qkv_sinks *s, int l, int nh) {
+    layer_mean m = {0, 0, 0, 0};
+    for (int h = 0; h < nh; h++) {
+        const qkv_sinks_head *x = qkv_sinks_get(s, l, h);
+        m.sink += x->sink / nh;
+        m.first += x->first / nh;
+        m.top_other += x->top_other / nh;
+        m.sink_top += x->sink_top / nh;
+    }
+    return m;
+}
+
+static int write_svg(const char *path, qkv_sinks *s, int nl, int nh, const char *title, int k) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return cli_fail("%s: cannot create", path);
+    const int W = 760, H = 420, x0 = 60, y0 = 50, pw = 660, ph = 300;
+#define X(l) (x0 + (nl > 1 ? (double)(l) * pw / (nl - 1) : pw / 2.0))
+#define Y(v) (y0 + ph - (v) * ph)
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            W, H, W, H);
+    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\" font-weight=\"bold\">", x0);
+    for (const char *p = title; *p; p++)
+        fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+    fputs("</text>\n", f);
+    for (int i = 0; i <= 10; i += 2) {
+        const double v = i / 10.0;
+        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x0, x0 + pw, Y(v), Y(v));
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666\">%.1f</text>\n", x0 - 6, Y(v) + 4, v);
+    }
+    for (int l = 0; l < nl; l += nl > 16 ? 5 : 1)
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%d</text>\n", X(l), y0 + ph + 16, l);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">layer</text>\n", x0 + pw / 2.0,
+            y0 + ph + 34);
+    fprintf(f, "<text transform=\"translate(16 %.1f) rotate(-90)\" text-anchor=\"middle\" fill=\"#333\">mean "
+               "attention weight</text>\n",
+            y0 + ph / 2.0);
+    for (int l = 0; l < nl; l++)
+        for (int h = 0; h < nh; h++)
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"#1f5fbf\" fill-opacity=\"0.35\"/>\n", X(l),
+                    Y(qkv_sinks_get(s, l, h)->sink));
+    static const struct { const char *colour, *dash; int which; } lines[] = {
+        {"#1f5fbf", "", 0}, {"#1f5fbf", "5 4", 1}, {"#e8590c", "", 2}};
+    for (int i = 0; i < 3; i++) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"%s\" points=\"",
+                lines[i].colour, lines[i].dash);
+        for (int l = 0; l < nl; l++) {
+            layer_mean m = mean_of(s, l, nh);
+            double v = lines[i].which == 0 ? m.sink : lines[i].which == 1 ? m.first : m.top_other;
+            fprintf(f, "%.1f,%.1f ", X(l), Y(v));
+        }
+        fputs("\"/>\n", f);
+    }
+    const char *legend[3] = {"token 0: mean of the heads (dots: each head)", NULL,
+                             "strongest other key (sampled rows)"};
+    char first_k[64];
+    snprintf(first_k, sizeof first_k, "tokens 0..%d", k - 1);
+    legend[1] = first_k;
+    for (int i = 0; i < 3; i++) {
+        const int ly = y0 + ph + 52 + (i % 2) * 0, lx = x0 + i * 230;
+        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
+                   "stroke-dasharray=\"%s\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#333\">%s</text>\n",
+                lx, lx + 22, ly, ly, lines[i].colour, lines[i].dash, lx + 28, ly + 4, legend[i]);
+    }
+    fputs("</svg>\n", f);
+#undef X
+#undef Y
+    if (fclose(f) != 0 || rename(tmp, path) != 0) {
+        remove(tmp);
+        return cli_fail("%s: cannot write", path);
+    }
+    return 0;
+}
+
+int cmd_sinks(int argc, char **argv) {
+    cli_prompt_args pa = {"models/SmolLM2-135M-Instruct.Q4_1.gguf", NULL, NULL, NULL, 0, 2048};
+    const char *svg = NULL;
+    int json = 0, threads = 0, verbose = 0, every = 0;
+    qkv_sinks_params sp = {4, 16, 1, 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+#define VALUE() (v = cli_value(argc, argv, &i))
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!VALUE()) return 2;
+            pa.model = v;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!VALUE()) return 2;
+            pa.file = v;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!VALUE()) return 2;
+            pa.text = v;
+        } else if (!strcmp(a, "--chat")) {
+            pa.chat = 1;
+        } else if (!strcmp(a, "--tokens")) {
+            if (!VALUE() || cli_parse_int(&pa.max_tokens, a, v, 2, 1 << 20)) return 2;
+        } else if (!strcmp(a, "--first")) {
+            if (!VALUE() || cli_parse_int(&sp.n_first, a, v, 1, 4096)) return 2;
+        } else if (!strcmp(a, "--skip")) {
+            if (!VALUE() || cli_parse_int(&sp.skip, a, v, 0, 1 << 20)) return 2;
+        } else if (!strcmp(a, "--every")) {
+            if (!VALUE() || cli_parse_int(&every, a, v, 1, 1 << 20)) return 2;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--svg")) {
+            if (!VALUE()) return 2;
+            svg = v;
+        } else if (!strcmp(a, "--threads")) {
+            if (!VALUE() || cli_parse_int(&threads, a, v, 1, 4096)) return 2;
+        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            verbose = 1;
+        } else {
+            return cli_fail("sinks: unknown flag '%s' (see qkv sinks --help)", a);
+        }
+#undef VALUE
+    }
+    cli_prompt pr;
+    int rc = cli_prompt_load(&pr, &pa);
+    if (rc) return rc;
+    const int n = pr.n;
+    if (sp.skip >= n) {
+        cli_prompt_free(&pr);
+        return cli_fail("--skip %d leaves no query rows of the %d tokens", sp.skip, n);
+    }
+    sp.every = every ? every : ((n - sp.skip) / 128 > 1 ? (n - sp.skip) / 128 : 1);
+    sp.n_threads = threads;
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    qkv_error err = {0};
+    qkv_model *m = NULL;
+    qkv_sinks *s = NULL;
+    qkv_model_params mp = {n, QKV_DTYPE_F32, threads};
+    if (qkv_model_open(&m, pa.model, &mp, &err)) {
+        rc = cli_fail("%s", err.msg);
+        goto done;
+    }
+    const qkv_model_config *cfg = qkv_model_get_config(m);
+    const int nl = cfg->n_layer, nh = cfg->n_head;
+    if (n > cfg->n_ctx_train) {
+        rc = cli_fail("%d tokens exceed the model's context of %d (use --tokens)", n, cfg->n_ctx_train);
+        goto done;
+    }
+    if (qkv_sinks_init(&s, cfg, &sp, &err)) {
+        rc = cli_fail("%s", err.msg);
+        goto done;
+    }
+    qkv_model_set_hook(m, qkv_sinks_hook, s);
+    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &err)) {
+        const char *why = qkv_sinks_error(s);
+        rc = cli_fail("%s", why ? why : err.msg);
+        goto done;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &ts1);
+    const char *base = strrchr(pa.model, '/') ? strrchr(pa.model, '/') + 1 : pa.model;
+    const char *src = pa.file ? (strrchr(pa.file, '/') ? strrchr(pa.file, '/') + 1 : pa.file) : "the prompt";
+    char title[512];
+    snprintf(title, sizeof title, "%s on %s, first %d tokens: attention on token 0 (rows %d..%d)", base, src, n,
+             sp.skip, n - 1);
+    if (json) {
+        printf("{\n  \"model\": \"%s\",\n  \"n_tokens\": %d,\n  \"skip\": %d,\n  \"first\": %d,\n  \"every\": %d,\n"
+               "  \"layers\": [\n",
+               base, n, sp.skip, sp.n_first, sp.every);
+        for (int l = 0; l < nl; l++) {
+            layer_mean lm = mean_of(s, l, nh);
+            printf("    {\"layer\": %d, \"sink\": %.6f, \"first\": %.6f, \"top_other\": %.6f, \"sink_top\": %.6f, "
+                   "\"heads\": [\n",
+                   l, lm.sink, lm.first, lm.top_other, lm.sink_top);
+            for (int h = 0; h < nh; h++) {
+                const qkv_sinks_head *x = qkv_sinks_get(s, l, h);
+                printf("      {\"head\": %d, \"sink\": %.6f, \"first\": %.6f, \"top_other\": %.6f, "
+                       "\"top_other_dist\": %.2f, \"sink_top\": %.4f, \"entropy\": %.4f, \"rows\": %lld, "
+                       "\"sampled\": %lld}%s\n",
+                       h, x->sink, x->first, x->top_other, x->top_other_dist, x->sink_top, x->entropy,
+                       (long long)x->n_rows, (long long)x->n_sampled, h + 1 < nh ? "," : "");
+            }
+            printf("    ]}%s\n", l + 1 < nl ? "," : "");
+        }
+        printf("  ]\n}\n");
+    } else {
+        printf("%s\n", title);
+        printf("weight on token 0 per head (mean over query rows); last columns: layer means of the weight on\n"
+               "token 0, on tokens 0..%d, of each row's strongest other key (every %d-th row in full) and the\n"
+               "share of those rows whose strongest key is token 0\n\n",
+               sp.n_first - 1, sp.every);
+        printf("layer");
+        for (int h = 0; h < nh; h++) printf("   h%-2d", h);
+        printf("  | token 0  0..%-3d  other  top=0\n", sp.n_first - 1);
+        for (int l = 0; l < nl; l++) {
+            printf("%5d", l);
+            for (int h = 0; h < nh; h++) printf("  %.2f", qkv_sinks_get(s, l, h)->sink);
+            layer_mean lm = mean_of(s, l, nh);
+            printf("  |   %.3f  %.3f  %.3f  %4.0f%%\n", lm.sink, lm.first, lm.top_other, 100 * lm.sink_top);
+        }
+        double all = 0, other = 0;
+        for (int l = 0; l < nl; l++) {
+            layer_mean lm = mean_of(s, l, nh);
+            all += lm.sink / nl;
+            other += lm.top_other / nl;
+        }
+        printf("\nall layers: %.3f of each row's attention goes to token 0; the strongest other key gets %.3f\n", all,
+               other);
+    }
+    if (svg && (rc = write_svg(svg, s, nl, nh, title, sp.n_first))) goto done;
+    if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
+    if (verbose)
+        fprintf(stderr, "qkv sinks: %d tokens, %.2f s, peak RSS %.1f MiB\n", n,
+                (double)(ts1.tv_sec - ts0.tv_sec) + (double)(ts1.tv_nsec - ts0.tv_nsec) * 1e-9, cli_peak_rss_mib());
+done:
+    qkv_sinks_free(s);
+    qkv_model_close(m);
+    cli_prompt_free(&pr);
+    return rc;
+}

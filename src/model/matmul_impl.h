@@ -1,0 +1,422 @@
+/*
+ * matmul_impl.h — the matmul kernels, written once over a vector of VW floats
+ * (GCC vector extensions) and compiled per ISA by matmul_avx512.c (VW 16),
+ * matmul_avx2.c (VW 8) and matmul_scalar.c (VW 1). Their readable reference
+ * twin is model_matmul_reference (matmul.c); tests/test_matmul.c compares
+ * every ISA with a double-precision oracle over types and shapes.
+ *
+ * One call computes out[t, r] = sum_c x[t, c] * W[r, c] for the weight rows
+ * r0 <= r < r1 of one thread's block and every token t < n, two ways:
+ *   - fused (n <= MM_FUSED_MAX, decode; F32, F16, BF16, Q8_0, Q4_0, Q4_1):
+ *     each block of 32 weights is decoded in registers (nibbles unpacked,
+ *     scaled) and multiplied into every token's accumulators; no f32 row is
+ *     written, the weights are read once.
+ *   - tiled (larger n, or other types): the block's rows are dequantised once
+ *     into scratch (F32 rows are read in place), then a register-tiled
+ *     micro-kernel holds MR rows x NR tokens of vector accumulators along
+ *     cols; the MR * NR = VW partial vectors are folded by a shuffle tree
+ *     into one vector of VW dot products.
+ * Activations stay f32 and every product is f32 (no 8-bit activations).
+ * Decoded weights equal qkv_dequantize's, except that Q4_1's d * q + m may
+ * be one fused multiply-add (one rounding fewer).
+ * Requires VW, SUFFIX defined by the including file.
+ */
+#include "model/internal.h"
+
+#include <string.h>
+#if VW > 1
+#include <immintrin.h>
+#endif
+
+typedef float vf __attribute__((vector_size(VW * 4)));
+typedef int32_t vi __attribute__((vector_size(VW * 4)));
+typedef uint32_t vu __attribute__((vector_size(VW * 4)));
+typedef uint16_t vh __attribute__((vector_size(VW * 2)));
+typedef uint8_t vb __attribute__((vector_size(VW)));
+typedef int8_t vsb __attribute__((vector_size(VW)));
+
+#define INLINE static inline __attribute__((always_inline))
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+
+/* Micro-tile: MR weight rows x NR tokens, MR * NR = VW accumulators (one
+ * fold tree); the scalar build keeps 16 independent sums. */
+#if VW == 16
+#define MR 4
+#define NR 4
+#elif VW == 8
+#define MR 4
+#define NR 2
+#else
+#define MR 4
+#define NR 4
+#endif
+#if VW > 1 && MR * NR != VW
+#error "the fold tree needs MR * NR == VW"
+#endif
+
+#define QK 32          /* elements per Q8_0 / Q4_0 / Q4_1 block */
+#define QV (QK / VW)   /* vectors per block */
+#define NA (QV < 4 ? QV : 4) /* accumulators per token in the fused path */
+
+/* Loads a vector once per tile step: without this GCC folds the load into
+ * each multiply-add that uses it as a memory operand (MR or NR loads instead
+ * of one). */
+#if VW > 1
+#define KEEP_IN_REGISTER(v) __asm__("" : "+v"(v))
+#else
+#define KEEP_IN_REGISTER(v) ((void)0)
+#endif
+
+static inline vf vload(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf vset1(float x) { return x - (vf){0}; } /* x - 0 folds away, x + 0 does not (-0) */
+/* Sum of the lanes, halving: fold the high half onto the low half. */
+static inline float vhsum(vf a) {
+#if VW == 16
+    typedef float vf8 __attribute__((vector_size(32)));
+    vf8 h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+            __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif VW == 8
+    vf h = a;
+#endif
+#if VW >= 8
+    typedef float vf4 __attribute__((vector_size(16)));
+    vf4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    q += __builtin_shufflevector(q, q, 2, 3, 0, 1);
+    return q[0] + q[1];
+#else
+    return a[0];
+#endif
+}
+
+/* VW bytes at p widened to 32-bit lanes (signed / unsigned). */
+INLINE vi load_i8(const uint8_t *p) {
+#if VW == 16
+    __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
+#elif VW == 8
+    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+#else
+    vi v = {(int8_t)p[0]};
+#endif
+    vi out;
+    memcpy(&out, &v, sizeof out);
+    return out;
+}
+INLINE vb load_u8(const uint8_t *p) {
+    vb q;
+    memcpy(&q, p, sizeof q);
+    return q;
+}
+
+/* Little-endian f16 / bf16 at p (any alignment). */
+INLINE float f16_at(const uint8_t *p) {
+    __extension__ _Float16 h;
+    memcpy(&h, p, 2);
+    return (float)h;
+}
+INLINE float bf16_at(const uint8_t *p) {
+    uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* VW consecutive weights of a float-typed row (F32, F16, BF16) from element c. */
+INLINE vf load_float_w(const uint8_t *row, qkv_ggml_type t, int64_t c) {
+    if (t == QKV_GGML_TYPE_F32) {
+        vf v;
+        memcpy(&v, row + 4 * c, sizeof v);
+        return v;
+    }
+    const uint8_t *p = row + 2 * c;
+    if (t == QKV_GGML_TYPE_BF16) {
+        vh h;
+        memcpy(&h, p, sizeof h);
+        vu u = __builtin_convertvector(h, vu) << 16;
+        vf f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+#if VW == 16
+    __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+#elif VW == 8
+    __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+#else
+    vf f = {f16_at(p)};
+#endif
+    vf out;
+    memcpy(&out, &f, sizeof out);
+    return out;
+}
+
+INLINE float float_w_at(const uint8_t *row, qkv_ggml_type t, int64_t c) {
+    if (t == QKV_GGML_TYPE_F32) {
+        float f;
+        memcpy(&f, row + 4 * c, 4);
+        return f;
+    }
+    return t == QKV_GGML_TYPE_BF16 ? bf16_at(row + 2 * c) : f16_at(row + 2 * c);
+}
+
+/* The 32 weights of one Q8_0 / Q4_0 / Q4_1 block as QV vectors (byte
+ * layouts in dequant.c): Q8_0 d * q, Q4_0 d * (nibble - 8), Q4_1
+ * d * nibble + m, element j < 16 the low nibble of qs[j], j + 16 its high. */
+INLINE void decode_block(vf *w, const uint8_t *blk, qkv_ggml_type t) {
+    if (t == QKV_GGML_TYPE_Q8_0) {
+        const vf d = vset1(f16_at(blk));
+        for (int v = 0; v < QV; v++) w[v] = __builtin_convertvector(load_i8(blk + 2 + v * VW), vf) * d;
+        return;
+    }
+    const uint8_t *qs = blk + (t == QKV_GGML_TYPE_Q4_0 ? 2 : 4);
+    const vf d = vset1(f16_at(blk));
+    const vf m = vset1(t == QKV_GGML_TYPE_Q4_1 ? f16_at(blk + 2) : 0.0f);
+#if VW == 16
+    /* 16 lanes hold all 16 nibble values: build the block's table of weights
+     * once, then each vector is a lane permutation of it (vpermps reads only
+     * the index's low 4 bits, so the low nibbles need no mask). */
+    const vf iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const vf table = t == QKV_GGML_TYPE_Q4_0 ? (iota - 8) * d : iota * d + m;
+    vi q = __builtin_convertvector(load_u8(qs), vi);
+    w[0] = __builtin_shuffle(table, q & 15);
+    w[1] = __builtin_shuffle(table, q >> 4);
+#else
+    for (int v = 0; v < QV; v++) {
+        const int e = v * VW; /* first element of this vector */
+        vb q;
+        memcpy(&q, qs + e % 16, VW);
+        q = e < 16 ? q & 15 : q >> 4;
+        if (t == QKV_GGML_TYPE_Q4_0)
+            w[v] = __builtin_convertvector(__builtin_convertvector((vsb)q - 8, vi), vf) * d;
+        else
+            w[v] = __builtin_convertvector(__builtin_convertvector(q, vi), vf) * d + m;
+    }
+#endif
+}
+
+static int is_block_type(qkv_ggml_type t) {
+    return t == QKV_GGML_TYPE_Q8_0 || t == QKV_GGML_TYPE_Q4_0 || t == QKV_GGML_TYPE_Q4_1;
+}
+static int is_float_type(qkv_ggml_type t) {
+    return t == QKV_GGML_TYPE_F32 || t == QKV_GGML_TYPE_F16 || t == QKV_GGML_TYPE_BF16;
+}
+
+/* ---------------------------------------------------------- dequantise */
+
+INLINE void dequant_blocks(float *y, const uint8_t *src, qkv_ggml_type t, int64_t cols) {
+    const size_t bs = qkv_ggml_block_bytes(t);
+    for (int64_t b = 0; b < cols / QK; b++) {
+        vf w[QV];
+        decode_block(w, src + (size_t)b * bs, t);
+        for (int v = 0; v < QV; v++) vstore(y + b * QK + v * VW, w[v]);
+    }
+}
+
+INLINE void dequant_floats(float *y, const uint8_t *src, qkv_ggml_type t, int64_t cols) {
+    int64_t c = 0;
+    for (; c + VW <= cols; c += VW) vstore(y + c, load_float_w(src, t, c));
+    for (; c < cols; c++) y[c] = float_w_at(src, t, c);
+}
+
+/* y[cols] <- one row of type t: vectorised for F32, F16, BF16, Q8_0, Q4_0,
+ * Q4_1, qkv_dequantize for the others (K-quants). */
+void CAT(model_mm_dequant_, SUFFIX)(float *y, const void *src, qkv_ggml_type t, int64_t cols) {
+    const uint8_t *s = src;
+    switch (t) { /* one loop per type, so the decoding is inlined without a branch */
+    case QKV_GGML_TYPE_F32: memcpy(y, s, (size_t)cols * 4); break;
+    case QKV_GGML_TYPE_F16: dequant_floats(y, s, QKV_GGML_TYPE_F16, cols); break;
+    case QKV_GGML_TYPE_BF16: dequant_floats(y, s, QKV_GGML_TYPE_BF16, cols); break;
+    case QKV_GGML_TYPE_Q8_0: dequant_blocks(y, s, QKV_GGML_TYPE_Q8_0, cols); break;
+    case QKV_GGML_TYPE_Q4_0: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_0, cols); break;
+    case QKV_GGML_TYPE_Q4_1: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_1, cols); break;
+    default: qkv_dequantize(y, s, t, cols, NULL); break;
+    }
+}
+
+/* ---------------------------------------------------------- fused path */
+
+/* out[j * ldo] = x_j . w for tokens j < nt (x_j = x + j * ldx), w one row of
+ * a block type decoded in registers; NA accumulators per token. */
+INLINE void fused_row_blocks(float *out, int64_t ldo, const float *x, int64_t ldx, const uint8_t *row,
+                             int64_t cols, qkv_ggml_type t, const int nt) {
+    const size_t bs = qkv_ggml_block_bytes(t);
+    vf acc[MM_FUSED_MAX][NA];
+    for (int j = 0; j < nt; j++)
+        for (int a = 0; a < NA; a++) acc[j][a] = vset1(0);
+    for (int64_t b = 0; b < cols / QK; b++) {
+        vf w[QV];
+        decode_block(w, row + (size_t)b * bs, t);
+        for (int v = 0; v < QV; v++)
+            for (int j = 0; j < nt; j++) acc[j][v % NA] += w[v] * vload(x + j * ldx + b * QK + v * VW);
+    }
+    for (int j = 0; j < nt; j++) {
+        vf s = acc[j][0];
+        for (int a = 1; a < NA; a++) s += acc[j][a];
+        out[j * ldo] = vhsum(s);
+    }
+}
+
+/* The same for a float-typed row (any cols: a scalar tail). */
+INLINE void fused_row_floats(float *out, int64_t ldo, const float *x, int64_t ldx, const uint8_t *row,
+                             int64_t cols, qkv_ggml_type t, const int nt) {
+    vf acc[MM_FUSED_MAX][2];
+    for (int j = 0; j < nt; j++) acc[j][0] = acc[j][1] = vset1(0);
+    int64_t c = 0;
+    for (; c + 2 * VW <= cols; c += 2 * VW) {
+        vf w0 = load_float_w(row, t, c), w1 = load_float_w(row, t, c + VW);
+        for (int j = 0; j < nt; j++) {
+            acc[j][0] += w0 * vload(x + j * ldx + c);
+            acc[j][1] += w1 * vload(x + j * ldx + c + VW);
+        }
+    }
+    for (; c + VW <= cols; c += VW) {
+        vf w0 = load_float_w(row, t, c);
+        for (int j = 0; j < nt; j++) acc[j][0] += w0 * vload(x + j * ldx + c);
+    }
+    float s[MM_FUSED_MAX];
+    for (int j = 0; j < nt; j++) s[j] = vhsum(acc[j][0] + acc[j][1]);
+    for (; c < cols; c++) {
+        float w = float_w_at(row, t, c);
+        for (int j = 0; j < nt; j++) s[j] += w * x[j * ldx + c];
+    }
+    for (int j = 0; j < nt; j++) out[j * ldo] = s[j];
+}
+
+/* out[j * ldo + i] for rows i < nr (rs bytes apart from src), tokens j < nt. */
+INLINE void fused_rows_nt(float *out, int64_t ldo, const float *x, int64_t ldx, const uint8_t *src, size_t rs,
+                          int64_t nr, int64_t cols, qkv_ggml_type t, const int nt) {
+    switch (t) { /* one loop per type, so the decoding is inlined without a branch */
+#define ROWS(T, fn) \
+    case T:         \
+        for (int64_t i = 0; i < nr; i++) fn(out + i, ldo, x, ldx, src + i * rs, cols, T, nt); \
+        break;
+        ROWS(QKV_GGML_TYPE_F32, fused_row_floats)
+        ROWS(QKV_GGML_TYPE_F16, fused_row_floats)
+        ROWS(QKV_GGML_TYPE_BF16, fused_row_floats)
+        ROWS(QKV_GGML_TYPE_Q8_0, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q4_0, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q4_1, fused_row_blocks)
+#undef ROWS
+    default: break;
+    }
+}
+
+/* ----------------------------------------------------------- tiled path */
+
+/* sums[k] = horizontal sum of acc[k], k < MR * NR. With VW lanes each level
+ * adds the low and high halves of every accumulator's lanes, two
+ * accumulators per vector: after log2 VW levels lane k holds acc[k]'s sum. */
+#if VW == 16
+#define SHUF __builtin_shufflevector
+INLINE void fold_tree(float *sums, const vf *acc) {
+    vf a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) /* 16 lanes per accumulator -> 8 */
+        a[i] = SHUF(acc[2 * i], acc[2 * i + 1], 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
+               SHUF(acc[2 * i], acc[2 * i + 1], 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    for (int i = 0; i < 4; i++) /* 8 -> 4 */
+        b[i] = SHUF(a[2 * i], a[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27) +
+               SHUF(a[2 * i], a[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+    for (int i = 0; i < 2; i++) /* 4 -> 2 */
+        c[i] = SHUF(b[2 * i], b[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29) +
+               SHUF(b[2 * i], b[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31);
+    vstore(sums, SHUF(c[0], c[1], 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30) + /* 2 -> 1 */
+                     SHUF(c[0], c[1], 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31));
+}
+#elif VW == 8
+#define SHUF __builtin_shufflevector
+INLINE void fold_tree(float *sums, const vf *acc) {
+    vf a[4], b[2];
+    for (int i = 0; i < 4; i++) /* 8 lanes per accumulator -> 4 */
+        a[i] = SHUF(acc[2 * i], acc[2 * i + 1], 0, 1, 2, 3, 8, 9, 10, 11) +
+               SHUF(acc[2 * i], acc[2 * i + 1], 4, 5, 6, 7, 12, 13, 14, 15);
+    for (int i = 0; i < 2; i++) /* 4 -> 2 */
+        b[i] = SHUF(a[2 * i], a[2 * i + 1], 0, 1, 4, 5, 8, 9, 12, 13) +
+               SHUF(a[2 * i], a[2 * i + 1], 2, 3, 6, 7, 10, 11, 14, 15);
+    vstore(sums, SHUF(b[0], b[1], 0, 2, 4, 6, 8, 10, 12, 14) + /* 2 -> 1 */
+                     SHUF(b[0], b[1], 1, 3, 5, 7, 9, 11, 13, 15));
+}
+#else
+INLINE void fold_tree(float *sums, const vf *acc) {
+    for (int k = 0; k < MR * NR; k++) sums[k] = acc[k][0];
+}
+#endif
+
+/* out[j * ldo + i] = x_j . w_i for rows i < mr, tokens j < nt, where
+ * x_j = x + j * ldx and w_i = w[i] (f32, cols long; w[i] for i >= mr may
+ * repeat a valid row, its sums are dropped). Accumulator j * MR + i. */
+INLINE void tile(float *out, int64_t ldo, const float *x, int64_t ldx, const float *const *w, int mr,
+                 int64_t cols, const int nt) {
+    vf acc[MR * NR];
+    for (int k = 0; k < MR * NR; k++) acc[k] = vset1(0);
+    int64_t c = 0;
+    for (; c + VW <= cols; c += VW) {
+        vf wv[MR];
+        for (int i = 0; i < MR; i++) {
+            wv[i] = vload(w[i] + c);
+            KEEP_IN_REGISTER(wv[i]);
+        }
+        for (int j = 0; j < nt; j++) {
+            vf xv = vload(x + j * ldx + c);
+            KEEP_IN_REGISTER(xv);
+            for (int i = 0; i < MR; i++) acc[j * MR + i] += wv[i] * xv;
+        }
+    }
+    float sums[MR * NR];
+    fold_tree(sums, acc);
+    for (; c < cols; c++)
+        for (int j = 0; j < nt; j++)
+            for (int i = 0; i < MR; i++) sums[j * MR + i] += w[i][c] * x[j * ldx + c];
+    for (int j = 0; j < nt; j++)
+        for (int i = 0; i < mr; i++) out[j * ldo + i] = sums[j * MR + i];
+}
+
+/* out[t * ldo + i] = x_t . w_i for every token t < n and rows i < nr of
+ * wf (cols floats apart): NR tokens at a time, MR rows within. */
+static void tiled_rows(float *out, int64_t ldo, const float *x, int n, const float *wf, int64_t nr, int64_t cols) {
+    for (int j0 = 0; j0 < n; j0 += NR) {
+        const int nt = n - j0 < NR ? n - j0 : NR;
+        const float *xj = x + (size_t)j0 * cols;
+        for (int64_t i0 = 0; i0 < nr; i0 += MR) {
+            const int mr = nr - i0 < MR ? (int)(nr - i0) : MR;
+            const float *w[MR];
+            for (int i = 0; i < MR; i++) w[i] = wf + (i0 + (i < mr ? i : 0)) * cols;
+            float *o = out + (size_t)j0 * ldo + i0;
+            switch (nt) { /* the token count a constant in each copy */
+            case 1: tile(o, ldo, xj, cols, w, mr, cols, 1); break;
+            case 2: tile(o, ldo, xj, cols, w, mr, cols, 2); break;
+#if NR > 2
+            case 3: tile(o, ldo, xj, cols, w, mr, cols, 3); break;
+            case 4: tile(o, ldo, xj, cols, w, mr, cols, 4); break;
+#endif
+            default: break;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- entry */
+
+void CAT(model_mm_rows_, SUFFIX)(float *out, const float *x, const qkv_gguf_tensor *w, int n, int64_t r0,
+                                 int64_t r1, float *scratch) {
+    const int64_t rows = w->shape[0], cols = w->shape[1], nr = r1 - r0;
+    const size_t rs = qkv_ggml_row_size(w->type, cols);
+    const uint8_t *src = (const uint8_t *)w->data + (size_t)r0 * rs;
+    if (n <= MM_FUSED_MAX && (is_block_type(w->type) || is_float_type(w->type))) {
+        switch (n) { /* the token count a constant in each copy */
+        case 1: fused_rows_nt(out + r0, rows, x, cols, src, rs, nr, cols, w->type, 1); break;
+        case 2: fused_rows_nt(out + r0, rows, x, cols, src, rs, nr, cols, w->type, 2); break;
+        default: fused_rows_nt(out + r0, rows, x, cols, src, rs, nr, cols, w->type, 3); break;
+        }
+        return;
+    }
+    const float *wf = (const float *)(const void *)src; /* F32 rows are used in place */
+    if (w->type != QKV_GGML_TYPE_F32) {
+        for (int64_t i = 0; i < nr; i++) CAT(model_mm_dequant_, SUFFIX)(scratch + i * cols, src + i * rs, w->type, cols);
+        wf = scratch;
+    }
+    tiled_rows(out + r0, rows, x, n, wf, nr, cols);
+}

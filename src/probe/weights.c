@@ -1,0 +1,111 @@
+/*
+ * weights.c — attention weight rows recomputed from what a kernel was given
+ * (rotated q, K) and what it returned (LSE), never from a second copy of the
+ * attention:
+ *   w[i, j] = exp(scale * q_i . k_j - lse_i)   for keys j visible to row i
+ *           = 0                                 for masked keys
+ * Any row costs one dot product per key asked for, so the sink columns of a
+ * row (keys 0 .. k-1) cost k dot products, and no n x n table is ever held.
+ * Also: the statistics of one row (sink mass, entropy, strongest keys).
+ */
+#include "qkv.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Key j of KV head kvh as f32. k: [Hkv, Lk, D] of dtype t, heads stride apart. */
+static const float *key_row(float *buf, const void *k, qkv_dtype t, int64_t stride, int kvh, int j, int D) {
+    int64_t off = (int64_t)kvh * stride + (int64_t)j * D;
+    if (t == QKV_DTYPE_F32) return (const float *)k + off;
+    qkv_convert_to_f32(buf, (const uint16_t *)k + off, t, (size_t)D);
+    return buf;
+}
+
+/* q . k with four independent partial sums (vectorises without -ffast-math). */
+static float dot(const float *a, const float *b, int n) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int e = 0;
+    for (; e + 4 <= n; e += 4) {
+        s0 += a[e] * b[e];
+        s1 += a[e + 1] * b[e + 1];
+        s2 += a[e + 2] * b[e + 2];
+        s3 += a[e + 3] * b[e + 3];
+    }
+    for (; e < n; e++) s0 += a[e] * b[e];
+    return (s0 + s1) + (s2 + s3);
+}
+
+qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const void *k,
+                            const qkv_attn_desc *d, int head, int row0, int n_rows, int key0,
+                            int n_keys, qkv_error *err) {
+    qkv_status st = qkv_attn_check(d, err);
+    if (st) return st;
+    if (!w || !q || !lse || !k) return qkv_fail(err, QKV_ERR_INVALID, "attention weights: a NULL array");
+    const int Hq = d->n_q_head, Lq = d->q_len, Lk = d->kv_len, D = d->head_dim;
+    if (head < 0 || head >= Hq)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention weights: head %d outside [0, %d)", head, Hq);
+    if (row0 < 0 || n_rows < 0 || row0 + n_rows > Lq)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention weights: rows [%d, %d) outside [0, %d)", row0,
+                        row0 + n_rows, Lq);
+    if (key0 < 0 || n_keys < 0 || key0 + n_keys > Lk)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention weights: keys [%d, %d) outside [0, %d)", key0,
+                        key0 + n_keys, Lk);
+    const float scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)D);
+    const int kvh = head / (Hq / d->n_kv_head);
+    const int64_t stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)Lk * D;
+    /* Every kind but NONE hides the keys right of the row's position; only
+     * windows and exclusions need the full rule per key. */
+    const int plain_causal = d->mask.kind == QKV_MASK_CAUSAL && d->mask.n_exclude == 0;
+    const int64_t work = (int64_t)n_rows * n_keys * D;
+    int nt = d->n_threads > 0 ? d->n_threads : omp_get_max_threads();
+    if (work < (1 << 18)) nt = 1;
+
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
+    for (int r = 0; r < n_rows; r++) {
+        const int i = row0 + r;
+        const int p = Lk - Lq + i; /* the row's absolute position (bottom-right aligned) */
+        const float *qi = q + ((size_t)head * Lq + i) * D;
+        const float l = lse[(size_t)head * Lq + i];
+        float *wr = w + (size_t)r * n_keys;
+        float kbuf[QKV_HEAD_DIM_MAX];
+        int end = key0 + n_keys;
+        if (d->mask.kind != QKV_MASK_NONE && end > p + 1) end = p + 1 > key0 ? p + 1 : key0;
+        if (l == -INFINITY) end = key0; /* a fully masked row */
+        for (int j = key0; j < end; j++) {
+            if (!plain_causal && !qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
+                wr[j - key0] = 0;
+                continue;
+            }
+            const float *kj = key_row(kbuf, k, d->kv_dtype, stride, kvh, j, D);
+            wr[j - key0] = expf(dot(qi, kj, D) * scale - l);
+        }
+        for (int j = end; j < key0 + n_keys; j++) wr[j - key0] = 0;
+    }
+    return QKV_OK;
+}
+
+void qkv_row_stats_of(qkv_row_stats *s, const float *w, int n, int n_first) {
+    memset(s, 0, sizeof *s);
+    s->top = -1;
+    s->top_other = -1;
+    double first = 0, ent = 0;
+    for (int j = 0; j < n; j++) {
+        const float x = w[j];
+        if (j < n_first) first += x;
+        if (x > 0) ent -= (double)x * log((double)x);
+        if (s->top < 0 || x > s->top_weight) {
+            s->top = j;
+            s->top_weight = x;
+        }
+        if (j >= n_first && (s->top_other < 0 || x > s->top_other_weight)) {
+            s->top_other = j;
+            s->top_other_weight = x;
+        }
+    }
+    s->sink = n > 0 ? w[0] : 0;
+    s->first = first;
+    s->entropy = ent;
+}
