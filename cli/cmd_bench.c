@@ -1,17 +1,69 @@
 /*
- * cmd_bench.c — `qkv bench`: times one attention shape through a kernel on
- * random inputs and reports seconds (median and spread over --repeat runs),
- * GFLOP/s with causal FLOPs counted as actually needed (4·D per visible
- * (query, key) pair and head), KV bytes per second, and peak RSS.
+ * cmd_bench.c — `qkv bench`: how fast the kernels are on this machine, and
+ * how close to what the machine can do.
+ *
+ *   one shape (the default): times one attention shape through a kernel on
+ *     random inputs and reports seconds (median, min, max over --repeat runs),
+ *     GFLOP/s with causal FLOPs counted as actually needed (4·D per visible
+ *     (query, key) pair and head), KV bytes per second, and peak RSS;
+ *   sweeps (--sweep): first the machine's roofline (qkv_roofline_measure: fp32
+ *     FMA peak, bf16 dot peak, DRAM read bandwidth), then prefill (causal,
+ *     Lq = Lk = n), chunked prefill (Lq = 512 against a longer KV), decode
+ *     (Lq = 1 against KV 1K .. 128K, cold cache) and the reference kernel at
+ *     small n, for Llama-3.1-8B heads (32/8, D 128) and SmolLM2 heads (9/3,
+ *     D 64) and each KV dtype; every row carries its fraction of the measured
+ *     peak (FMA peak for prefill, DRAM bandwidth for decode) and the RSS the
+ *     kernel added on top of its inputs. --json for machines, --svg for a plot.
+ *
+ * Peers (PyTorch, ONNX Runtime, OpenVINO, llama.cpp) are driven by
+ * bench/peers.py, which runs this command on the same shapes in the same run.
  */
 #include "cli.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ shapes */
+
+typedef struct {
+    const char *id, *name;
+    int hq, hkv, d;
+} bench_model;
+
+static const bench_model bench_models[] = {
+    {"llama", "Llama-3.1-8B", 32, 8, 128},
+    {"smol", "SmolLM2-135M", 9, 3, 64},
+};
+#define N_MODELS 2
+
+/* One measured shape and what came out of it. */
+typedef struct {
+    const char *sweep;  /* "shape", "prefill", "chunk", "decode", "ref" */
+    const char *model;  /* model id, or "custom" */
+    int hq, hkv, d, lq, lk, window, causal, threads, cold;
+    qkv_dtype dt;
+    qkv_kernel kernel;  /* resolved (never AUTO) */
+    int runs;           /* timed runs done */
+    double med, min, max;       /* seconds */
+    double gflops, kv_gbs;
+    double peak_frac;           /* of the FMA peak (flash, ref) or DRAM (decode); < 0 unknown */
+    double rss_mib, extra_mib;  /* peak RSS; what the kernel added on top of its inputs */
+} bench_result;
+
+typedef struct {
+    int threads, repeat, json, quick, cold;
+    double budget_s;  /* per shape: stop repeating after this much time (>= 1 run) */
+    int max_n, max_kv;
+    int use_model[N_MODELS];
+    int use_dt[3];
+    const char *svg;
+} bench_opts;
 
 static double now_s(void) {
     struct timespec t;
@@ -41,69 +93,601 @@ static double visible_pairs(const qkv_mask *m, int lq, int lk) {
     return n;
 }
 
+/* ---------------------------------------------------------- memory (RSS) */
+
+/* A field of /proc/self/status in MiB ("VmRSS", "VmHWM"), or -1. */
+static double proc_status_mib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ':') {
+            v = atof(line + kl + 1) / 1024.0;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+/* Resets the peak RSS to the current RSS (Linux >= 4.0); 0 if it could not. */
+static int rss_reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return 0;
+    int ok = fputs("5", f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+static double peak_rss_mib(void) {
+    double v = proc_status_mib("VmHWM");
+    if (v >= 0) return v;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* ------------------------------------------------------------- measuring */
+
+/* Deterministic inputs in [-1, 1] (cheap hashes, no RNG state), converted to dt. */
+static void fill_f32(float *x, size_t n, uint32_t mul, uint32_t add, uint32_t mod) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)((i * mul + add) % mod) / (float)(mod / 2) - 1.0f;
+}
+
+static void fill_kv(void *x, qkv_dtype dt, size_t n, uint32_t mul, uint32_t add, uint32_t mod) {
+    if (dt == QKV_DTYPE_F32) {
+        fill_f32(x, n, mul, add, mod);
+        return;
+    }
+    float chunk[4096];
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        size_t c = n - i0 < 4096 ? n - i0 : 4096;
+        for (size_t i = 0; i < c; i++) chunk[i] = (float)(((i0 + i) * mul + add) % mod) / (float)(mod / 2) - 1.0f;
+        qkv_convert_from_f32((uint16_t *)x + i0, dt, chunk, c);
+    }
+}
+
+/* Reads 64 MiB (twice the L3 of the machines this runs on) so a decode run
+ * finds its KV in DRAM, as every layer's decode step does in a real model. */
+static volatile uint64_t g_flush_sink;
+static void flush_caches(void) {
+    static uint64_t *buf;
+    const size_t n = ((size_t)64 << 20) / sizeof(uint64_t);
+    if (!buf) {
+        buf = malloc(n * sizeof *buf);
+        if (!buf) return;
+        for (size_t i = 0; i < n; i++) buf[i] = i;
+    }
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; i += 8) s += buf[i];
+    g_flush_sink += s;
+}
+
+/* Times r's shape; fills the timing, rate and memory fields. Returns 0, or 2
+ * after printing one line (allocation failure, refused shape). */
+static int run_shape(bench_result *r, const bench_opts *o, const qkv_roofline *roof) {
+    qkv_mask mask = {r->window ? QKV_MASK_WINDOW : r->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE, r->window, 0, NULL, 0};
+    qkv_attn_desc desc = {r->hq, r->hkv, r->lq, r->lk, r->d, 0, mask, r->dt, 0, r->threads};
+    qkv_error err = {0};
+    if (qkv_attn_check(&desc, &err)) return cli_fail("%s", err.msg);
+    if (r->kernel == QKV_KERNEL_AUTO) r->kernel = qkv_attn_pick(&desc);
+    int can_reset = rss_reset_peak();
+    size_t nq = (size_t)r->hq * r->lq * r->d, nkv = (size_t)r->hkv * r->lk * r->d;
+    size_t es = qkv_dtype_size(r->dt);
+    float *q = malloc(nq * 4), *out = malloc(nq * 4), *lse = malloc((size_t)r->hq * r->lq * 4);
+    void *k = malloc(nkv * es), *v = malloc(nkv * es);
+    if (!q || !out || !lse || !k || !v) {
+        free(q); free(out); free(lse); free(k); free(v);
+        return cli_fail("bench: out of memory for the inputs of lq=%d lk=%d", r->lq, r->lk);
+    }
+    fill_f32(q, nq, 2654435761u, 0, 2001);
+    fill_kv(k, r->dt, nkv, 40503u, 7, 1999);
+    fill_kv(v, r->dt, nkv, 9973u, 3, 2003);
+    memset(out, 0, nq * 4);
+    memset(lse, 0, (size_t)r->hq * r->lq * 4);
+    if (r->cold) flush_caches();
+    double base_mib = proc_status_mib("VmRSS");
+
+    double *secs = malloc((size_t)o->repeat * sizeof *secs);
+    int n = 0, status = 0;
+    double spent = 0;
+    for (int it = -1; it < o->repeat; it++) {
+        if (r->cold) flush_caches();
+        double t0 = now_s();
+        qkv_status st = qkv_attention(out, lse, q, k, v, &desc, r->kernel, &err);
+        double dt = now_s() - t0;
+        if (st) {
+            status = cli_fail("%s", err.msg);
+            break;
+        }
+        spent += dt;
+        /* the first run warms up; a run of a second or more is its own warm-up */
+        if (it >= 0 || dt >= 1.0) secs[n++] = dt;
+        if (n >= o->repeat || (n >= 1 && spent >= o->budget_s)) break;
+    }
+    if (!status) {
+        qsort(secs, (size_t)n, sizeof *secs, cmp_double);
+        r->runs = n;
+        r->med = n % 2 ? secs[n / 2] : 0.5 * (secs[n / 2 - 1] + secs[n / 2]);
+        r->min = secs[0];
+        r->max = secs[n - 1];
+        r->gflops = 4.0 * r->d * r->hq * visible_pairs(&mask, r->lq, r->lk) / r->med * 1e-9;
+        r->kv_gbs = 2.0 * (double)nkv * (double)es / r->med * 1e-9;
+        r->peak_frac = -1;
+        if (roof && r->kernel == QKV_KERNEL_DECODE && roof->dram_gbs > 0) r->peak_frac = r->kv_gbs / roof->dram_gbs;
+        else if (roof && r->kernel != QKV_KERNEL_DECODE && roof->fma_gflops > 0) r->peak_frac = r->gflops / roof->fma_gflops;
+        r->rss_mib = peak_rss_mib();
+        r->extra_mib = can_reset && base_mib >= 0 ? r->rss_mib - base_mib : -1;
+    }
+    free(secs); free(q); free(out); free(lse); free(k); free(v);
+    return status;
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void print_machine_json(int threads) {
+    char cpu[128] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "model name", 10)) {
+                char *c = strchr(line, ':');
+                if (c) {
+                    c += 1 + (c[1] == ' ');
+                    size_t i = 0;
+                    for (; c[i] && c[i] != '\n' && i + 1 < sizeof cpu; i++) cpu[i] = c[i] == '"' || c[i] == '\\' ? ' ' : c[i];
+                    cpu[i] = 0;
+                }
+                break;
+            }
+        fclose(f);
+    }
+    char date[32];
+    time_t t = time(NULL);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+    double load[1] = {-1};
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) {
+        if (fscanf(la, "%lf", &load[0]) != 1) load[0] = -1;
+        fclose(la);
+    }
+    printf("  \"qkv_version\": \"%s\",\n  \"machine\": {\"cpu\": \"%s\", \"cpus_online\": %ld, \"isa\": \"%s\", "
+           "\"threads\": %d, \"loadavg_1min\": %.2f, \"date_utc\": \"%s\"},\n",
+           QKV_VERSION, cpu, sysconf(_SC_NPROCESSORS_ONLN), qkv_attn_isa(), threads, load[0], date);
+}
+
+static void print_roofline_json(const qkv_roofline *roof) {
+    if (!roof) {
+        printf("  \"roofline\": null,\n");
+        return;
+    }
+    printf("  \"roofline\": {\"fma_gflops\": %.2f, \"bf16_gflops\": %.2f, \"dram_gbs\": %.2f},\n", roof->fma_gflops,
+           roof->bf16_gflops, roof->dram_gbs);
+}
+
+/* One result as a JSON object on one line, without a line end. */
+static void print_result_json(const bench_result *r) {
+    printf("    {\"sweep\": \"%s\", \"model\": \"%s\", \"hq\": %d, \"hkv\": %d, \"d\": %d, \"lq\": %d, \"lk\": %d, "
+           "\"kv_dtype\": \"%s\", \"kernel\": \"%s\", \"mask\": \"%s\", \"threads\": %d, \"cold_cache\": %s, "
+           "\"runs\": %d, \"time_s\": {\"median\": %.6g, \"min\": %.6g, \"max\": %.6g}, \"spread_pct\": %.1f, "
+           "\"gflops\": %.3f, \"kv_gbs\": %.3f, ",
+           r->sweep, r->model, r->hq, r->hkv, r->d, r->lq, r->lk, qkv_dtype_name(r->dt), qkv_kernel_name(r->kernel),
+           r->window ? "window" : r->causal ? "causal" : "none", r->threads, r->cold ? "true" : "false", r->runs,
+           r->med, r->min, r->max, 100.0 * (r->max - r->min) / r->med, r->gflops, r->kv_gbs);
+    if (r->peak_frac >= 0) printf("\"peak_fraction\": %.4f, ", r->peak_frac);
+    else printf("\"peak_fraction\": null, ");
+    printf("\"peak_rss_mib\": %.1f, ", r->rss_mib);
+    if (r->extra_mib >= 0) printf("\"extra_rss_mib\": %.1f}", r->extra_mib);
+    else printf("\"extra_rss_mib\": null}");
+}
+
+static const char *sweep_title(const char *sweep, int quick) {
+    if (!strcmp(sweep, "prefill")) return "prefill: causal, Lq = Lk = n, flash";
+    if (!strcmp(sweep, "chunk"))
+        return quick ? "chunked prefill: causal, Lq = 128 (quick; 512 in full) against Lk, flash"
+                     : "chunked prefill: causal, Lq = 512 against Lk, flash";
+    if (!strcmp(sweep, "decode")) return "decode: Lq = 1 against Lk keys, cold cache, decode kernel";
+    return "reference kernel (the oracle) beside flash at small n, causal, f32";
+}
+
+static void print_row_text(const bench_result *r, int header) {
+    if (header)
+        printf("  %-6s %-5s %-6s %6s %6s  %10s %10s %10s %6s  %8s %7s %8s %8s %9s\n", "model", "kv", "kernel", "lq",
+               "lk", "median_s", "min_s", "max_s", "spread", "GFLOP/s", "%peak", "KV_GB/s", "RSS_MiB", "extra_MiB");
+    char frac[16] = "-", extra[16] = "-";
+    if (r->peak_frac >= 0) snprintf(frac, sizeof frac, "%.1f%%", 100 * r->peak_frac);
+    if (r->extra_mib >= 0) snprintf(extra, sizeof extra, "%.1f", r->extra_mib);
+    printf("  %-6s %-5s %-6s %6d %6d  %10.6f %10.6f %10.6f %5.1f%%  %8.2f %7s %8.2f %8.1f %9s\n", r->model,
+           qkv_dtype_name(r->dt), qkv_kernel_name(r->kernel), r->lq, r->lk, r->med, r->min, r->max,
+           100.0 * (r->max - r->min) / r->med, r->gflops, frac, r->kv_gbs, r->rss_mib, extra);
+}
+
+/* ------------------------------------------------------------------- SVG */
+
+/* x: log2 of a length; one panel per measure, one line per (model, dtype). */
+static void svg_panel(FILE *f, const bench_result *res, int n, const char *sweep, int x0, const char *title,
+                      const char *xlabel, const char *ylabel, double peak, const char *peak_label, int use_kv_rate) {
+    const int W = 440, H = 320, L = 60, T = 40, PW = W - L - 20, PH = H - T - 60;
+    double xmin = 1e30, xmax = 0, ymax = peak > 0 ? peak : 0;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(res[i].sweep, sweep)) continue;
+        double x = log2(res[i].lk), y = use_kv_rate ? res[i].kv_gbs : res[i].gflops;
+        xmin = x < xmin ? x : xmin;
+        xmax = x > xmax ? x : xmax;
+        ymax = y > ymax ? y : ymax;
+    }
+    fprintf(f, "<g transform=\"translate(%d,0)\">\n<text x=\"%d\" y=\"22\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
+            x0, L, title);
+    if (xmax < xmin) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">(not measured)</text>\n</g>\n", L, T + PH / 2);
+        return;
+    }
+    if (xmax == xmin) xmax = xmin + 1;
+    ymax *= 1.1;
+    if (ymax <= 0) ymax = 1;
+#define SX(x) (L + (int)((double)PW * ((x) - xmin) / (xmax - xmin)))
+#define SY(y) (T + PH - (int)((double)PH * (y) / ymax))
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", L, T, PW, PH);
+    for (int g = 0; g <= 4; g++) {
+        double y = ymax * g / 4;
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">%.0f</text>\n", L - 4, SY(y) + 3, y);
+    }
+    for (double x = ceil(xmin); x <= xmax + 1e-9; x += 1) {
+        double len = pow(2, x);
+        char lab[16];
+        if (len >= 1024) snprintf(lab, sizeof lab, "%.0fK", len / 1024);
+        else snprintf(lab, sizeof lab, "%.0f", len);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n", SX(x), T + PH + 14, lab);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", L + PW / 2, T + PH + 32,
+            xlabel);
+    fprintf(f, "<text x=\"14\" y=\"%d\" font-size=\"11\" transform=\"rotate(-90 14 %d)\" text-anchor=\"middle\">%s</text>\n",
+            T + PH / 2, T + PH / 2, ylabel);
+    if (peak > 0) {
+        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" stroke-dasharray=\"6,4\"/>\n", L, SY(peak),
+                L + PW, SY(peak));
+        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#c00\" text-anchor=\"end\">%s %.0f</text>\n", L + PW - 4,
+                SY(peak) - 4, peak_label, peak);
+    }
+    static const char *colors[3] = {"#1f77b4", "#2ca02c", "#ff7f0e"};
+    int legend = 0;
+    for (int m = 0; m < N_MODELS; m++)
+        for (int t = 0; t < 3; t++) {
+            int first = 1;
+            for (int i = 0; i < n; i++) {
+                const bench_result *r = &res[i];
+                if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || (int)r->dt != t) continue;
+                double y = use_kv_rate ? r->kv_gbs : r->gflops;
+                if (first) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colors[t],
+                                   m ? " stroke-dasharray=\"4,3\"" : "");
+                fprintf(f, "%s%d,%d", first ? "" : " ", SX(log2(r->lk)), SY(y));
+                first = 0;
+            }
+            if (first) continue;
+            fprintf(f, "\"/>\n");
+            for (int i = 0; i < n; i++) { /* markers: a sweep of one length is still visible */
+                const bench_result *r = &res[i];
+                if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || (int)r->dt != t) continue;
+                fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"%d\" fill=\"%s\"/>\n", SX(log2(r->lk)),
+                        SY(use_kv_rate ? r->kv_gbs : r->gflops), m ? 2 : 3, colors[t]);
+            }
+            /* legend under the axis, three entries a row */
+            int lx = L + (legend % 3) * (PW / 3), ly = T + PH + 50 + 14 * (legend / 3);
+            fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx,
+                    ly - 4, lx + 18, ly - 4, colors[t], m ? " stroke-dasharray=\"4,3\"" : "");
+            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\">%s %s</text>\n", lx + 22, ly, bench_models[m].id,
+                    qkv_dtype_name((qkv_dtype)t));
+            legend++;
+        }
+#undef SX
+#undef SY
+    fprintf(f, "</g>\n");
+}
+
+static int res_chunk_lq(const bench_result *res, int n) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(res[i].sweep, "chunk")) return res[i].lq;
+    return 512;
+}
+
+static int write_svg(const char *path, const bench_result *res, int n, const qkv_roofline *roof, int threads) {
+    FILE *f = fopen(path, "w");
+    if (!f) return cli_fail("--svg: cannot write '%s'", path);
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1320\" height=\"390\" font-family=\"sans-serif\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    char t1[96], t2[96], t3[96];
+    snprintf(t1, sizeof t1, "prefill, causal, %d threads", threads);
+    snprintf(t2, sizeof t2, "chunked prefill, Lq = %d, %d threads", res_chunk_lq(res, n), threads);
+    snprintf(t3, sizeof t3, "decode, Lq = 1, cold cache, %d threads", threads);
+    svg_panel(f, res, n, "prefill", 0, t1, "n = Lq = Lk (tokens)", "GFLOP/s (causal FLOPs)", roof ? roof->fma_gflops : 0,
+              "fp32 FMA peak", 0);
+    svg_panel(f, res, n, "chunk", 440, t2, "Lk (keys)", "GFLOP/s (causal FLOPs)", roof ? roof->fma_gflops : 0,
+              "fp32 FMA peak", 0);
+    svg_panel(f, res, n, "decode", 880, t3, "Lk (keys)", "KV GB/s", roof ? roof->dram_gbs : 0, "DRAM read", 1);
+    fprintf(f, "</svg>\n");
+    if (fclose(f)) return cli_fail("--svg: cannot write '%s'", path);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- sweeps */
+
+enum { SW_ROOF = 1, SW_PREFILL = 2, SW_CHUNK = 4, SW_DECODE = 8, SW_REF = 16, SW_ALL = 31 };
+
+static int parse_sweeps(int *mask, const char *s) {
+    *mask = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (!strcmp(tok, "all")) *mask |= SW_ALL;
+        else if (!strcmp(tok, "roofline")) *mask |= SW_ROOF;
+        else if (!strcmp(tok, "prefill")) *mask |= SW_PREFILL;
+        else if (!strcmp(tok, "chunk")) *mask |= SW_CHUNK;
+        else if (!strcmp(tok, "decode")) *mask |= SW_DECODE;
+        else if (!strcmp(tok, "ref")) *mask |= SW_REF;
+        else return cli_fail("--sweep: '%s' is not all, roofline, prefill, chunk, decode or ref", tok);
+    }
+    if (!*mask) return cli_fail("--sweep: empty list");
+    return 0;
+}
+
+static int parse_models(int *use, const char *s) {
+    memset(use, 0, N_MODELS * sizeof *use);
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int found = 0;
+        for (int m = 0; m < N_MODELS; m++)
+            if (!strcmp(tok, bench_models[m].id)) use[m] = found = 1;
+        if (!found) return cli_fail("--models: '%s' is not llama or smol", tok);
+    }
+    return 0;
+}
+
+static int parse_dtypes(int *use, const char *s) {
+    memset(use, 0, 3 * sizeof *use);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    int any = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        qkv_dtype t;
+        if (qkv_dtype_parse(&t, tok)) return cli_fail("--kv-dtypes: '%s' is not f32, bf16 or f16", tok);
+        use[t] = any = 1;
+    }
+    if (!any) return cli_fail("--kv-dtypes: empty list");
+    return 0;
+}
+
+#define MAX_RESULTS 512
+
+static int run_sweeps(int sweeps, const bench_opts *o) {
+    const int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+    qkv_roofline roof_v, *roof = NULL;
+    qkv_error err = {0};
+    if (sweeps & SW_ROOF) {
+        if (qkv_roofline_measure(&roof_v, threads, o->quick ? 0.05 : 0.3, o->quick ? (size_t)64 << 20 : 0, &err))
+            return cli_fail("%s", err.msg);
+        roof = &roof_v;
+    }
+    if (!o->json) {
+        printf("qkv bench: %d threads, %s kernels, %ld CPUs online%s\n", threads, qkv_attn_isa(),
+               sysconf(_SC_NPROCESSORS_ONLN), o->quick ? " (quick: small shapes, few runs)" : "");
+        if (roof)
+            printf("roofline: fp32 FMA %.1f GFLOP/s, bf16 dot %.1f GFLOP/s, DRAM read %.1f GB/s\n", roof->fma_gflops,
+                   roof->bf16_gflops, roof->dram_gbs);
+        fflush(stdout);
+    }
+    static const int prefill_n[] = {512, 1024, 2048, 4096, 8192, 16384}, prefill_q[] = {128, 256};
+    static const int chunk_k[] = {1024, 2048, 4096, 8192, 16384}, chunk_q[] = {512};
+    static const int decode_k[] = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}, decode_q[] = {1024, 4096};
+    static const int ref_n[] = {256, 512}, ref_q[] = {128};
+    struct {
+        int bit;
+        const char *name;
+        const int *full, *quick;
+        int n_full, n_quick;
+    } plan[] = {
+        {SW_PREFILL, "prefill", prefill_n, prefill_q, 6, 2},
+        {SW_CHUNK, "chunk", chunk_k, chunk_q, 5, 1},
+        {SW_DECODE, "decode", decode_k, decode_q, 8, 2},
+        {SW_REF, "ref", ref_n, ref_q, 2, 1},
+    };
+    bench_result *res = calloc(MAX_RESULTS, sizeof *res);
+    if (!res) return cli_fail("bench: out of memory");
+    int nres = 0, status = 0;
+    if (o->json) {
+        printf("{\n");
+        print_machine_json(threads);
+        print_roofline_json(roof);
+        printf("  \"results\": [\n");
+    }
+    for (size_t p = 0; p < sizeof plan / sizeof plan[0] && !status; p++) {
+        if (!(sweeps & plan[p].bit)) continue;
+        const int *lens = o->quick ? plan[p].quick : plan[p].full;
+        int n_lens = o->quick ? plan[p].n_quick : plan[p].n_full;
+        if (!o->json) printf("\n%s\n", sweep_title(plan[p].name, o->quick));
+        int header = 1;
+        for (int m = 0; m < N_MODELS && !status; m++) {
+            if (!o->use_model[m]) continue;
+            for (int t = 0; t < 3 && !status; t++) {
+                int is_ref = plan[p].bit == SW_REF;
+                if (!o->use_dt[t] || (is_ref && t != QKV_DTYPE_F32)) continue;
+                for (int li = 0; li < n_lens && !status; li++) {
+                    int len = lens[li];
+                    if (plan[p].bit == SW_DECODE ? len > o->max_kv : len > o->max_n) continue;
+                    for (int pass = 0; pass < (is_ref ? 2 : 1) && !status; pass++) {
+                        if (nres >= MAX_RESULTS) break;
+                        bench_result *r = &res[nres];
+                        memset(r, 0, sizeof *r);
+                        r->sweep = plan[p].name;
+                        r->model = bench_models[m].id;
+                        r->hq = bench_models[m].hq;
+                        r->hkv = bench_models[m].hkv;
+                        r->d = bench_models[m].d;
+                        r->causal = 1;
+                        r->threads = threads;
+                        r->dt = (qkv_dtype)t;
+                        r->lk = len;
+                        r->lq = plan[p].bit == SW_DECODE ? 1 : plan[p].bit == SW_CHUNK ? (o->quick ? 128 : 512) : len;
+                        r->kernel = plan[p].bit == SW_DECODE ? QKV_KERNEL_DECODE
+                                    : is_ref && pass == 0    ? QKV_KERNEL_REFERENCE
+                                                             : QKV_KERNEL_FLASH;
+                        r->cold = plan[p].bit == SW_DECODE && o->cold;
+                        status = run_shape(r, o, roof);
+                        if (status) break;
+                        if (o->json) {
+                            printf(nres ? ",\n" : "");
+                            print_result_json(r);
+                        } else {
+                            print_row_text(r, header);
+                            header = 0;
+                        }
+                        fflush(stdout);
+                        nres++;
+                    }
+                }
+            }
+        }
+    }
+    if (o->json) printf("\n  ]\n}\n");
+    if (!status && o->svg) status = write_svg(o->svg, res, nres, roof, threads);
+    free(res);
+    return status;
+}
+
+/* ------------------------------------------------------------------ main */
+
+static void usage(void) {
+    printf("usage: qkv bench [shape] [--threads N] [--repeat R] [--json] [--roofline]\n"
+           "       qkv bench --sweep LIST [--quick] [--models L] [--kv-dtypes L] [--max-n N] [--max-kv N]\n"
+           "                 [--svg FILE] [--threads N] [--repeat R] [--json]\n"
+           "\n"
+           "One shape (default: Llama-3.1-8B heads, n = 1024, causal, auto kernel):\n"
+           "  --n N | --lq N --lk N      query and key lengths\n"
+           "  --hq 32 --hkv 8 --d 128    heads and head dim\n"
+           "  --kernel ref|flash|flash-bf16|decode|auto  --kv-dtype f32|bf16|f16\n"
+           "  --no-causal | --window W   mask (default causal)\n"
+           "  --cold                     flush the caches before every run\n"
+           "  --roofline                 also measure the machine's peaks and report the fraction\n"
+           "\n"
+           "Sweeps: roofline (fp32 FMA, bf16 dot, DRAM read), prefill (n = 512..16384), chunk\n"
+           "(Lq = 512, Lk = 1K..16K), decode (Lq = 1, KV = 1K..128K, cold cache), ref (n = 256, 512),\n"
+           "for Llama-3.1-8B (32/8, D 128) and SmolLM2 (9/3, D 64) heads and f32/bf16/f16 KV:\n"
+           "  --sweep LIST               comma separated, or all\n"
+           "  --quick                    small shapes (prefill n = 128, 256; chunk 128 x 512; decode\n"
+           "                             1K, 4K; ref 128) and 3 runs: a few seconds\n"
+           "  --models llama,smol  --kv-dtypes f32,bf16,f16  --max-n N  --max-kv N\n"
+           "  --budget S                 per shape, stop repeating after S seconds (default 20)\n"
+           "  --svg FILE                 plot GFLOP/s and KV GB/s against length, peaks as lines\n"
+           "\n"
+           "Common: --threads N (default: all), --repeat R (default 3, sweeps 5), --json.\n"
+           "GFLOP/s counts 4·D FLOPs per visible (query, key) pair and head (the causal half).\n");
+}
+
 int cmd_bench(int argc, char **argv) {
-    int hq = 32, hkv = 8, d = 128, lq = 1024, lk = -1, repeat = 3, threads = 0, causal = 1, window = 0;
+    int hq = 32, hkv = 8, d = 128, lq = 1024, lk = -1, repeat = -1, causal = 1, window = 0, sweeps = 0,
+        want_roof = 0, cold = 0;
     qkv_kernel kernel = QKV_KERNEL_AUTO;
     qkv_dtype dt = QKV_DTYPE_F32;
+    bench_opts o;
+    memset(&o, 0, sizeof o);
+    o.max_n = 1 << 20;
+    o.max_kv = 1 << 22;
+    o.budget_s = 20;
+    o.cold = 1;
+    for (int m = 0; m < N_MODELS; m++) o.use_model[m] = 1;
+    for (int t = 0; t < 3; t++) o.use_dt[t] = 1;
+    int shape_flag = 0;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v;
         int rc = 0;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            printf("usage: qkv bench [--n N | --lq N --lk N] [--hq 32 --hkv 8 --d 128] [--kernel ref|flash|decode|auto]\n"
-                   "                 [--kv-dtype f32|bf16|f16] [--no-causal] [--window W] [--threads N] [--repeat R]\n");
+            usage();
             return 0;
         }
-        if (!strcmp(f, "--no-causal")) { causal = 0; continue; }
+        if (!strcmp(f, "--no-causal")) { causal = 0; shape_flag = 1; continue; }
+        if (!strcmp(f, "--json")) { o.json = 1; continue; }
+        if (!strcmp(f, "--quick")) { o.quick = 1; continue; }
+        if (!strcmp(f, "--roofline")) { want_roof = 1; continue; }
+        if (!strcmp(f, "--cold")) { cold = 1; continue; }
+        if (strncmp(f, "--", 2)) return cli_fail("bench: unexpected argument '%s'", f);
+        static const char *known[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--repeat", "--threads",
+                                      "--window", "--kernel", "--kv-dtype", "--sweep", "--models", "--kv-dtypes",
+                                      "--max-n", "--max-kv", "--svg", "--budget", NULL};
+        int is_known = 0;
+        for (int k = 0; known[k]; k++) is_known |= !strcmp(f, known[k]);
+        if (!is_known) return cli_fail("bench: unknown flag '%s' (see qkv bench --help)", f);
         if (!(v = cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(f, "--n")) { rc = cli_parse_int(&lq, f, v, 1, 1 << 20); lk = lq; }
-        else if (!strcmp(f, "--lq")) rc = cli_parse_int(&lq, f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--lk")) rc = cli_parse_int(&lk, f, v, 1, 1 << 22);
-        else if (!strcmp(f, "--hq")) rc = cli_parse_int(&hq, f, v, 1, 1024);
-        else if (!strcmp(f, "--hkv")) rc = cli_parse_int(&hkv, f, v, 1, 1024);
-        else if (!strcmp(f, "--d")) rc = cli_parse_int(&d, f, v, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX);
+        if (!strcmp(f, "--n")) { rc = cli_parse_int(&lq, f, v, 1, 1 << 20); lk = lq; shape_flag = 1; }
+        else if (!strcmp(f, "--lq")) { rc = cli_parse_int(&lq, f, v, 1, 1 << 20); shape_flag = 1; }
+        else if (!strcmp(f, "--lk")) { rc = cli_parse_int(&lk, f, v, 1, 1 << 22); shape_flag = 1; }
+        else if (!strcmp(f, "--hq")) { rc = cli_parse_int(&hq, f, v, 1, 1024); shape_flag = 1; }
+        else if (!strcmp(f, "--hkv")) { rc = cli_parse_int(&hkv, f, v, 1, 1024); shape_flag = 1; }
+        else if (!strcmp(f, "--d")) { rc = cli_parse_int(&d, f, v, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX); shape_flag = 1; }
         else if (!strcmp(f, "--repeat")) rc = cli_parse_int(&repeat, f, v, 1, 1000);
-        else if (!strcmp(f, "--threads")) rc = cli_parse_int(&threads, f, v, 1, 4096);
-        else if (!strcmp(f, "--window")) rc = cli_parse_int(&window, f, v, 1, 1 << 22);
-        else if (!strcmp(f, "--kernel")) { if (qkv_kernel_parse(&kernel, v)) rc = cli_fail("--kernel: '%s' is not ref, flash, decode or auto", v); }
-        else if (!strcmp(f, "--kv-dtype")) { if (qkv_dtype_parse(&dt, v)) rc = cli_fail("--kv-dtype: '%s' is not f32, bf16 or f16", v); }
-        else return cli_fail("bench: unknown flag '%s'", f);
+        else if (!strcmp(f, "--threads")) rc = cli_parse_int(&o.threads, f, v, 1, 4096);
+        else if (!strcmp(f, "--window")) { rc = cli_parse_int(&window, f, v, 1, 1 << 22); shape_flag = 1; }
+        else if (!strcmp(f, "--kernel")) {
+            if (qkv_kernel_parse(&kernel, v)) rc = cli_fail("--kernel: '%s' is not ref, flash, flash-bf16, decode or auto", v);
+            shape_flag = 1;
+        } else if (!strcmp(f, "--kv-dtype")) {
+            if (qkv_dtype_parse(&dt, v)) rc = cli_fail("--kv-dtype: '%s' is not f32, bf16 or f16", v);
+            shape_flag = 1;
+        } else if (!strcmp(f, "--sweep")) rc = parse_sweeps(&sweeps, v);
+        else if (!strcmp(f, "--models")) rc = parse_models(o.use_model, v);
+        else if (!strcmp(f, "--kv-dtypes")) rc = parse_dtypes(o.use_dt, v);
+        else if (!strcmp(f, "--max-n")) rc = cli_parse_int(&o.max_n, f, v, 1, 1 << 20);
+        else if (!strcmp(f, "--max-kv")) rc = cli_parse_int(&o.max_kv, f, v, 1, 1 << 22);
+        else if (!strcmp(f, "--budget")) rc = cli_parse_double(&o.budget_s, f, v, 0, 1e6);
+        else if (!strcmp(f, "--svg")) o.svg = v;
         if (rc) return rc;
     }
+    if (sweeps) {
+        if (shape_flag) return cli_fail("bench: --sweep runs its own shapes; drop the shape flags (--n, --kernel, ...)");
+        o.repeat = repeat > 0 ? repeat : o.quick ? 3 : 5;
+        if (o.quick) o.budget_s = o.budget_s < 2 ? o.budget_s : 2;
+        return run_sweeps(sweeps, &o);
+    }
+    if (o.svg || o.quick) return cli_fail("bench: --svg and --quick go with --sweep");
     if (lk < 0) lk = lq;
     if (hq % hkv) return cli_fail("bench: --hq %d is not a multiple of --hkv %d", hq, hkv);
-    qkv_mask mask = {window ? QKV_MASK_WINDOW : causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE, window, 0, NULL, 0};
-    qkv_attn_desc desc = {hq, hkv, lq, lk, d, 0, mask, dt, 0, threads};
+
+    o.repeat = repeat > 0 ? repeat : 3;
+    o.budget_s = 1e9; /* one shape: exactly --repeat runs */
+    qkv_roofline roof_v, *roof = NULL;
     qkv_error err = {0};
-    if (qkv_attn_check(&desc, &err)) return cli_fail("%s", err.msg);
-    if (kernel == QKV_KERNEL_AUTO) kernel = qkv_attn_pick(&desc);
-    size_t nq = (size_t)hq * lq * d, nkv = (size_t)hkv * lk * d;
-    float *q = malloc(nq * 4), *o = malloc(nq * 4), *lse = malloc((size_t)hq * lq * 4);
-    void *k = malloc(nkv * qkv_dtype_size(dt)), *v = malloc(nkv * qkv_dtype_size(dt));
-    float *tmp = malloc(nkv * 4);
-    if (!q || !o || !lse || !k || !v || !tmp) return cli_fail("bench: out of memory for the inputs");
-    for (size_t i = 0; i < nq; i++) q[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
-    for (size_t i = 0; i < nkv; i++) tmp[i] = (float)((i * 40503u + 7) % 1999) / 1000.0f - 1.0f;
-    qkv_convert_from_f32(k, dt, tmp, nkv);
-    for (size_t i = 0; i < nkv; i++) tmp[i] = (float)((i * 9973u + 3) % 2003) / 1000.0f - 1.0f;
-    qkv_convert_from_f32(v, dt, tmp, nkv);
-    free(tmp);
-    double *secs = malloc((size_t)repeat * sizeof *secs);
-    for (int r = 0; r < repeat; r++) {
-        double t0 = now_s();
-        qkv_status st = qkv_attention(o, lse, q, k, v, &desc, kernel, &err);
-        secs[r] = now_s() - t0;
-        if (st) return cli_fail("%s", err.msg);
+    int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    if (want_roof) {
+        if (qkv_roofline_measure(&roof_v, threads, 0.3, 0, &err)) return cli_fail("%s", err.msg);
+        roof = &roof_v;
     }
-    qsort(secs, (size_t)repeat, sizeof *secs, cmp_double);
-    double med = secs[repeat / 2];
-    double flops = 4.0 * d * hq * visible_pairs(&mask, lq, lk);
-    double kv_bytes = 2.0 * nkv * qkv_dtype_size(dt);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    printf("kernel=%s hq=%d hkv=%d d=%d lq=%d lk=%d kv=%s mask=%s threads=%d\n", qkv_kernel_name(kernel), hq, hkv, d,
-           lq, lk, qkv_dtype_name(dt), window ? "window" : causal ? "causal" : "none", threads);
-    printf("time_s median=%.6f min=%.6f max=%.6f  GFLOP/s=%.2f  KV_GB/s=%.2f  peak_rss_MiB=%.1f\n", med, secs[0],
-           secs[repeat - 1], flops / med * 1e-9, kv_bytes / med * 1e-9, (double)ru.ru_maxrss / 1024.0);
-    free(secs); free(q); free(o); free(lse); free(k); free(v);
+    bench_result r;
+    memset(&r, 0, sizeof r);
+    r.sweep = "shape";
+    r.model = "custom";
+    r.hq = hq, r.hkv = hkv, r.d = d, r.lq = lq, r.lk = lk, r.window = window, r.causal = causal;
+    r.threads = o.threads; /* 0 = all, as the kernel is told */
+    r.dt = dt;
+    r.kernel = kernel;
+    r.cold = cold;
+    int rc = run_shape(&r, &o, roof);
+    if (rc) return rc;
+    if (o.json) {
+        r.threads = threads;
+        printf("{\n");
+        print_machine_json(threads);
+        print_roofline_json(roof);
+        printf("  \"results\": [\n");
+        print_result_json(&r);
+        printf("\n  ]\n}\n");
+        return 0;
+    }
+    printf("kernel=%s hq=%d hkv=%d d=%d lq=%d lk=%d kv=%s mask=%s threads=%d\n", qkv_kernel_name(r.kernel), hq, hkv, d,
+           lq, lk, qkv_dtype_name(dt), window ? "window" : causal ? "causal" : "none", o.threads);
+    printf("time_s median=%.6f min=%.6f max=%.6f  GFLOP/s=%.2f  KV_GB/s=%.2f  peak_rss_MiB=%.1f\n", r.med, r.min, r.max,
+           r.gflops, r.kv_gbs, r.rss_mib);
+    if (roof)
+        printf("roofline fma_GFLOP/s=%.1f bf16_GFLOP/s=%.1f dram_GB/s=%.1f  peak_fraction=%.3f (%s)\n", roof->fma_gflops,
+               roof->bf16_gflops, roof->dram_gbs, r.peak_frac, r.kernel == QKV_KERNEL_DECODE ? "of DRAM" : "of FMA");
     return 0;
 }

@@ -53,7 +53,7 @@ static int write_svg(const char *path, qkv_sinks *s, int nl, int nh, const char 
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return cli_fail("%s: cannot create", path);
-    const int W = 760, H = 420, x0 = 60, y0 = 50, pw = 660, ph = 300;
+    const int W = 760, H = 470, x0 = 60, y0 = 50, pw = 660, ph = 300;
 #define X(l) (x0 + (nl > 1 ? (double)(l) * pw / (nl - 1) : pw / 2.0))
 #define Y(v) (y0 + ph - (v) * ph)
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
@@ -97,7 +97,7 @@ static int write_svg(const char *path, qkv_sinks *s, int nl, int nh, const char 
     snprintf(first_k, sizeof first_k, "tokens 0..%d", k - 1);
     legend[1] = first_k;
     for (int i = 0; i < 3; i++) {
-        const int ly = y0 + ph + 52 + (i % 2) * 0, lx = x0 + i * 230;
+        const int ly = y0 + ph + 52 + i * 18, lx = x0;
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
                    "stroke-dasharray=\"%s\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#333\">%s</text>\n",
                 lx, lx + 22, ly, ly, lines[i].colour, lines[i].dash, lx + 28, ly + 4, legend[i]);
@@ -221,7 +221,7 @@ int cmd_sinks(int argc, char **argv) {
     } else {
         printf("%s\n", title);
         printf("weight on token 0 per head (mean over query rows); last columns: layer means of the weight on\n"
-               "token 0, on tokens 0..%d, of each row's strongest other key (every %d-th row in full) and the\n"
+               "token 0, on tokens 0..%d, of each row's strongest other key (1 row in %d, in full) and the\n"
                "share of those rows whose strongest key is token 0\n\n",
                sp.n_first - 1, sp.every);
         printf("layer");

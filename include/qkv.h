@@ -100,11 +100,15 @@ typedef enum {
     QKV_KERNEL_AUTO = 0,       /* decode for Lq <= 8 and long KV, else flash */
     QKV_KERNEL_REFERENCE = 1,  /* textbook: materialises scores, double accumulation */
     QKV_KERNEL_FLASH = 2,      /* tiled online softmax, O(n) memory, GQA-packed */
-    QKV_KERNEL_DECODE = 3      /* split-KV across threads, LSE merge (Lq <= 8) */
+    QKV_KERNEL_DECODE = 3,     /* split-KV across threads, LSE merge (Lq <= 8) */
+    QKV_KERNEL_FLASH_BF16 = 4  /* flash with bf16 dot products: scaled Q and the softmax
+                                  weights rounded to bf16 (2^-9 relative), f32 accumulation
+                                  and softmax; ~2x the f32 rate on CPUs with AVX512_BF16,
+                                  exactly the flash kernel elsewhere. Never chosen by AUTO */
 } qkv_kernel;
 
 const char *qkv_kernel_name(qkv_kernel k);
-/* Parses "ref" | "reference" | "flash" | "decode" | "auto". */
+/* Parses "ref" | "reference" | "flash" | "decode" | "flash-bf16" | "auto". */
 qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
 
 #define QKV_HEAD_DIM_MIN 16
@@ -151,6 +155,28 @@ qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, co
 qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
                                    const void *k, const void *v, const qkv_attn_desc *d,
                                    qkv_error *err);
+
+/* The instruction set the flash and decode kernels run on this CPU: "avx512",
+ * "avx2" or "scalar" (QKV_ISA=avx512|avx2|scalar in the environment narrows
+ * the choice). */
+const char *qkv_attn_isa(void);
+
+/* ---------------------------------------------------------------- roofline */
+
+/* What this machine can do at most, from small built-in loops, so a benchmark
+ * can say which fraction of it a kernel reaches. */
+typedef struct {
+    double fma_gflops;   /* fp32 FMA peak in the kernels' vectors, all threads */
+    double bf16_gflops;  /* bf16 dot-product peak (vdpbf16ps); 0 if the CPU has none */
+    double dram_gbs;     /* read bandwidth from memory, all threads, 1e9 bytes/s */
+} qkv_roofline;
+
+/* Measures the three figures on n_threads threads (0 = all available), about
+ * `seconds` each (0 = 0.2 s), reading dram_bytes (0 = 512 MiB: far beyond any
+ * L3). Best of several short passes (a shared machine needs only one quiet
+ * moment). QKV_ERR_NOMEM if the buffer cannot be allocated. */
+qkv_status qkv_roofline_measure(qkv_roofline *out, int n_threads, double seconds, size_t dram_bytes,
+                                qkv_error *err);
 
 /* -------------------------------------------------------------------- RoPE */
 

@@ -15,6 +15,7 @@ const char *qkv_kernel_name(qkv_kernel k) {
     case QKV_KERNEL_REFERENCE: return "ref";
     case QKV_KERNEL_FLASH: return "flash";
     case QKV_KERNEL_DECODE: return "decode";
+    case QKV_KERNEL_FLASH_BF16: return "flash-bf16";
     }
     return "?";
 }
@@ -24,6 +25,7 @@ qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name) {
     if (!strcmp(name, "ref") || !strcmp(name, "reference")) *out = QKV_KERNEL_REFERENCE;
     else if (!strcmp(name, "flash")) *out = QKV_KERNEL_FLASH;
     else if (!strcmp(name, "decode")) *out = QKV_KERNEL_DECODE;
+    else if (!strcmp(name, "flash-bf16")) *out = QKV_KERNEL_FLASH_BF16;
     else if (!strcmp(name, "auto")) *out = QKV_KERNEL_AUTO;
     else return QKV_ERR_INVALID;
     return QKV_OK;
@@ -148,7 +150,9 @@ qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, co
         else
             st = attn_decode(o, lse, &P, threads, err);
     } else if (kernel == QKV_KERNEL_FLASH) {
-        st = attn_flash(o, lse, &P, threads, err);
+        st = attn_flash(o, lse, &P, threads, NULL, err);
+    } else if (kernel == QKV_KERNEL_FLASH_BF16) {
+        st = attn_flash(o, lse, &P, threads, attn_rows_bf16dot(), err);
     } else {
         st = qkv_fail(err, QKV_ERR_INVALID, "attention: unknown kernel %d", (int)kernel);
     }

@@ -43,3 +43,11 @@ const attn_isa *attn_isa_best(void) {
         if (isa_supported(&isa_table[i])) return &isa_table[i];
     return &isa_table[sizeof isa_table / sizeof isa_table[0] - 1];
 }
+
+attn_rows_fn attn_rows_bf16dot(void) {
+#ifndef QKV_PORTABLE
+    const attn_isa *isa = attn_isa_best();
+    if (!strcmp(isa->name, "avx512") && __builtin_cpu_supports("avx512bf16")) return attn_rows_avx512bf16;
+#endif
+    return NULL;
+}

@@ -47,8 +47,9 @@ static void write_rows(float *o, float *lse, const attn_problem *P, const attn_r
     }
 }
 
-qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, qkv_error *err) {
-    const attn_isa *isa = attn_isa_best();
+qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows_fn,
+                      qkv_error *err) {
+    if (!rows_fn) rows_fn = attn_isa_best()->rows;
     int nh, nq;
     block_shape(P->group, P->q_len, &nh, &nq);
     const int n_hchunk = (P->group + nh - 1) / nh;
@@ -76,7 +77,7 @@ qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads
             rows.nh = P->group - rows.h0 < nh ? P->group - rows.h0 : nh;
             rows.i0 = qb * nq;
             rows.nq = P->q_len - rows.i0 < nq ? P->q_len - rows.i0 : nq;
-            isa->rows(P, &rows, 0, P->kv_len, &ws);
+            rows_fn(P, &rows, 0, P->kv_len, &ws);
             write_rows(o, lse, P, &rows, &ws);
         }
         if (ok) attn_scratch_free(&ws);

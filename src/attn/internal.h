@@ -103,6 +103,13 @@ void attn_rows_avx2(const attn_problem *P, const attn_rows *rows, int j0, int j1
                     attn_scratch *ws);
 void attn_rows_scalar(const attn_problem *P, const attn_rows *rows, int j0, int j1,
                       attn_scratch *ws);
+/* The block path with bf16 dot products (Q and p rounded to bf16), for the
+ * flash-bf16 kernel; few-row blocks and odd D take the f32 paths. */
+void attn_rows_avx512bf16(const attn_problem *P, const attn_rows *rows, int j0, int j1,
+                          attn_scratch *ws);
+/* The inner loop of the flash-bf16 kernel on this CPU: attn_rows_avx512bf16
+ * where AVX512_BF16 is there (and QKV_ISA allows avx512), else NULL. */
+attn_rows_fn attn_rows_bf16dot(void);
 
 /* Resolves a descriptor into a problem (validates it; builds the exclusion bitmap). */
 qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q,
@@ -113,7 +120,8 @@ void attn_problem_free(attn_problem *P);
 int attn_threads(int requested);
 
 /* The kernels behind qkv_attention. */
-qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, qkv_error *err);
+qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows,
+                      qkv_error *err);
 qkv_status attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, qkv_error *err);
 
 #endif /* QKV_ATTN_INTERNAL_H */

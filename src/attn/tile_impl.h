@@ -646,11 +646,21 @@ static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j
 }
 #endif
 
+#ifdef ATTN_BF16DOT
+#include "attn/tile_bf16dot.h"
+#endif
+
 void CAT(attn_rows_, SUFFIX)(const attn_problem *P, const attn_rows *rows, int j0, int j1,
                              attn_scratch *ws) {
 #if VW > 1
     if (rows->nh * rows->nq <= FEW_ROWS && P->head_dim % VW == 0) {
         rows_few(P, rows, j0, j1, ws);
+        return;
+    }
+#endif
+#ifdef ATTN_BF16DOT
+    if (P->head_dim % 2 == 0) {
+        rows_block_bf16(P, rows, j0, j1, ws);
         return;
     }
 #endif

@@ -59,7 +59,7 @@ static const model_mm_isa mm_isas[] = {
     {"avx512", 16, model_mm_rows_avx512, model_mm_dequant_avx512},
     {"avx2", 8, model_mm_rows_avx2, model_mm_dequant_avx2},
 #endif
-    {"scalar", 1, model_mm_rows_scalar, model_mm_dequant_scalar},
+    {"scalar", 4, model_mm_rows_scalar, model_mm_dequant_scalar},
 };
 #define N_ISAS (sizeof mm_isas / sizeof mm_isas[0])
 
@@ -99,6 +99,7 @@ void model_matmul_isa(const model_mm_isa *isa, float *out, const float *x, const
     const int64_t rows = w->shape[0], cols = w->shape[1];
     const int64_t n_blocks = (rows + MATMUL_ROWS - 1) / MATMUL_ROWS;
     const model_mm_rows_fn rows_fn = isa->rows;
+    if (n < 1) return;
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int64_t b = 0; b < n_blocks; b++) {
         int64_t r0 = b * MATMUL_ROWS, r1 = r0 + MATMUL_ROWS < rows ? r0 + MATMUL_ROWS : rows;

@@ -1,30 +1,34 @@
 /*
  * matmul_impl.h — the matmul kernels, written once over a vector of VW floats
  * (GCC vector extensions) and compiled per ISA by matmul_avx512.c (VW 16),
- * matmul_avx2.c (VW 8) and matmul_scalar.c (VW 1). Their readable reference
+ * matmul_avx2.c (VW 8) and matmul_scalar.c (VW 4: plain C vectors, SSE2 on
+ * baseline x86-64, scalar code where there are none). Their readable reference
  * twin is model_matmul_reference (matmul.c); tests/test_matmul.c compares
  * every ISA with a double-precision oracle over types and shapes.
  *
  * One call computes out[t, r] = sum_c x[t, c] * W[r, c] for the weight rows
  * r0 <= r < r1 of one thread's block and every token t < n, two ways:
- *   - fused (n <= MM_FUSED_MAX, decode; F32, F16, BF16, Q8_0, Q4_0, Q4_1):
- *     each block of 32 weights is decoded in registers (nibbles unpacked,
- *     scaled) and multiplied into every token's accumulators; no f32 row is
- *     written, the weights are read once.
+ *   - fused (n <= MM_FUSED_MAX, decode; F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+ *     Q4_K, Q5_K, Q6_K): each (sub-)block of 32 weights is decoded in
+ *     registers (codes unpacked, scaled) and multiplied into every token's
+ *     accumulators; no f32 row is written, the weights are read once.
  *   - tiled (larger n, or other types): the block's rows are dequantised once
- *     into scratch (F32 rows are read in place), then a register-tiled
+ *     into scratch by the same decoding (F32 rows are read in place; types
+ *     not listed above by qkv_dequantize), then a register-tiled
  *     micro-kernel holds MR rows x NR tokens of vector accumulators along
- *     cols; the MR * NR = VW partial vectors are folded by a shuffle tree
- *     into one vector of VW dot products.
+ *     cols; every VW partial vectors are folded by a shuffle tree into one
+ *     vector of VW dot products.
  * Activations stay f32 and every product is f32 (no 8-bit activations).
- * Decoded weights equal qkv_dequantize's, except that Q4_1's d * q + m may
- * be one fused multiply-add (one rounding fewer).
+ * Decoded weights equal qkv_dequantize's bit for bit, even where d * q + m
+ * becomes one fused multiply-add: an f16 scale (11 significant bits, times a
+ * 6-bit K-quant scale at most) times a code of at most 8 bits is exact in
+ * f32, so only the final operation rounds, once, either way.
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "model/internal.h"
 
 #include <string.h>
-#if VW > 1
+#if VW >= 8
 #include <immintrin.h>
 #endif
 
@@ -39,30 +43,28 @@ typedef int8_t vsb __attribute__((vector_size(VW)));
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
 
-/* Micro-tile: MR weight rows x NR tokens, MR * NR = VW accumulators (one
- * fold tree); the scalar build keeps 16 independent sums. */
+/* Micro-tile: MR weight rows x NR tokens of accumulators, plus MR weight
+ * vectors and one x vector in registers (32 of them with AVX-512, 16
+ * otherwise); MR * NR a multiple of VW (whole fold trees). */
 #if VW == 16
 #define MR 4
 #define NR 4
-#elif VW == 8
-#define MR 4
-#define NR 2
 #else
 #define MR 4
-#define NR 4
+#define NR 2
 #endif
-#if VW > 1 && MR * NR != VW
-#error "the fold tree needs MR * NR == VW"
+#if (MR * NR) % VW
+#error "the fold tree needs MR * NR to be a multiple of VW"
 #endif
 
-#define QK 32          /* elements per Q8_0 / Q4_0 / Q4_1 block */
-#define QV (QK / VW)   /* vectors per block */
+#define QK 32          /* elements per (sub-)block decoded at once */
+#define QV (QK / VW)   /* vectors per (sub-)block */
 #define NA (QV < 4 ? QV : 4) /* accumulators per token in the fused path */
 
 /* Loads a vector once per tile step: without this GCC folds the load into
  * each multiply-add that uses it as a memory operand (MR or NR loads instead
  * of one). */
-#if VW > 1
+#if defined(__x86_64__) || defined(__i386__)
 #define KEEP_IN_REGISTER(v) __asm__("" : "+v"(v))
 #else
 #define KEEP_IN_REGISTER(v) ((void)0)
@@ -87,37 +89,69 @@ static inline float vhsum(vf a) {
 #if VW >= 8
     typedef float vf4 __attribute__((vector_size(16)));
     vf4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+#else
+    vf q = a;
+#endif
     q += __builtin_shufflevector(q, q, 2, 3, 0, 1);
     return q[0] + q[1];
-#else
-    return a[0];
-#endif
 }
 
-/* VW bytes at p widened to 32-bit lanes (signed / unsigned). */
+/* VW bytes at p widened to 32-bit lanes: signed, unsigned. */
 INLINE vi load_i8(const uint8_t *p) {
 #if VW == 16
     __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
 #elif VW == 8
     __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
 #else
-    vi v = {(int8_t)p[0]};
+    vsb b;
+    memcpy(&b, p, sizeof b);
+    vi v = __builtin_convertvector(b, vi);
 #endif
     vi out;
     memcpy(&out, &v, sizeof out);
     return out;
 }
-INLINE vb load_u8(const uint8_t *p) {
-    vb q;
-    memcpy(&q, p, sizeof q);
-    return q;
+INLINE vi load_u8(const uint8_t *p) {
+#if VW == 16
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+#elif VW == 8
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+#else
+    vb b;
+    memcpy(&b, p, sizeof b);
+    vi v = __builtin_convertvector(b, vi);
+#endif
+    vi out;
+    memcpy(&out, &v, sizeof out);
+    return out;
+}
+static inline vf to_float(vi q) { return __builtin_convertvector(q, vf); }
+
+/* f16 bits to f32 without F16C, exact: move exponent and mantissa into
+ * place, rebias by 2^112 (this also normalises subnormals), then restore
+ * inf/NaN exponents and the sign. */
+INLINE vf f16_to_f32_bits(vu u) {
+    vu mag = (u & 0x7fffu) << 13;
+    vf f;
+    memcpy(&f, &mag, sizeof f);
+    f = f * 0x1p112f;
+    vu fb;
+    memcpy(&fb, &f, sizeof fb);
+    fb |= (vu)((u & 0x7c00u) == 0x7c00u) & 0x7f800000u;
+    fb |= (u & 0x8000u) << 16;
+    memcpy(&f, &fb, sizeof f);
+    return f;
 }
 
 /* Little-endian f16 / bf16 at p (any alignment). */
 INLINE float f16_at(const uint8_t *p) {
+#ifdef __F16C__
     __extension__ _Float16 h;
     memcpy(&h, p, 2);
     return (float)h;
+#else
+    return qkv_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+#endif
 }
 INLINE float bf16_at(const uint8_t *p) {
     uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
@@ -147,7 +181,9 @@ INLINE vf load_float_w(const uint8_t *row, qkv_ggml_type t, int64_t c) {
 #elif VW == 8
     __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 #else
-    vf f = {f16_at(p)};
+    vh h;
+    memcpy(&h, p, sizeof h);
+    vf f = f16_to_f32_bits(__builtin_convertvector(h, vu));
 #endif
     vf out;
     memcpy(&out, &f, sizeof out);
@@ -163,56 +199,143 @@ INLINE float float_w_at(const uint8_t *row, qkv_ggml_type t, int64_t c) {
     return t == QKV_GGML_TYPE_BF16 ? bf16_at(row + 2 * c) : f16_at(row + 2 * c);
 }
 
-/* The 32 weights of one Q8_0 / Q4_0 / Q4_1 block as QV vectors (byte
- * layouts in dequant.c): Q8_0 d * q, Q4_0 d * (nibble - 8), Q4_1
- * d * nibble + m, element j < 16 the low nibble of qs[j], j + 16 its high. */
-INLINE void decode_block(vf *w, const uint8_t *blk, qkv_ggml_type t) {
-    if (t == QKV_GGML_TYPE_Q8_0) {
-        const vf d = vset1(f16_at(blk));
-        for (int v = 0; v < QV; v++) w[v] = __builtin_convertvector(load_i8(blk + 2 + v * VW), vf) * d;
-        return;
-    }
-    const uint8_t *qs = blk + (t == QKV_GGML_TYPE_Q4_0 ? 2 : 4);
-    const vf d = vset1(f16_at(blk));
-    const vf m = vset1(t == QKV_GGML_TYPE_Q4_1 ? f16_at(blk + 2) : 0.0f);
-#if VW == 16
-    /* 16 lanes hold all 16 nibble values: build the block's table of weights
-     * once, then each vector is a lane permutation of it (vpermps reads only
-     * the index's low 4 bits, so the low nibbles need no mask). */
-    const vf iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    const vf table = t == QKV_GGML_TYPE_Q4_0 ? (iota - 8) * d : iota * d + m;
-    vi q = __builtin_convertvector(load_u8(qs), vi);
-    w[0] = __builtin_shuffle(table, q & 15);
-    w[1] = __builtin_shuffle(table, q >> 4);
-#else
-    for (int v = 0; v < QV; v++) {
-        const int e = v * VW; /* first element of this vector */
-        vb q;
-        memcpy(&q, qs + e % 16, VW);
-        q = e < 16 ? q & 15 : q >> 4;
-        if (t == QKV_GGML_TYPE_Q4_0)
-            w[v] = __builtin_convertvector(__builtin_convertvector((vsb)q - 8, vi), vf) * d;
-        else
-            w[v] = __builtin_convertvector(__builtin_convertvector(q, vi), vf) * d + m;
-    }
-#endif
-}
+/* ------------------------------------------------------- block types */
 
+/* Block types: Q8_0, Q4_0, Q4_1 (32 elements a block) and the K-quants Q4_K,
+ * Q5_K, Q6_K (256 elements, 8 sub-blocks of 32). Byte layouts in dequant.c.
+ * Each helper is a constant once t is (t is a literal in every caller). */
 static int is_block_type(qkv_ggml_type t) {
-    return t == QKV_GGML_TYPE_Q8_0 || t == QKV_GGML_TYPE_Q4_0 || t == QKV_GGML_TYPE_Q4_1;
+    return t == QKV_GGML_TYPE_Q8_0 || t == QKV_GGML_TYPE_Q4_0 || t == QKV_GGML_TYPE_Q4_1 ||
+           t == QKV_GGML_TYPE_Q4_K || t == QKV_GGML_TYPE_Q5_K || t == QKV_GGML_TYPE_Q6_K;
 }
 static int is_float_type(qkv_ggml_type t) {
     return t == QKV_GGML_TYPE_F32 || t == QKV_GGML_TYPE_F16 || t == QKV_GGML_TYPE_BF16;
+}
+INLINE size_t block_bytes(qkv_ggml_type t) {
+    switch (t) {
+    case QKV_GGML_TYPE_Q8_0: return 34;
+    case QKV_GGML_TYPE_Q4_0: return 18;
+    case QKV_GGML_TYPE_Q4_1: return 20;
+    case QKV_GGML_TYPE_Q4_K: return 144;
+    case QKV_GGML_TYPE_Q5_K: return 176;
+    default: return 210; /* Q6_K */
+    }
+}
+INLINE int block_subs(qkv_ggml_type t) { /* 32-element sub-blocks per block */
+    return t == QKV_GGML_TYPE_Q4_K || t == QKV_GGML_TYPE_Q5_K || t == QKV_GGML_TYPE_Q6_K ? 8 : 1;
+}
+
+/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j from the 12 scale bytes
+ *   j < 4:  sc = s[j] & 63,  m = s[j + 4] & 63
+ *   j >= 4: sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4,
+ *           m  = (s[j + 4] >> 4) | (s[j]     >> 6) << 4   */
+INLINE void k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+#if VW == 16
+/* 4-bit codes with AVX-512: the 16 lanes of a vector hold all 16 possible
+ * weights of a (sub-)block, table[q] = q * scale + offset, so a vector of
+ * weights is one lane permutation of it (vpermps reads only the index's low
+ * 4 bits: the low nibbles need no mask). */
+INLINE vf table_lookup(vf table, vi q) {
+    __m512 t, r;
+    __m512i i;
+    memcpy(&t, &table, sizeof t);
+    memcpy(&i, &q, sizeof i);
+    r = _mm512_permutexvar_ps(i, t);
+    vf out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
+static const vf k_iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+#endif
+
+/* The 32 weights of sub-block j of the block at blk as QV vectors:
+ *   Q8_0 d * q;  Q4_0 d * (q - 8);  Q4_1 d * q + m  (q: element l < 16 the low
+ *   nibble of qs[l], l + 16 its high nibble);
+ *   Q4_K, Q5_K (d * sc) * q - (dmin * m)  (q: nibbles of qs[32 (j / 2) + l],
+ *   low for even j; Q5_K's fifth bit is bit j of qh[l]);
+ *   Q6_K (d * scale) * (q - 32)  (sub-block j = 4 half + k, see dequant.c). */
+INLINE void decode_sub(vf *w, const uint8_t *blk, int j, qkv_ggml_type t) {
+    switch (t) {
+    case QKV_GGML_TYPE_Q8_0: {
+        const vf d = vset1(f16_at(blk));
+        for (int v = 0; v < QV; v++) w[v] = to_float(load_i8(blk + 2 + v * VW)) * d;
+        return;
+    }
+    case QKV_GGML_TYPE_Q4_0:
+    case QKV_GGML_TYPE_Q4_1: {
+        const uint8_t *qs = blk + (t == QKV_GGML_TYPE_Q4_0 ? 2 : 4);
+        const float d = f16_at(blk), m = t == QKV_GGML_TYPE_Q4_1 ? f16_at(blk + 2) : 0.0f;
+#if VW == 16
+        const vf table = t == QKV_GGML_TYPE_Q4_0 ? (k_iota - 8) * d : k_iota * d + m;
+        const vi q = load_u8(qs);
+        w[0] = table_lookup(table, q);
+        w[1] = table_lookup(table, q >> 4);
+#else
+        for (int v = 0; v < QV; v++) {
+            const int l = v * VW; /* first element of this vector */
+            vi q = load_u8(qs + l % 16);
+            q = l < 16 ? q & 15 : q >> 4;
+            if (t == QKV_GGML_TYPE_Q4_0) w[v] = to_float(q - 8) * d;
+            else w[v] = to_float(q) * d + m;
+        }
+#endif
+        return;
+    }
+    case QKV_GGML_TYPE_Q4_K:
+    case QKV_GGML_TYPE_Q5_K: {
+        int sc, mn;
+        k_scale_min(j, blk + 4, &sc, &mn);
+        const float dl = f16_at(blk) * (float)sc, ml = f16_at(blk + 2) * (float)mn;
+        const int q5 = t == QKV_GGML_TYPE_Q5_K;
+        const uint8_t *qs = blk + (q5 ? 48 : 16) + 32 * (j / 2), *qh = blk + 16;
+        const int shift = 4 * (j % 2);
+#if VW == 16
+        if (!q5) {
+            const vf table = k_iota * dl - ml;
+            for (int v = 0; v < QV; v++) w[v] = table_lookup(table, load_u8(qs + v * VW) >> shift);
+            return;
+        }
+#endif
+        for (int v = 0; v < QV; v++) {
+            vi q = (load_u8(qs + v * VW) >> shift) & 15;
+            if (q5) q |= ((load_u8(qh + v * VW) >> j) & 1) << 4;
+            w[v] = to_float(q) * dl - ml;
+        }
+        return;
+    }
+    default: { /* Q6_K */
+        const int half = j / 4, k = j % 4;
+        const uint8_t *ql = blk + 64 * half + 32 * (k % 2), *qh = blk + 128 + 32 * half;
+        const int8_t *scales = (const int8_t *)(blk + 192 + 8 * half + 2 * k);
+        const float d = f16_at(blk + 208);
+        const int shift = 4 * (k / 2);
+        for (int v = 0; v < QV; v++) {
+            const int l = v * VW; /* a vector lies within one 16-element scale group */
+            vi q = ((load_u8(ql + l) >> shift) & 15) | ((load_u8(qh + l) >> (2 * k)) & 3) << 4;
+            w[v] = vset1(d * (float)scales[l / 16]) * to_float(q - 32);
+        }
+        return;
+    }
+    }
 }
 
 /* ---------------------------------------------------------- dequantise */
 
 INLINE void dequant_blocks(float *y, const uint8_t *src, qkv_ggml_type t, int64_t cols) {
-    const size_t bs = qkv_ggml_block_bytes(t);
-    for (int64_t b = 0; b < cols / QK; b++) {
+    const size_t bs = block_bytes(t);
+    for (int64_t s = 0; s < cols / QK; s++) { /* sub-block s of the row */
         vf w[QV];
-        decode_block(w, src + (size_t)b * bs, t);
-        for (int v = 0; v < QV; v++) vstore(y + b * QK + v * VW, w[v]);
+        decode_sub(w, src + (size_t)(s / block_subs(t)) * bs, (int)(s % block_subs(t)), t);
+        for (int v = 0; v < QV; v++) vstore(y + s * QK + v * VW, w[v]);
     }
 }
 
@@ -222,8 +345,8 @@ INLINE void dequant_floats(float *y, const uint8_t *src, qkv_ggml_type t, int64_
     for (; c < cols; c++) y[c] = float_w_at(src, t, c);
 }
 
-/* y[cols] <- one row of type t: vectorised for F32, F16, BF16, Q8_0, Q4_0,
- * Q4_1, qkv_dequantize for the others (K-quants). */
+/* y[cols] <- one row of type t (F32, F16, BF16 and the block types;
+ * qkv_dequantize for any other). */
 void CAT(model_mm_dequant_, SUFFIX)(float *y, const void *src, qkv_ggml_type t, int64_t cols) {
     const uint8_t *s = src;
     switch (t) { /* one loop per type, so the decoding is inlined without a branch */
@@ -233,6 +356,9 @@ void CAT(model_mm_dequant_, SUFFIX)(float *y, const void *src, qkv_ggml_type t, 
     case QKV_GGML_TYPE_Q8_0: dequant_blocks(y, s, QKV_GGML_TYPE_Q8_0, cols); break;
     case QKV_GGML_TYPE_Q4_0: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_0, cols); break;
     case QKV_GGML_TYPE_Q4_1: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_1, cols); break;
+    case QKV_GGML_TYPE_Q4_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_K, cols); break;
+    case QKV_GGML_TYPE_Q5_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q5_K, cols); break;
+    case QKV_GGML_TYPE_Q6_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q6_K, cols); break;
     default: qkv_dequantize(y, s, t, cols, NULL); break;
     }
 }
@@ -243,16 +369,19 @@ void CAT(model_mm_dequant_, SUFFIX)(float *y, const void *src, qkv_ggml_type t, 
  * a block type decoded in registers; NA accumulators per token. */
 INLINE void fused_row_blocks(float *out, int64_t ldo, const float *x, int64_t ldx, const uint8_t *row,
                              int64_t cols, qkv_ggml_type t, const int nt) {
-    const size_t bs = qkv_ggml_block_bytes(t);
+    const size_t bs = block_bytes(t);
     vf acc[MM_FUSED_MAX][NA];
     for (int j = 0; j < nt; j++)
         for (int a = 0; a < NA; a++) acc[j][a] = vset1(0);
-    for (int64_t b = 0; b < cols / QK; b++) {
-        vf w[QV];
-        decode_block(w, row + (size_t)b * bs, t);
-        for (int v = 0; v < QV; v++)
-            for (int j = 0; j < nt; j++) acc[j][v % NA] += w[v] * vload(x + j * ldx + b * QK + v * VW);
-    }
+    for (int64_t b = 0; b < cols / (QK * block_subs(t)); b++)
+        for (int sb = 0; sb < block_subs(t); sb++) {
+            const int64_t c = (b * block_subs(t) + sb) * QK; /* first element of the sub-block */
+            vf w[QV];
+            __builtin_prefetch(row + (size_t)b * bs + 1024); /* weights stream from memory: ~8% in decode */
+            decode_sub(w, row + (size_t)b * bs, sb, t);
+            for (int v = 0; v < QV; v++)
+                for (int j = 0; j < nt; j++) acc[j][v % NA] += w[v] * vload(x + j * ldx + c + v * VW);
+        }
     for (int j = 0; j < nt; j++) {
         vf s = acc[j][0];
         for (int a = 1; a < NA; a++) s += acc[j][a];
@@ -300,6 +429,9 @@ INLINE void fused_rows_nt(float *out, int64_t ldo, const float *x, int64_t ldx, 
         ROWS(QKV_GGML_TYPE_Q8_0, fused_row_blocks)
         ROWS(QKV_GGML_TYPE_Q4_0, fused_row_blocks)
         ROWS(QKV_GGML_TYPE_Q4_1, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q4_K, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q5_K, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q6_K, fused_row_blocks)
 #undef ROWS
     default: break;
     }
@@ -307,9 +439,9 @@ INLINE void fused_rows_nt(float *out, int64_t ldo, const float *x, int64_t ldx, 
 
 /* ----------------------------------------------------------- tiled path */
 
-/* sums[k] = horizontal sum of acc[k], k < MR * NR. With VW lanes each level
- * adds the low and high halves of every accumulator's lanes, two
- * accumulators per vector: after log2 VW levels lane k holds acc[k]'s sum. */
+/* sums[k] = horizontal sum of acc[k], k < VW. Each level adds the low and
+ * high halves of every accumulator's lanes, two accumulators per vector:
+ * after log2 VW levels lane k holds acc[k]'s sum. */
 #if VW == 16
 #define SHUF __builtin_shufflevector
 INLINE void fold_tree(float *sums, const vf *acc) {
@@ -341,7 +473,12 @@ INLINE void fold_tree(float *sums, const vf *acc) {
 }
 #else
 INLINE void fold_tree(float *sums, const vf *acc) {
-    for (int k = 0; k < MR * NR; k++) sums[k] = acc[k][0];
+    vf a[2];
+    for (int i = 0; i < 2; i++) /* 4 lanes per accumulator -> 2 */
+        a[i] = __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 0, 1, 4, 5) +
+               __builtin_shufflevector(acc[2 * i], acc[2 * i + 1], 2, 3, 6, 7);
+    vstore(sums, __builtin_shufflevector(a[0], a[1], 0, 2, 4, 6) + /* 2 -> 1 */
+                     __builtin_shufflevector(a[0], a[1], 1, 3, 5, 7));
 }
 #endif
 
@@ -366,7 +503,7 @@ INLINE void tile(float *out, int64_t ldo, const float *x, int64_t ldx, const flo
         }
     }
     float sums[MR * NR];
-    fold_tree(sums, acc);
+    for (int k = 0; k < MR * NR; k += VW) fold_tree(sums + k, acc + k);
     for (; c < cols; c++)
         for (int j = 0; j < nt; j++)
             for (int i = 0; i < MR; i++) sums[j * MR + i] += w[i][c] * x[j * ldx + c];

@@ -131,6 +131,7 @@ def main():
         b.send("Page.enable", session=s)
         b.send("Emulation.setDeviceMetricsOverride",
                {"width": 1400, "height": 1000, "deviceScaleFactor": 1, "mobile": False}, session=s)
+        t_nav = time.time()
         b.send("Page.navigate", {"url": "file://" + page}, session=s)
         b.wait_event("Page.loadEventFired", timeout=120)
 
@@ -145,7 +146,8 @@ def main():
             if js("!!(window.qkv && window.qkv.ready)"):
                 break
             time.sleep(0.1)
-        check(js("!!(window.qkv && window.qkv.ready)"), "page script ran to the end (window.qkv.ready)")
+        check(js("!!(window.qkv && window.qkv.ready)"),
+              "page script ran to the end (window.qkv.ready) %.0f ms after navigation" % ((time.time() - t_nav) * 1e3))
         n_maps = js("document.querySelectorAll('#grid canvas.thumb').length")
         check(n_maps == layers * heads, "grid has %d x %d = %d maps (found %s)" % (layers, heads, layers * heads, n_maps))
         drawn = js("Array.from(document.querySelectorAll('#grid canvas.thumb')).every(c => c.width > 0)")
@@ -165,20 +167,21 @@ def main():
               "clicking head 1's map changes the large view (%r -> %r)" % (title0, title1))
         # choosing a head in the <select>
         if heads > 2:
-            js("(() => { const s = document.getElementById('head'); s.value = '2';"
-               " s.dispatchEvent(new Event('change')); })()")
+            ms = js("(() => { const t = performance.now(), s = document.getElementById('head'); s.value = '2';"
+                    " s.dispatchEvent(new Event('change')); return performance.now() - t; })()")
             third, title2 = js(big), js("document.getElementById('viewtitle').textContent")
-            check(third != after and "head" in title2, "choosing head 2 in the menu changes the large view (%r)" % title2)
+            check(third != after and "head" in title2,
+                  "choosing head 2 in the menu changes the large view (%r, %.0f ms)" % (title2, ms))
         # hover over the large view's bottom-left cell: query n-1, key 0
         r = js("(() => { const c = document.getElementById('bigc'); c.scrollIntoView({block: 'center'});"
                " const r = c.getBoundingClientRect(); return [r.x + 2, r.y + r.height - 2]; })()")
         b.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": r[0], "y": r[1]}, session=s)
         tip = js("document.getElementById('tip').textContent")
         check("weight" in (tip or "") and "query" in tip, "hovering shows query, key and weight (%r)" % tip)
-        for box in ("log", "hide0"):
-            js("document.getElementById('%s').click()" % box)
+        ms = js("(() => { const t = performance.now(); document.getElementById('log').click();"
+                " document.getElementById('hide0').click(); return performance.now() - t; })()")
         toggled = js(big)
-        check(toggled != js("''") and toggled != after, "log scale and hide-token-0 redraw the view")
+        check(toggled != after, "log scale and hide-token-0 redraw every map (%.0f ms for both)" % ms)
         errors = js("window.qkv.errors")
         exceptions = [e for e in b.events if e.get("method") == "Runtime.exceptionThrown"]
         console = [e for e in b.events if e.get("method") == "Runtime.consoleAPICalled"

@@ -18,8 +18,11 @@ Greedy = llama_cpp.Llama.generate(prompt_ids, temp=0.0, repeat_penalty=1.0)
 (llama.cpp's greedy sampler: argmax), 2 threads (n_threads = n_threads_batch
 = 2), stopped after 32 tokens or at EOS (<|im_end|>, id 2; kept, as
 transformers' generate keeps it). The prompt is fed as the transformers ids,
-so only the forward passes differ. Writes gen_<name>.llamacpp_ids.npy (int32)
-next to the transformers ids and the markdown report.
+so only the forward passes differ. Four configurations (see CONFIGS): A
+llama.cpp's defaults on the Q4_1 file (F16 KV cache), B with an F32 KV cache,
+C and D the same with the model dequantised to an F32 GGUF (written once to
+--f32-gguf, 540 MB). Writes gen_<name>.llamacpp_ids.npy (int32, config A) next
+to the transformers ids, and the markdown report.
 """
 import argparse
 import os
@@ -125,7 +128,7 @@ def main():
            "to llama.cpp as the transformers token ids, so only the forward passes differ. "
            "Greedy = `Llama.generate(ids, temp=0.0, repeat_penalty=1.0)` (llama.cpp's greedy "
            "sampler), 32 new tokens or up to EOS.", "",
-           "Three llama.cpp configurations: A is llama.cpp as shipped and is the one the "
+           "Four llama.cpp configurations: A is llama.cpp as shipped and is the one the "
            "issue asks about (its ids are committed as `gen_<name>.llamacpp_ids.npy`); B, C and D "
            "take the sources of difference away one at a time.", ""]
     for label, which, kw in configs:
@@ -218,10 +221,11 @@ READING = """\
   are different texts.
 - B: an F32 KV cache does not change that picture: the 8-bit activations dominate (the
   flips move to other steps).
-- C: float32 weights and matmuls but the default F16 KV cache: differences of 1e-2 to
-  5e-2, already above the 5e-3 tolerance, though argmax and greedy text agree here.
+- C: float32 weights and matmuls but the default F16 KV cache: differences of 6e-3 to
+  5e-2, already above the 5e-3 tolerance; argmaxes differ only at a transformers
+  near-tie (margin < 1e-3) and the greedy texts agree.
 - D: the same weights dequantised to F32 in the file and an F32 KV cache: llama.cpp and
-  transformers agree to ~1e-4 (<= 8e-4 over the 1004-token prompt), with identical
+  transformers agree to ~1e-4 (<= 1e-3 over the 1116-token prompt), with identical
   argmaxes and greedy continuations. So the transformers fixtures are a float32 forward of
   exactly the quantised weights, a second independent float32 implementation reproduces
   them far inside 5e-3, and the tolerance is met by float32 compute with float32 K/V; it

@@ -63,6 +63,7 @@ import argparse
 import json
 import math
 import os
+import sys
 
 import numpy as np
 import regex
@@ -378,17 +379,29 @@ def check_llamacpp(path, seqs, ref):
     except ImportError:
         print("llama-cpp-python not installed: llama.cpp comparison skipped")
         return
-    llm = Llama(model_path=path, n_ctx=4096, n_batch=4096, n_ubatch=4096, n_threads=2,
-                n_threads_batch=2, logits_all=True, verbose=False)
-    for name, ids in seqs.items():
-        llm.reset()
-        llm.eval(ids)
-        lg = np.array(llm.scores[:len(ids)], dtype=np.float32)
-        r = ref[name].numpy()
-        diff = np.abs(lg - r).max(-1)
-        agree = (lg.argmax(-1) == r.argmax(-1)).mean()
-        print(f"  llama.cpp vs HF, {name}: max |dlogit| {diff.max():.3g} "
-              f"(at position {int(diff.argmax())}), argmax agreement {agree:.4f}")
+    import tempfile
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from compare_llamacpp import dequantised_f32_gguf
+    tmp = tempfile.mkdtemp()
+    f32_path = os.path.join(tmp, "tiny-llama31-f32.gguf")
+    dequantised_f32_gguf(path, f32_path)
+    for label, p, kw in (("F16 weights, F16 KV cache (defaults)", path, {}),
+                         ("F16 weights, F32 KV cache", path, {"type_k": 0, "type_v": 0}),
+                         ("weights as F32, F32 KV cache", f32_path, {"type_k": 0, "type_v": 0})):
+        llm = Llama(model_path=p, n_ctx=4096, n_batch=4096, n_ubatch=4096, n_threads=2,
+                    n_threads_batch=2, logits_all=True, verbose=False, **kw)
+        for name, ids in seqs.items():
+            llm.reset()
+            llm.eval(ids)
+            lg = np.array(llm.scores[:len(ids)], dtype=np.float32)
+            r = ref[name].numpy()
+            diff = np.abs(lg - r).max(-1)
+            agree = (lg.argmax(-1) == r.argmax(-1)).mean()
+            print(f"  llama.cpp ({label}) vs HF, {name}: max |dlogit| {diff.max():.3g} "
+                  f"(at position {int(diff.argmax())}), argmax agreement {agree:.4f}")
+        del llm
+    os.remove(f32_path)
+    os.rmdir(tmp)
 
 
 if __name__ == "__main__":

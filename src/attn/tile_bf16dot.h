@@ -1,0 +1,242 @@
+/*
+ * tile_bf16dot.h — the block path of tile_impl.h with bf16 dot products
+ * (AVX512_BF16 vdpbf16ps: per f32 lane, acc += a0*b0 + a1*b1 over a pair of
+ * bf16), for the flash-bf16 kernel. Included by tile_impl.h when ATTN_BF16DOT
+ * is defined (tile_avx512bf16.c); everything else (mask, online softmax, the
+ * few-row path) is the f32 code.
+ *
+ * What is rounded to bf16, and nothing else: the scaled queries and the
+ * probabilities p. K and V are used as stored when they are bf16 (no
+ * conversion at all), rounded to bf16 once per tile when f32 or f16. Products
+ * of two bf16 are exact in f32 and accumulate in f32, the softmax runs in f32,
+ * so the error is that of two bf16 roundings (2^-9 relative each), as in any
+ * bf16 attention; tests/test_attn_kernels.c bounds it.
+ *
+ * Layouts (pairs are two bf16 in one 32-bit lane, low half first):
+ *   qt2 [D/2, RP]   pair (q_r[2i], q_r[2i+1]) for row r: lanes run across rows
+ *   K   [nk, D]     bf16 rows; pair i of key j is one 32-bit broadcast
+ *   pt2 [nk/2, RP]  pair (p[2i][r], p[2i+1][r]) for row r, broadcast per row
+ *   v2  [nk/2, ld]  pair (v[2i][c], v[2i+1][c]): lanes run across columns
+ * Requires D even (the caller falls back to f32 otherwise).
+ */
+
+static inline uint16_t bf16_round(float x) { return qkv_f32_to_bf16(x); }
+
+INLINE __m512bh as_bh(__m512i x) {
+    __m512bh r;
+    memcpy(&r, &x, sizeof r);
+    return r;
+}
+
+/* 16 values of a K/V row from column c, rounded to bf16 (c + 16 <= D). */
+INLINE __m256i row16_bf16(const void *row, qkv_dtype t, int c) {
+    if (t == QKV_DTYPE_BF16) return _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c));
+    __m512 f = t == QKV_DTYPE_F32 ? _mm512_loadu_ps((const float *)row + c)
+                                  : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c)));
+    __m256bh h = _mm512_cvtneps_pbh(f);
+    __m256i out;
+    memcpy(&out, &h, sizeof out);
+    return out;
+}
+
+static uint16_t elem_bf16(const void *row, qkv_dtype t, int c) {
+    if (t == QKV_DTYPE_BF16) return ((const uint16_t *)row)[c];
+    if (t == QKV_DTYPE_F32) return bf16_round(((const float *)row)[c]);
+    return bf16_round(qkv_f16_to_f32(((const uint16_t *)row)[c]));
+}
+
+/* st[k][r0 ..] = sum over pairs i of qt2[i][r0 ..] . k_k pair i, keys k < mk. */
+INLINE void qk2_micro(float *st, const uint32_t *qt2, const uint16_t *kp, int ks, int DP, int RP, int r0,
+                      const int mk, const int rcv) {
+    __m512 a[MK][RCV];
+    for (int k = 0; k < mk; k++)
+        for (int n = 0; n < rcv; n++) a[k][n] = _mm512_setzero_ps();
+    for (int i = 0; i < DP; i++) {
+        __m512bh qv[RCV];
+        for (int n = 0; n < rcv; n++) qv[n] = as_bh(_mm512_loadu_si512(qt2 + (size_t)i * RP + r0 + n * 16));
+        for (int k = 0; k < mk; k++) {
+            uint32_t pair;
+            memcpy(&pair, kp + (size_t)k * ks + 2 * i, sizeof pair);
+            __m512bh kb = as_bh(_mm512_set1_epi32((int)pair));
+            for (int n = 0; n < rcv; n++) a[k][n] = _mm512_dpbf16_ps(a[k][n], qv[n], kb);
+        }
+    }
+    for (int k = 0; k < mk; k++)
+        for (int n = 0; n < rcv; n++) _mm512_storeu_ps(st + (size_t)k * RP + r0 + n * 16, a[k][n]);
+}
+
+INLINE void qk2_rowchunk(float *st, const uint32_t *qt2, const uint16_t *kp, int ks, int nk, int DP, int RP,
+                         int r0, const int rcv) {
+    int j = 0;
+    for (; j + MK <= nk; j += MK) qk2_micro(st + (size_t)j * RP, qt2, kp + (size_t)j * ks, ks, DP, RP, r0, MK, rcv);
+    st += (size_t)j * RP;
+    kp += (size_t)j * ks;
+    switch (nk - j) {
+    case 5: qk2_micro(st, qt2, kp, ks, DP, RP, r0, 5, rcv); break;
+    case 4: qk2_micro(st, qt2, kp, ks, DP, RP, r0, 4, rcv); break;
+    case 3: qk2_micro(st, qt2, kp, ks, DP, RP, r0, 3, rcv); break;
+    case 2: qk2_micro(st, qt2, kp, ks, DP, RP, r0, 2, rcv); break;
+    case 1: qk2_micro(st, qt2, kp, ks, DP, RP, r0, 1, rcv); break;
+    default: break;
+    }
+}
+
+static void qk2_tile(float *st, const uint32_t *qt2, const uint16_t *kp, int ks, int nk, int DP, int RP) {
+    for (int r0 = 0; r0 < RP; r0 += RCV * 16) {
+        int rcv = (RP - r0) / 16;
+        if (rcv >= 4) qk2_rowchunk(st, qt2, kp, ks, nk, DP, RP, r0, 4);
+        else if (rcv == 3) qk2_rowchunk(st, qt2, kp, ks, nk, DP, RP, r0, 3);
+        else if (rcv == 2) qk2_rowchunk(st, qt2, kp, ks, nk, DP, RP, r0, 2);
+        else qk2_rowchunk(st, qt2, kp, ks, nk, DP, RP, r0, 1);
+    }
+}
+
+/* acc[r0 + i][c0 + 16c ..] += sum over key pairs of pt2[jp][r0 + i] . v2[jp][c0 + 16c ..]. */
+INLINE void pv2_micro(float *acc, int ld, const uint32_t *pt2, int RP, const uint32_t *v2, int njp, int r0, int c0,
+                      const int mr, const int nc) {
+    __m512 a[MR][NC];
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < nc; c++) a[i][c] = _mm512_loadu_ps(acc + (size_t)(r0 + i) * ld + c0 + c * 16);
+    for (int jp = 0; jp < njp; jp++) {
+        __m512i vv[NC];
+        for (int c = 0; c < nc; c++) {
+            vv[c] = _mm512_loadu_si512(v2 + (size_t)jp * ld + c0 + c * 16);
+            KEEP_IN_REG(vv[c]);
+        }
+        for (int i = 0; i < mr; i++) {
+            __m512bh pb = as_bh(_mm512_set1_epi32((int)pt2[(size_t)jp * RP + r0 + i]));
+            for (int c = 0; c < nc; c++) a[i][c] = _mm512_dpbf16_ps(a[i][c], as_bh(vv[c]), pb);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        for (int c = 0; c < nc; c++) _mm512_storeu_ps(acc + (size_t)(r0 + i) * ld + c0 + c * 16, a[i][c]);
+}
+
+INLINE void pv2_colchunk(float *acc, int ld, const uint32_t *pt2, int RP, const uint32_t *v2, int njp, int R,
+                         int c0, const int nc) {
+    int r0 = 0;
+    for (; r0 + MR <= R; r0 += MR) pv2_micro(acc, ld, pt2, RP, v2, njp, r0, c0, MR, nc);
+    switch (R - r0) {
+    case 3: pv2_micro(acc, ld, pt2, RP, v2, njp, r0, c0, 3, nc); break;
+    case 2: pv2_micro(acc, ld, pt2, RP, v2, njp, r0, c0, 2, nc); break;
+    case 1: pv2_micro(acc, ld, pt2, RP, v2, njp, r0, c0, 1, nc); break;
+    default: break;
+    }
+}
+
+static void pv2_tile(float *acc, int ld, const uint32_t *pt2, int RP, const uint32_t *v2, int njp, int R) {
+    for (int c0 = 0; c0 < ld; c0 += NC * 16) {
+        int nc = (ld - c0) / 16;
+        if (nc >= 4) pv2_colchunk(acc, ld, pt2, RP, v2, njp, R, c0, 4);
+        else if (nc == 3) pv2_colchunk(acc, ld, pt2, RP, v2, njp, R, c0, 3);
+        else if (nc == 2) pv2_colchunk(acc, ld, pt2, RP, v2, njp, R, c0, 2);
+        else pv2_colchunk(acc, ld, pt2, RP, v2, njp, R, c0, 1);
+    }
+}
+
+/* pt2[jp][r] = (bf16 p[2jp][r], bf16 p[2jp+1][r]); a missing last key is 0. */
+static void pack_p(uint32_t *pt2, const float *st, int RP, int nk) {
+    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_loadu_si512(interleave);
+    for (int jp = 0; jp < (nk + 1) / 2; jp++)
+        for (int r = 0; r < RP; r += 16) {
+            __m512 a = _mm512_loadu_ps(st + (size_t)(2 * jp) * RP + r);
+            __m512 b = 2 * jp + 1 < nk ? _mm512_loadu_ps(st + (size_t)(2 * jp + 1) * RP + r) : _mm512_setzero_ps();
+            __m512bh both = _mm512_cvtne2ps_pbh(b, a); /* words 0..15: a, 16..31: b */
+            __m512i w;
+            memcpy(&w, &both, sizeof w);
+            _mm512_storeu_si512(pt2 + (size_t)jp * RP + r, _mm512_permutexvar_epi16(idx, w));
+        }
+}
+
+/* v2[jp][c] = (bf16 v[2jp][c], bf16 v[2jp+1][c]) for c < ld (0 past D and past the last key). */
+static void pack_v(uint32_t *v2, const void *vsrc, qkv_dtype t, int nk, int D, int ld) {
+    for (int jp = 0; jp < (nk + 1) / 2; jp++) {
+        const void *ra = kv_row(vsrc, t, (int64_t)(2 * jp) * D);
+        const void *rb = 2 * jp + 1 < nk ? kv_row(vsrc, t, (int64_t)(2 * jp + 1) * D) : NULL;
+        uint32_t *dst = v2 + (size_t)jp * ld;
+        int c = 0;
+        for (; c + 16 <= D; c += 16) {
+            __m512i lo = _mm512_cvtepu16_epi32(row16_bf16(ra, t, c));
+            __m512i hi = rb ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(row16_bf16(rb, t, c)), 16) : _mm512_setzero_si512();
+            _mm512_storeu_si512(dst + c, _mm512_or_si512(lo, hi));
+        }
+        for (; c < D; c++) dst[c] = elem_bf16(ra, t, c) | (uint32_t)(rb ? elem_bf16(rb, t, c) : 0) << 16;
+        for (; c < ld; c++) dst[c] = 0;
+    }
+}
+
+/* nk K rows as bf16 rows of D (kb: [nk, D]). */
+static void pack_k(uint16_t *kb, const void *ksrc, qkv_dtype t, int nk, int D) {
+    for (int j = 0; j < nk; j++) {
+        const void *row = kv_row(ksrc, t, (int64_t)j * D);
+        uint16_t *dst = kb + (size_t)j * D;
+        int c = 0;
+        for (; c + 16 <= D; c += 16) _mm256_storeu_si256((__m256i *)(dst + c), row16_bf16(row, t, c));
+        for (; c < D; c++) dst[c] = elem_bf16(row, t, c);
+    }
+}
+
+static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
+    const int D = P->head_dim, DP = D / 2, ld = P->ld, nq = rows->nq;
+    const int R = rows->nh * nq, RP = (R + 15) / 16 * 16;
+    const qkv_dtype t = P->kv_dtype;
+    const int64_t kv_base = (int64_t)rows->kvh * P->kv_head_stride;
+    const int p_first = P->kv_len - P->q_len + rows->i0, p_last = p_first + nq - 1;
+    uint32_t *qt2 = (uint32_t *)(void *)ws->q;    /* [DP, RP] */
+    uint16_t *kb = (uint16_t *)(void *)ws->kt;    /* [BK, D] */
+    uint32_t *v2 = (uint32_t *)(void *)ws->vt;    /* [BK / 2, ld] */
+    uint32_t *pt2 = (uint32_t *)(void *)ws->part; /* [BK / 2, RP] */
+
+    memset(qt2, 0, (size_t)DP * RP * sizeof *qt2);
+    for (int hl = 0; hl < rows->nh; hl++) {
+        int h = rows->kvh * P->group + rows->h0 + hl;
+        for (int tq = 0; tq < nq; tq++) {
+            const float *src = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
+            int r = hl * nq + tq;
+            for (int i = 0; i < DP; i++)
+                qt2[(size_t)i * RP + r] =
+                    bf16_round(src[2 * i] * P->scale) | (uint32_t)bf16_round(src[2 * i + 1] * P->scale) << 16;
+        }
+    }
+    for (int r = 0; r < RP; r++) {
+        ws->pos[r] = r < R ? p_first + r % nq : p_last;
+        ws->m[r] = -INFINITY;
+        ws->l[r] = 0;
+    }
+    memset(ws->acc, 0, (size_t)R * ld * sizeof(float));
+
+    int key_end = attn_key_end(P->mask, P->kv_len, p_last);
+    if (j1 > key_end) j1 = key_end;
+    for (int jt = j0; jt < j1; jt += ATTN_BK) {
+        const int nk = j1 - jt < ATTN_BK ? j1 - jt : ATTN_BK;
+        attn_tile_class cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, jt, jt + nk);
+        if (cls == ATTN_TILE_EMPTY) continue;
+        const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
+        const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
+
+        /* 1. scores from bf16 pairs: K read in place when it is bf16 */
+        const uint16_t *kp = ksrc;
+        if (t != QKV_DTYPE_BF16) {
+            pack_k(kb, ksrc, t, nk, D);
+            kp = kb;
+        }
+        qk2_tile(ws->s, qt2, kp, D, nk, DP, RP);
+
+        /* 2, 3. mask and online softmax, in f32 as in the f32 path */
+        if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, P, jt, nk);
+        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk);
+
+        /* 4. acc = alpha * acc + P V with p and V as bf16 pairs of keys */
+        for (int r = 0; r < R; r++) {
+            if (ws->alpha[r] == 1.0f) continue;
+            __m512 a = _mm512_set1_ps(ws->alpha[r]);
+            float *ar = ws->acc + (size_t)r * ld;
+            for (int d = 0; d < ld; d += 16) _mm512_storeu_ps(ar + d, _mm512_mul_ps(_mm512_loadu_ps(ar + d), a));
+        }
+        pack_p(pt2, ws->s, RP, nk);
+        pack_v(v2, vsrc, t, nk, D, ld);
+        pv2_tile(ws->acc, ld, pt2, RP, v2, (nk + 1) / 2, R);
+    }
+}
