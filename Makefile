@@ -72,8 +72,8 @@ model: $(MODEL)
 $(MODEL): models.sha256 scripts/get-model.sh
 	PYTHON=$(PYTHON) sh scripts/get-model.sh
 
-demo: all
-	./$(BUILD)/qkv demo
+demo: all model
+	./$(BUILD)/qkv demo --out-dir $(BUILD)
 
 clean:
 	rm -rf build build-*

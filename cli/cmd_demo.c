@@ -4,7 +4,10 @@
  *   2. one Llama-3.1-8B attention layer (32 query heads, 8 KV heads, D = 128,
  *      llama3 RoPE) on n random tokens: flash against the reference kernel
  *      (max difference, time, GFLOP/s), then one decode step against a bf16
- *      KV cache of the same layer.
+ *      KV cache of the same layer;
+ *   3. the real model (SmolLM2-135M, fetched by `make model`) answering
+ *      年假怎么申请？ through its chat template, then `qkv inspect` of the
+ *      plain and the chat prompt: two attention pages to open in a browser.
  */
 #include "cli.h"
 
@@ -90,16 +93,48 @@ static int engine_demo(int n) {
     return 0;
 }
 
+#define DEMO_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static int model_demo(const char *out_dir) {
+    FILE *f = fopen(DEMO_MODEL, "rb");
+    if (!f) {
+        printf("\n(%s is missing: `make model` fetches it; skipping the model part)\n", DEMO_MODEL);
+        return 0;
+    }
+    fclose(f);
+    printf("\n== SmolLM2-135M reads 年假怎么申请？ (qkv run --chat -p 年假怎么申请？ -n 48) ==\n\n");
+    fflush(stdout);
+    char *run_argv[] = {"run", "-m", DEMO_MODEL, "--chat", "-p", "年假怎么申请？", "-n", "48", NULL};
+    int rc = cmd_run(8, run_argv);
+    if (rc) return rc;
+    char plain[600], chat[600];
+    snprintf(plain, sizeof plain, "%s/inspect-zh.html", out_dir);
+    snprintf(chat, sizeof chat, "%s/inspect-zh-chat.html", out_dir);
+    printf("\n== Who looked at whom: every layer and head (qkv inspect) ==\n\n");
+    fflush(stdout);
+    char *insp1[] = {"inspect", "-m", DEMO_MODEL, "-p", "年假怎么申请？", "--html", plain, NULL};
+    if ((rc = cmd_inspect(7, insp1))) return rc;
+    fflush(stdout);
+    char *insp2[] = {"inspect", "-m", DEMO_MODEL, "-p", "年假怎么申请？", "--chat", "--html", chat, NULL};
+    if ((rc = cmd_inspect(8, insp2))) return rc;
+    fflush(stdout);
+    return 0;
+}
+
 int cmd_demo(int argc, char **argv) {
     int n = 1024;
+    const char *out_dir = "build";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: qkv demo [--tokens N]\n  the article's example, then one Llama-3.1-8B layer: flash vs reference\n");
+            printf("usage: qkv demo [--tokens N] [--out-dir DIR]\n  the article's example, one Llama-3.1-8B layer (flash vs reference),\n"
+                   "  then SmolLM2 on 年假怎么申请？ and its attention pages in DIR (default build)\n");
             return 0;
         }
         if (!strcmp(argv[i], "--tokens")) {
             const char *v = cli_value(argc, argv, &i);
             if (!v || cli_parse_int(&n, "--tokens", v, 1, 4096)) return 2;
+        } else if (!strcmp(argv[i], "--out-dir")) {
+            if (!(out_dir = cli_value(argc, argv, &i))) return 2;
         } else {
             return cli_fail("demo: unknown flag '%s'", argv[i]);
         }
@@ -110,5 +145,7 @@ int cmd_demo(int argc, char **argv) {
     int rc = cmd_explain(1, explain_argv);
     if (rc) return rc;
     fflush(stdout);
-    return engine_demo(n);
+    if ((rc = engine_demo(n))) return rc;
+    fflush(stdout);
+    return model_demo(out_dir);
 }
