@@ -27,7 +27,7 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
 
-.PHONY: all test check demo clean model
+.PHONY: all test check demo clean model deps
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv $(BUILD)/qkv-test
 
 $(BUILD)/%.o: %.c
@@ -57,7 +57,7 @@ $(BUILD)/qkv-test: $(TEST_OBJ) $(BUILD)/libqkv.a $(BUILD)/qkv
 # test twice: the native build (-march=native, SIMD
 # kernels picked at run time) and the portable scalar build. The runner's last
 # line is "N passed, N failed"; its exit status is 0 only when nothing failed.
-test: model
+test: deps model
 	$(MAKE) check
 	$(MAKE) check PORTABLE=1 BUILD=$(BUILD)/portable
 
@@ -72,8 +72,13 @@ model: $(MODEL)
 $(MODEL): models.sha256 scripts/get-model.sh
 	PYTHON=$(PYTHON) sh scripts/get-model.sh
 
-demo: all model
+demo: deps model
+	$(MAKE) all
 	./$(BUILD)/qkv demo --out-dir $(BUILD)
+
+# Debian packages beyond gcc and make (libpng, unifont, chromium), if missing.
+deps:
+	@sh scripts/install-deps.sh
 
 clean:
 	rm -rf build build-*
