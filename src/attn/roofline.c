@@ -150,9 +150,9 @@ qkv_status qkv_roofline_measure(qkv_roofline *out, int n_threads, double seconds
     const int nt = attn_threads(n_threads);
     if (seconds == 0) seconds = 0.2;
     if (dram_bytes == 0) dram_bytes = (size_t)512 << 20;
-    const char *isa = attn_isa_best()->name;
     roof_loop fma = fma_scalar;
 #ifndef QKV_PORTABLE
+    const char *isa = attn_isa_best()->name;
     if (!strcmp(isa, "avx512")) fma = fma_avx512;
     else if (!strcmp(isa, "avx2")) fma = fma_avx2;
     if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512bf16"))
