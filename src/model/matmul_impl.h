@@ -28,7 +28,7 @@
 #include "model/internal.h"
 
 #include <string.h>
-#if VW >= 8
+#if VW >= 8 || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -146,9 +146,7 @@ INLINE vf f16_to_f32_bits(vu u) {
 /* Little-endian f16 / bf16 at p (any alignment). */
 INLINE float f16_at(const uint8_t *p) {
 #ifdef __F16C__
-    __extension__ _Float16 h;
-    memcpy(&h, p, 2);
-    return (float)h;
+    return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
 #else
     return qkv_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
 #endif
