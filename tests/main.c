@@ -151,6 +151,21 @@ int test_run_cli(const char *const *argv, const char *stdin_text, char **out, ch
     return WEXITSTATUS(st);
 }
 
+void test_check_bad_cli(const char *file, int line, const char *const *argv, const char *needle) {
+    char *out = NULL, *err = NULL;
+    int rc = test_run_cli(argv, NULL, &out, &err);
+    int lines = 0;
+    for (const char *p = err ? err : ""; *p; p++) lines += *p == '\n';
+    const char *a0 = argv[0] ? argv[0] : "", *a1 = argv[0] && argv[1] ? argv[1] : "";
+    if (rc != 2) test_fail(file, line, "%s %s: exit %d, want 2 (stderr: %s)", a0, a1, rc, err ? err : "");
+    if (out && *out) test_fail(file, line, "%s %s: stdout not empty: %.80s", a0, a1, out);
+    if (lines != 1 || strncmp(err ? err : "", "qkv: ", 5))
+        test_fail(file, line, "%s %s: stderr is not one 'qkv: ' line: %s", a0, a1, err ? err : "");
+    if (!err || !strstr(err, needle)) test_fail(file, line, "%s %s: stderr lacks '%s': %s", a0, a1, needle, err ? err : "");
+    free(out);
+    free(err);
+}
+
 const char *test_tmpdir(void) { return g_tmpdir; }
 
 int test_file_exists(const char *path) {

@@ -33,18 +33,10 @@ static void write_arrays(int hq, int hkv, int lq, int lk, int d) {
     free(kv);
 }
 
-/* Expects exit 2, exactly one stderr line containing `needle`, no output file. */
+/* The bad-input contract, and no output file written. */
 static void expect_bad(const char *const *argv, const char *needle) {
-    char *out = NULL, *err = NULL;
-    int rc = test_run_cli(argv, NULL, &out, &err);
-    int lines = 0;
-    for (char *p = err; *p; p++) lines += *p == '\n';
-    CHECK(rc == 2, "%s: exit %d, want 2 (stderr: %s)", needle, rc, err);
-    CHECK(lines == 1, "%s: %d stderr lines, want 1: %s", needle, lines, err);
-    CHECK(strstr(err, needle) != NULL, "stderr should mention '%s': %s", needle, err);
+    CHECK_BAD_CLI(argv, needle);
     CHECK(!test_file_exists(path_in_tmp(3, "o.npy")), "%s: an output file was written", needle);
-    free(out);
-    free(err);
 }
 
 TEST(attend_cli_matches_library_and_writes_outputs) {

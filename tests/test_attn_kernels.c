@@ -129,6 +129,102 @@ static void decode_sweep(void) { sweep(QKV_KERNEL_DECODE, 1, 12, 60); }
 TEST(flash_matches_reference_random_shapes) { for_each_isa(flash_sweep); }
 TEST(decode_matches_reference_random_shapes) { for_each_isa(decode_sweep); }
 
+/* The few-row path (decode, and flash blocks of at most VW/2 rows: R = query
+ * heads per KV head x positions <= 8) for every row count, lengths around the
+ * fold width and the tile, every KV dtype and mask, on every ISA. */
+static void few_rows_sweep(void) {
+    test_rng r = {77};
+    static const int gl[][2] = {{1, 1}, {1, 3}, {2, 2}, {3, 1}, {4, 1}, {4, 2}, {8, 1}, {1, 8}};
+    static const int lks[] = {1, 15, 17, 64, 65, 300};
+    int i = 0;
+    for (size_t a = 0; a < sizeof gl / sizeof gl[0]; a++)
+        for (size_t b = 0; b < sizeof lks / sizeof lks[0]; b++, i++) {
+            int hkv = 1 + i % 2, d = i % 3 == 0 ? 16 : i % 3 == 1 ? 64 : 128;
+            shape s = {gl[a][0] * hkv, hkv, gl[a][1], lks[b], d, (qkv_mask_kind)(i % 4), 7, 2, i % 5 == 0 ? 3 : 0,
+                       (qkv_dtype)(i % 3), 0};
+            if (s.lq > s.lk) s.lq = s.lk;
+            check_shape(&s, QKV_KERNEL_DECODE, &r, 1, 0);
+            check_shape(&s, QKV_KERNEL_FLASH, &r, 1, 0);
+        }
+}
+TEST(few_row_path_every_row_count) { for_each_isa(few_rows_sweep); }
+
+/* bf16 pairs as floats: what flash-bf16 rounds its inputs to. */
+static float bf16_of(float x) { return qkv_bf16_to_f32(qkv_f32_to_bf16(x)); }
+
+/*
+ * flash-bf16 against the exact attention (reference kernel, double) of the
+ * inputs it rounds: queries bf16(scale * q) with scale 1, K and V as bf16.
+ * What remains is the rounding of each weight p to bf16 before P·V:
+ * |dO| <= 2^-8 * sum_j p_j |v_j| / l <= 2^-8 max|V|, plus f32 accumulation
+ * (1e-5 max|O|). LSE comes from f32 sums of exact bf16 products: 1e-4.
+ * Where the CPU has no AVX512_BF16 (or QKV_ISA excludes avx512), or D is odd,
+ * flash-bf16 is the flash kernel and must match the plain reference exactly.
+ */
+static void check_bf16dot(const shape *s, test_rng *rng) {
+    size_t nq = (size_t)s->hq * s->lq * s->d, nkv = (size_t)s->hkv * s->lk * s->d, nl = (size_t)s->hq * s->lq;
+    float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4);
+    float *q2 = malloc(nq * 4), *k2 = malloc(nkv * 4), *v2 = malloc(nkv * 4);
+    void *kd = malloc(nkv * 4), *vd = malloc(nkv * 4);
+    float *o = malloc(nq * 4), *o_ref = malloc(nq * 4), *lse = malloc(nl * 4), *lse_ref = malloc(nl * 4);
+    test_fill_normal(q, nq, rng, 1);
+    test_fill_normal(k, nkv, rng, 1);
+    test_fill_normal(v, nkv, rng, 1);
+    qkv_convert_from_f32(kd, s->dtype, k, nkv);
+    qkv_convert_from_f32(vd, s->dtype, v, nkv);
+    int excl[16];
+    for (int e = 0; e < s->n_exclude; e++) excl[e] = test_rng_int(rng, 0, s->lk - 1);
+    qkv_attn_desc d = {s->hq, s->hkv, s->lq, s->lk, s->d, s->scale,
+                       {s->mask, s->window, s->sinks, excl, s->n_exclude}, s->dtype, 0, 2};
+    qkv_error err = {0};
+    CHECK(qkv_attention(o, lse, q, kd, vd, &d, QKV_KERNEL_FLASH_BF16, &err) == QKV_OK, "flash-bf16: %s", err.msg);
+    const int rounded = attn_rows_bf16dot() != NULL && s->d % 2 == 0;
+    float vmax = 0;
+    if (rounded) {
+        float scale = s->scale > 0 ? s->scale : 1.0f / sqrtf((float)s->d);
+        for (size_t i = 0; i < nq; i++) q2[i] = bf16_of(q[i] * scale);
+        qkv_convert_to_f32(k2, kd, s->dtype, nkv);
+        qkv_convert_to_f32(v2, vd, s->dtype, nkv);
+        for (size_t i = 0; i < nkv; i++) {
+            k2[i] = bf16_of(k2[i]);
+            v2[i] = bf16_of(v2[i]);
+            vmax = fabsf(v2[i]) > vmax ? fabsf(v2[i]) : vmax;
+        }
+        qkv_attn_desc d2 = d;
+        d2.scale = 1;
+        d2.kv_dtype = QKV_DTYPE_F32;
+        CHECK(qkv_attention_reference(o_ref, lse_ref, NULL, q2, k2, v2, &d2, &err) == QKV_OK, "%s", err.msg);
+    } else {
+        CHECK(qkv_attention_reference(o_ref, lse_ref, NULL, q, kd, vd, &d, &err) == QKV_OK, "%s", err.msg);
+    }
+    char what[160];
+    snprintf(what, sizeof what, "flash-bf16%s O hq=%d hkv=%d lq=%d lk=%d d=%d mask=%d ex=%d %s", rounded ? "" : " (exact)",
+             s->hq, s->hkv, s->lq, s->lk, s->d, s->mask, s->n_exclude, qkv_dtype_name(s->dtype));
+    float omax = max_abs(o_ref, nq);
+    CHECK_CLOSE(what, o, o_ref, nq, rounded ? 0x1p-8 * vmax + 1e-5 * omax + 1e-6 : 1e-5 * omax + 1e-7, 0);
+    snprintf(what, sizeof what, "flash-bf16 LSE lq=%d lk=%d d=%d", s->lq, s->lk, s->d);
+    CHECK_CLOSE(what, lse, lse_ref, nl, rounded ? 1e-4 : 1e-5, 1e-5);
+    free(q); free(k); free(v); free(q2); free(k2); free(v2); free(kd); free(vd);
+    free(o); free(o_ref); free(lse); free(lse_ref);
+}
+
+static void bf16dot_sweep(void) {
+    test_rng r = {21};
+    for (int i = 0; i < 60 && test_failures() < 10; i++) {
+        shape s = random_shape(&r, 200, 0);
+        if (i % 10 == 0) s.d = 17 + 2 * (i % 3); /* odd D: exact fallback */
+        check_bf16dot(&s, &r);
+    }
+    /* Llama and SmolLM2 heads, several tiles, every dtype */
+    for (int t = 0; t < 3; t++) {
+        shape a = {32, 8, 150, 333, 128, QKV_MASK_CAUSAL, 0, 0, 0, (qkv_dtype)t, 0};
+        shape b = {9, 3, 200, 200, 64, QKV_MASK_CAUSAL, 0, 0, 0, (qkv_dtype)t, 0};
+        check_bf16dot(&a, &r);
+        check_bf16dot(&b, &r);
+    }
+}
+TEST(flash_bf16_matches_reference_of_rounded_inputs) { for_each_isa(bf16dot_sweep); }
+
 TEST(flash_and_decode_edge_lengths) {
     test_rng r = {5};
     /* Lq = 1, Lk = 1; Lq = Lk = tile +- 1; Lq > Lk (rows before the first key are fully masked) */
@@ -200,6 +296,13 @@ TEST(kv_storage_rounding_stays_within_its_bound) {
         CHECK_CLOSE(what, o, o32, nq, bound, 0);
     }
     free(q); free(k); free(v); free(o32); free(o); free(k16); free(v16);
+}
+
+TEST(kernel_names_round_trip) {
+    for (int k = 0; k <= 4; k++) {
+        qkv_kernel back;
+        CHECK(qkv_kernel_parse(&back, qkv_kernel_name((qkv_kernel)k)) == QKV_OK && (int)back == k, "kernel %d", k);
+    }
 }
 
 TEST(auto_picks_decode_for_short_queries) {

@@ -19,17 +19,6 @@ static const char *tiny_path(void) {
     return g_tiny;
 }
 
-static void expect_bad(const char *const *argv, const char *needle) {
-    char *out = NULL, *err = NULL;
-    int rc = test_run_cli(argv, NULL, &out, &err);
-    int lines = 0;
-    for (char *p = err; *p; p++) lines += *p == '\n';
-    CHECK(rc == 2, "%s: exit %d, want 2 (stderr: %s)", needle, rc, err);
-    CHECK(lines == 1, "%s: %d stderr lines, want 1: %s", needle, lines, err);
-    CHECK(strstr(err, needle) != NULL, "stderr should mention '%s': %s", needle, err);
-    free(out);
-    free(err);
-}
 
 /* Writes a copy of src with `bytes` bytes (or, if n_keep >= 0, only the first n_keep). */
 static const char *write_variant(const char *name, const char *src, long n_keep, const char *find,
@@ -99,27 +88,27 @@ TEST(run_cli_text_and_chat_on_smollm2) {
     free(out);
     free(err);
     const char *longp[] = {"run", "-m", model, "-f", "/usr/share/common-licenses/GPL-3", "--ctx", "64", NULL};
-    expect_bad(longp, "context");
+    CHECK_BAD_CLI(longp, "context");
 }
 
 TEST(run_cli_rejects_bad_models_and_flags) {
     const char *missing[] = {"run", "-m", "/nonexistent/m.gguf", "-p", "hi", NULL};
-    expect_bad(missing, "/nonexistent/m.gguf");
+    CHECK_BAD_CLI(missing, "/nonexistent/m.gguf");
     char txt[600];
     snprintf(txt, sizeof txt, "%s/not.gguf", test_tmpdir());
     FILE *f = fopen(txt, "w");
     fputs("plain text, not a model\n", f);
     fclose(f);
     const char *notgguf[] = {"run", "-m", txt, "-p", "hi", NULL};
-    expect_bad(notgguf, "not.gguf");
+    CHECK_BAD_CLI(notgguf, "not.gguf");
     const char *trunc = write_variant("trunc.gguf", tiny_path(), 100000, NULL, NULL, 0);
     const char *t1[] = {"run", "-m", trunc, "--tokens", "1,2", NULL};
-    expect_bad(t1, "trunc.gguf");
+    CHECK_BAD_CLI(t1, "trunc.gguf");
     /* architecture "llama" -> "gpt2x" (same length keeps the file valid) */
     const char *arch = write_variant("arch.gguf", tiny_path(), -1, "llama\x0c\x00\x00\x00\x00\x00\x00\x00",
                                      "gptx2", 5);
     const char *t2[] = {"run", "-m", arch, "--tokens", "1,2", NULL};
-    expect_bad(t2, "not supported");
+    CHECK_BAD_CLI(t2, "not supported");
     /* blk.0.attn_q.weight's type F16 -> Q5_0 (smaller, so the file stays consistent):
      * tensor info = name, u32 n_dims (2), u64 ne[2], u32 type */
     const char q5_0[4] = {6, 0, 0, 0};
@@ -139,15 +128,15 @@ TEST(run_cli_rejects_bad_models_and_flags) {
         fclose(g);
     }
     const char *t3[] = {"run", "-m", qt, "--tokens", "1,2", NULL};
-    expect_bad(t3, "q5_0");
+    CHECK_BAD_CLI(t3, "q5_0");
     const char *ctx[] = {"run", "-m", tiny_path(), "--tokens", "1,2,3,4,5,6,7,8,9", "--ctx", "4", NULL};
-    expect_bad(ctx, "context");
+    CHECK_BAD_CLI(ctx, "context");
     const char *badid[] = {"run", "-m", tiny_path(), "--tokens", "1,99999", NULL};
-    expect_bad(badid, "--tokens");
+    CHECK_BAD_CLI(badid, "--tokens");
     const char *flag[] = {"run", "-m", tiny_path(), "--tokens", "1", "--temp", "-1", NULL};
-    expect_bad(flag, "--temp");
+    CHECK_BAD_CLI(flag, "--temp");
     const char *two[] = {"run", "-m", tiny_path(), "--tokens", "1", "-p", "x", NULL};
-    expect_bad(two, "exactly one");
+    CHECK_BAD_CLI(two, "exactly one");
     const char *unk[] = {"run", "--frob", NULL};
-    expect_bad(unk, "--frob");
+    CHECK_BAD_CLI(unk, "--frob");
 }

@@ -102,42 +102,30 @@ TEST(sinks_hook_means) {
     free(q); free(k); free(v); free(o); free(lse); free(ref);
 }
 
-/* One line on stderr, exit 2, nothing on stdout. */
-static void expect_bad(const char *const *argv, const char *needle) {
-    char *so = NULL, *se = NULL;
-    int rc = test_run_cli(argv, NULL, &so, &se);
-    int lines = 0;
-    for (const char *p = se; p && *p; p++) lines += *p == '\n';
-    CHECK(rc == 2 && so && !*so && lines == 1, "%s %s: exit %d, stdout '%.60s', stderr '%s'", argv[0], argv[1], rc,
-          so ? so : "", se ? se : "");
-    CHECK(se && strstr(se, needle), "%s %s: stderr '%s' lacks '%s'", argv[0], argv[1], se ? se : "", needle);
-    free(so);
-    free(se);
-}
 
 TEST(inspect_cli_bad_input) {
     const char *m = model_path();
-    expect_bad((const char *const[]){"inspect", "--frobnicate", NULL}, "unknown flag");
-    expect_bad((const char *const[]){"inspect", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
-    expect_bad((const char *const[]){"inspect", "-m", m, "-p", "a", "-f", "b", NULL}, "once");
-    expect_bad((const char *const[]){"inspect", "-m", "no/such.gguf", "-p", "a", NULL}, "no/such.gguf");
-    expect_bad((const char *const[]){"inspect", "--max-tokens", "zero", NULL}, "--max-tokens");
-    expect_bad((const char *const[]){"sinks", "--every", "0", NULL}, "--every");
-    expect_bad((const char *const[]){"sinks", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "--frobnicate", NULL}, "unknown flag");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "a", "-f", "b", NULL}, "once");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", "no/such.gguf", "-p", "a", NULL}, "no/such.gguf");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "--max-tokens", "zero", NULL}, "--max-tokens");
+    CHECK_BAD_CLI((const char *const[]){"sinks", "--every", "0", NULL}, "--every");
+    CHECK_BAD_CLI((const char *const[]){"sinks", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
     if (!test_file_exists(m)) {
         printf("     skipped the checks that need the model (%s)\n", m);
         return;
     }
-    expect_bad((const char *const[]){"inspect", "-m", m, "--ids", "1,99999999", NULL}, "--ids");
-    expect_bad((const char *const[]){"inspect", "-m", m, "-p", "hello", "--layers", "30", NULL}, "--layers");
-    expect_bad((const char *const[]){"inspect", "-m", m, "-p", "hello", "--heads", "2-1", NULL}, "--heads");
-    expect_bad((const char *const[]){"inspect", "-m", m, "-p", "hello", "--layers", "3,1", NULL}, "increasing");
-    expect_bad((const char *const[]){"inspect", "-m", m, "--ids", "1,2", "--chat", NULL}, "--chat");
-    expect_bad((const char *const[]){"sinks", "-m", m, "-p", "a b c", "--skip", "50", NULL}, "--skip");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "--ids", "1,99999999", NULL}, "--ids");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--layers", "30", NULL}, "--layers");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--heads", "2-1", NULL}, "--heads");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--layers", "3,1", NULL}, "increasing");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "--ids", "1,2", "--chat", NULL}, "--chat");
+    CHECK_BAD_CLI((const char *const[]){"sinks", "-m", m, "-p", "a b c", "--skip", "50", NULL}, "--skip");
     /* --npy above 1 GiB names the way out, and writes nothing */
     char out[600];
     snprintf(out, sizeof out, "%s/all.npy", test_tmpdir());
-    expect_bad((const char *const[]){"inspect", "-m", m, "-f", "/usr/share/common-licenses/GPL-3", "--max-tokens",
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-f", "/usr/share/common-licenses/GPL-3", "--max-tokens",
                                      "1024", "--npy", out, NULL},
                "--layers/--heads");
     CHECK(!test_file_exists(out), "a refused --npy left a file");

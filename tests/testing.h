@@ -54,6 +54,11 @@ void test_fill_normal(float *x, size_t n, test_rng *r, float sd);
  * or -1 if the process could not be run or was killed by a signal. */
 int test_run_cli(const char *const *argv, const char *stdin_text, char **out, char **err);
 
+/* The bad-input contract of every command: runs argv and checks exit status 2,
+ * nothing on stdout, exactly one "qkv: " line on stderr containing needle. */
+void test_check_bad_cli(const char *file, int line, const char *const *argv, const char *needle);
+#define CHECK_BAD_CLI(...) test_check_bad_cli(__FILE__, __LINE__, __VA_ARGS__) /* (argv, needle) */
+
 /* A fresh empty directory under build/ for the running test; returns its path. */
 const char *test_tmpdir(void);
 /* 1 if a file exists at path. */
