@@ -118,6 +118,7 @@ class Impl:
 
 class Qkv(Impl):
     name = "qkv"
+    kernel = 0  # QKV_KERNEL_AUTO: decode for Lq <= 8, else flash
 
     class Mask(ctypes.Structure):
         _fields_ = [("kind", ctypes.c_int), ("window", ctypes.c_int), ("sinks", ctypes.c_int),
@@ -150,7 +151,7 @@ class Qkv(Impl):
         self.desc = Qkv.Desc(p.hq, p.hkv, p.lq, p.lk, p.d, 0.0, Qkv.Mask(1, 0, 0, None, 0), dt, 0, self.threads)
         self.err = Qkv.Error()
         args = [a.ctypes.data for a in (self.o, self.lse, p.q, p.k_bits, p.v_bits)]
-        kernel = 0  # auto: decode for Lq <= 8, else flash
+        kernel = self.kernel
 
         def run():
             st = self.lib.qkv_attention(*args, ctypes.byref(self.desc), kernel, ctypes.byref(self.err))
@@ -161,6 +162,21 @@ class Qkv(Impl):
 
     def output(self):
         return self.o
+
+
+class QkvBf16Dot(Qkv):
+    """qkv's flash-bf16 kernel (bf16 dot products), for bf16 KV prefill and chunk rows only."""
+
+    name = "qkv-bf16dot"
+
+    def __init__(self, lib, threads):
+        Qkv.__init__(self, lib, threads)
+        self.note = "libqkv flash-bf16 kernel (Q and p rounded to bf16, vdpbf16ps), bf16 KV rows with Lq > 8 only"
+
+    def supports(self, p):
+        return True if p.dtype == "bf16" and p.lq > 8 else "bf16 KV prefill/chunk rows only"
+
+    kernel = 4  # QKV_KERNEL_FLASH_BF16
 
 
 class Torch(Impl):
@@ -242,6 +258,9 @@ class Ort(Impl):
         so = self.ort.SessionOptions()
         so.intra_op_num_threads = self.threads
         so.inter_op_num_threads = 1
+        # its workers would otherwise spin after each run and steal the cores
+        # from whichever implementation runs next in the round
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = self.ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
         def run():
@@ -474,7 +493,8 @@ def measure(impls, p, rounds, min_time):
 
 def svg_plot(path, rows, names):
     """Two panels: prefill GFLOP/s against n, decode KV GB/s against Lk (llama heads)."""
-    colors = {"qkv": "#d62728", "torch": "#1f77b4", "ort": "#9467bd", "openvino": "#2ca02c", "llamacpp": "#ff7f0e"}
+    colors = {"qkv": "#d62728", "qkv-bf16dot": "#8c1a1a", "torch": "#1f77b4", "ort": "#9467bd", "openvino": "#2ca02c",
+              "llamacpp": "#ff7f0e"}
     dashes = {"f32": "", "bf16": "6,3", "f16": "2,2"}
     W, H, L, T, PW, PH = 460, 380, 60, 40, 370, 250
     parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif">' % (2 * W, H),
@@ -546,10 +566,21 @@ def main():
     ap.add_argument("--ov-max-bytes", type=float, default=2**31, help="skip OpenVINO when broadcast K/V exceed this")
     ap.add_argument("--ggml-dir", default=None, help="directory of libggml-base.so / libggml-cpu.so")
     ap.add_argument("--quick", action="store_true", help="one small shape per sweep, 2 rounds")
+    ap.add_argument("--no-bf16dot", action="store_true", help="leave out qkv's flash-bf16 rows")
     ap.add_argument("--json", help="write every figure here")
     ap.add_argument("--md", help="write the markdown tables here")
     ap.add_argument("--svg", help="write a plot here")
+    ap.add_argument("--from-json", help="measure nothing: write --md / --svg from the --json of an earlier run")
     a = ap.parse_args()
+    if a.from_json:
+        data = json.load(open(a.from_json))
+        names = list(data["rows"][0]["results"].keys()) if data["rows"] else []
+        if a.md:
+            with open(a.md, "w") as f:
+                f.write(markdown(data["rows"], names, data["meta"]))
+        if a.svg:
+            svg_plot(a.svg, data["rows"], names)
+        return
     ints = lambda s: [int(x) for x in s.split(",") if x]
     a.sweeps, a.models, a.kv_dtypes = a.sweeps.split(","), a.models.split(","), a.kv_dtypes.split(",")
     a.prefill_n, a.chunk_lk, a.decode_lk = ints(a.prefill_n), ints(a.chunk_lk), ints(a.decode_lk)
@@ -560,6 +591,8 @@ def main():
             sys.exit("peers.py: --models: '%s' is not llama or smol" % m)
 
     impls, notes = [Qkv(a.lib, a.threads)], {}
+    if not a.no_bf16dot:
+        impls.append(QkvBf16Dot(a.lib, a.threads))
     wanted = a.peers.split(",") if a.peers else []
     for name in wanted:
         try:
@@ -624,6 +657,7 @@ def main():
 
 def markdown(rows, names, meta):
     peers = [n for n in names if n != "qkv"]
+    skipped = {}
     out = ["Measured %s, %d threads. Speed-up = peer median time / qkv median time (> 1: qkv faster); "
            "qkv column: median seconds and GFLOP/s (prefill, chunk) or KV GB/s (decode); "
            "max |O - O_qkv| in brackets.\n" % (meta["date_utc"], meta["threads"])]
@@ -631,7 +665,9 @@ def markdown(rows, names, meta):
         sel = [r for r in rows if r["sweep"] == sweep]
         if not sel:
             continue
-        out.append("\n| %s | kv | lq | lk | qkv | %s |" % ("model", " | ".join(peers)))
+        out.append("\n%s\n" % {"prefill": "**Prefill** (causal, Lq = Lk)", "chunk": "**Chunked prefill** (Lq = 512)",
+                                 "decode": "**Decode** (Lq = 1; nothing flushed between runs, so K/V under ~32 MiB stay in L3)"}[sweep])
+        out.append("| %s | kv | lq | lk | qkv | %s |" % ("model", " | ".join(peers)))
         out.append("|---|---|---|---|---|" + "---|" * len(peers))
         for r in sel:
             q = r["results"].get("qkv", {})
@@ -644,9 +680,28 @@ def markdown(rows, names, meta):
                 if "median_s" in d:
                     cells.append("%.2fx [%.1e]" % (d["median_s"] / q["median_s"], d["maxdiff"] or 0))
                 else:
-                    cells.append("— (%s)" % d.get("skipped", "not run")[:60] if d else "—")
+                    cells.append("—")
+                    if d.get("skipped"):
+                        skipped.setdefault(n, set()).add(d["skipped"])
             out.append("| %s | %s | %d | %d | %.4f s, %s | %s |" % (r["model"], r["kv_dtype"], r["lq"], r["lk"],
                                                                      q["median_s"], rate, " | ".join(cells)))
+    if skipped:
+        out.append("\n— not run: " + "; ".join("%s: %s" % (n, ", ".join(sorted(v))) for n, v in skipped.items()) + ".")
+    sel = [r for r in rows if "median_s" in r["results"].get("qkv-bf16dot", {})]
+    if sel:
+        others = [n for n in ("torch", "openvino", "llamacpp") if n in names]
+        out.append("\nbf16 K/V computed with bf16 dot products: speed-up of qkv flash-bf16 over each peer's bf16 path "
+                   "(torch: all-bf16 tensors; openvino: INFERENCE_PRECISION_HINT=bf16; llama.cpp: BF16 K/V):\n")
+        out.append("| %s | sweep | lq | lk | qkv flash-bf16 | %s |" % ("model", " | ".join(others)))
+        out.append("|---|---|---|---|---|" + "---|" * len(others))
+        for r in sel:
+            q = r["results"]["qkv-bf16dot"]
+            cells = []
+            for n in others:
+                d = r["results"].get(n, {})
+                cells.append("%.2fx" % (d["median_s"] / q["median_s"]) if "median_s" in d else "—")
+            out.append("| %s | %s | %d | %d | %.4f s, %.0f GFLOP/s | %s |" % (
+                r["model"], r["sweep"], r["lq"], r["lk"], q["median_s"], q["gflops"], " | ".join(cells)))
     return "\n".join(out) + "\n"
 
 

@@ -47,6 +47,7 @@ typedef struct {
     const char *sweep;  /* "shape", "prefill", "chunk", "decode", "ref" */
     const char *model;  /* model id, or "custom" */
     int hq, hkv, d, lq, lk, window, causal, threads, cold;
+    int layers;         /* separate K/V per layer, one run = every layer once (a token) */
     qkv_dtype dt;
     qkv_kernel kernel;  /* resolved (never AUTO) */
     int runs;           /* timed runs done */
@@ -139,8 +140,9 @@ static void fill_kv(void *x, qkv_dtype dt, size_t n, uint32_t mul, uint32_t add,
         fill_f32(x, n, mul, add, mod);
         return;
     }
-    float chunk[4096];
+#pragma omp parallel for schedule(static)
     for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        float chunk[4096];
         size_t c = n - i0 < 4096 ? n - i0 : 4096;
         for (size_t i = 0; i < c; i++) chunk[i] = (float)(((i0 + i) * mul + add) % mod) / (float)(mod / 2) - 1.0f;
         qkv_convert_from_f32((uint16_t *)x + i0, dt, chunk, c);
@@ -163,43 +165,54 @@ static void flush_caches(void) {
     g_flush_sink += s;
 }
 
-/* Times r's shape; fills the timing, rate and memory fields. Returns 0, or 2
- * after printing one line (allocation failure, refused shape). */
+/* Times r's shape; fills the timing, rate and memory fields. With r->layers
+ * > 1 each layer has its own K and V and one run is every layer once (a
+ * decode step of a whole model). Returns 0, or 2 after printing one line
+ * (allocation failure, refused shape). */
 static int run_shape(bench_result *r, const bench_opts *o, const qkv_roofline *roof) {
     qkv_mask mask = {r->window ? QKV_MASK_WINDOW : r->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE, r->window, 0, NULL, 0};
     qkv_attn_desc desc = {r->hq, r->hkv, r->lq, r->lk, r->d, 0, mask, r->dt, 0, r->threads};
     qkv_error err = {0};
     if (qkv_attn_check(&desc, &err)) return cli_fail("%s", err.msg);
     if (r->kernel == QKV_KERNEL_AUTO) r->kernel = qkv_attn_pick(&desc);
+    const int L = r->layers > 1 ? r->layers : 1;
     int can_reset = rss_reset_peak();
     size_t nq = (size_t)r->hq * r->lq * r->d, nkv = (size_t)r->hkv * r->lk * r->d;
     size_t es = qkv_dtype_size(r->dt);
     float *q = malloc(nq * 4), *out = malloc(nq * 4), *lse = malloc((size_t)r->hq * r->lq * 4);
-    void *k = malloc(nkv * es), *v = malloc(nkv * es);
-    if (!q || !out || !lse || !k || !v) {
-        free(q); free(out); free(lse); free(k); free(v);
-        return cli_fail("bench: out of memory for the inputs of lq=%d lk=%d", r->lq, r->lk);
+    void **k = calloc((size_t)L, sizeof *k), **v = calloc((size_t)L, sizeof *v);
+    int ok = q && out && lse && k && v;
+    for (int l = 0; ok && l < L; l++) {
+        k[l] = qkv_kv_alloc(nkv * es); /* as qkv_kv_cache allocates: huge pages where offered */
+        v[l] = qkv_kv_alloc(nkv * es);
+        ok = k[l] && v[l];
+        if (ok) {
+            fill_kv(k[l], r->dt, nkv, 40503u + 2u * (uint32_t)l, 7, 1999);
+            fill_kv(v[l], r->dt, nkv, 9973u + 2u * (uint32_t)l, 3, 2003);
+        }
+    }
+    int status = 0;
+    double *secs = malloc((size_t)o->repeat * sizeof *secs);
+    if (!ok || !secs) {
+        status = cli_fail("bench: out of memory for the inputs of lq=%d lk=%d (%d layers, %.1f GiB of K/V)", r->lq,
+                          r->lk, L, 2.0 * L * (double)nkv * (double)es / (1 << 30));
+        goto done;
     }
     fill_f32(q, nq, 2654435761u, 0, 2001);
-    fill_kv(k, r->dt, nkv, 40503u, 7, 1999);
-    fill_kv(v, r->dt, nkv, 9973u, 3, 2003);
     memset(out, 0, nq * 4);
     memset(lse, 0, (size_t)r->hq * r->lq * 4);
     if (r->cold) flush_caches();
     double base_mib = proc_status_mib("VmRSS");
 
-    double *secs = malloc((size_t)o->repeat * sizeof *secs);
-    int n = 0, status = 0;
+    int n = 0;
     double spent = 0;
     for (int it = -1; it < o->repeat; it++) {
         if (r->cold) flush_caches();
         double t0 = now_s();
-        qkv_status st = qkv_attention(out, lse, q, k, v, &desc, r->kernel, &err);
+        for (int l = 0; l < L && !status; l++)
+            if (qkv_attention(out, lse, q, k[l], v[l], &desc, r->kernel, &err)) status = cli_fail("%s", err.msg);
         double dt = now_s() - t0;
-        if (st) {
-            status = cli_fail("%s", err.msg);
-            break;
-        }
+        if (status) break;
         spent += dt;
         /* the first run warms up; a run of a second or more is its own warm-up */
         if (it >= 0 || dt >= 1.0) secs[n++] = dt;
@@ -211,15 +224,22 @@ static int run_shape(bench_result *r, const bench_opts *o, const qkv_roofline *r
         r->med = n % 2 ? secs[n / 2] : 0.5 * (secs[n / 2 - 1] + secs[n / 2]);
         r->min = secs[0];
         r->max = secs[n - 1];
-        r->gflops = 4.0 * r->d * r->hq * visible_pairs(&mask, r->lq, r->lk) / r->med * 1e-9;
-        r->kv_gbs = 2.0 * (double)nkv * (double)es / r->med * 1e-9;
+        r->gflops = 4.0 * r->d * r->hq * visible_pairs(&mask, r->lq, r->lk) * L / r->med * 1e-9;
+        r->kv_gbs = 2.0 * (double)nkv * (double)es * L / r->med * 1e-9;
         r->peak_frac = -1;
         if (roof && r->kernel == QKV_KERNEL_DECODE && roof->dram_gbs > 0) r->peak_frac = r->kv_gbs / roof->dram_gbs;
+        else if (roof && r->kernel == QKV_KERNEL_FLASH_BF16 && roof->bf16_gflops > 0)
+            r->peak_frac = r->gflops / roof->bf16_gflops;
         else if (roof && r->kernel != QKV_KERNEL_DECODE && roof->fma_gflops > 0) r->peak_frac = r->gflops / roof->fma_gflops;
         r->rss_mib = peak_rss_mib();
         r->extra_mib = can_reset && base_mib >= 0 ? r->rss_mib - base_mib : -1;
     }
-    free(secs); free(q); free(out); free(lse); free(k); free(v);
+done:
+    for (int l = 0; k && v && l < L; l++) {
+        qkv_kv_free(k[l]);
+        qkv_kv_free(v[l]);
+    }
+    free(k); free(v); free(secs); free(q); free(out); free(lse);
     return status;
 }
 
@@ -270,10 +290,11 @@ static void print_roofline_json(const qkv_roofline *roof) {
 static void print_result_json(const bench_result *r) {
     printf("    {\"sweep\": \"%s\", \"model\": \"%s\", \"hq\": %d, \"hkv\": %d, \"d\": %d, \"lq\": %d, \"lk\": %d, "
            "\"kv_dtype\": \"%s\", \"kernel\": \"%s\", \"mask\": \"%s\", \"threads\": %d, \"cold_cache\": %s, "
-           "\"runs\": %d, \"time_s\": {\"median\": %.6g, \"min\": %.6g, \"max\": %.6g}, \"spread_pct\": %.1f, "
-           "\"gflops\": %.3f, \"kv_gbs\": %.3f, ",
+           "\"layers\": %d, \"runs\": %d, \"time_s\": {\"median\": %.6g, \"min\": %.6g, \"max\": %.6g}, "
+           "\"spread_pct\": %.1f, \"gflops\": %.3f, \"kv_gbs\": %.3f, ",
            r->sweep, r->model, r->hq, r->hkv, r->d, r->lq, r->lk, qkv_dtype_name(r->dt), qkv_kernel_name(r->kernel),
-           r->window ? "window" : r->causal ? "causal" : "none", r->threads, r->cold ? "true" : "false", r->runs,
+           r->window ? "window" : r->causal ? "causal" : "none", r->threads, r->cold ? "true" : "false",
+           r->layers > 1 ? r->layers : 1, r->runs,
            r->med, r->min, r->max, 100.0 * (r->max - r->min) / r->med, r->gflops, r->kv_gbs);
     if (r->peak_frac >= 0) printf("\"peak_fraction\": %.4f, ", r->peak_frac);
     else printf("\"peak_fraction\": null, ");
@@ -283,10 +304,10 @@ static void print_result_json(const bench_result *r) {
 }
 
 static const char *sweep_title(const char *sweep, int quick) {
-    if (!strcmp(sweep, "prefill")) return "prefill: causal, Lq = Lk = n, flash";
+    if (!strcmp(sweep, "prefill")) return "prefill: causal, Lq = Lk = n, flash (bf16 KV also flash-bf16; %peak of bf16 dot)";
     if (!strcmp(sweep, "chunk"))
-        return quick ? "chunked prefill: causal, Lq = 128 (quick; 512 in full) against Lk, flash"
-                     : "chunked prefill: causal, Lq = 512 against Lk, flash";
+        return quick ? "chunked prefill: causal, Lq = 128 (quick; 512 in full) against Lk, flash (and flash-bf16)"
+                     : "chunked prefill: causal, Lq = 512 against Lk, flash (and flash-bf16)";
     if (!strcmp(sweep, "decode")) return "decode: Lq = 1 against Lk keys, cold cache, decode kernel";
     return "reference kernel (the oracle) beside flash at small n, causal, f32";
 }
@@ -305,11 +326,21 @@ static void print_row_text(const bench_result *r, int header) {
 
 /* ------------------------------------------------------------------- SVG */
 
-/* x: log2 of a length; one panel per measure, one line per (model, dtype). */
+static int series_of(const bench_result *r) { return r->kernel == QKV_KERNEL_FLASH_BF16 ? 3 : (int)r->dt; }
+
+/* x: log2 of a length; one panel per measure, one line per (model, series). */
+static void svg_peak_line(FILE *f, int L, int PW, int y, double peak, const char *label) {
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" stroke-dasharray=\"6,4\"/>\n", L, y, L + PW, y);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#c00\" text-anchor=\"end\">%s %.0f</text>\n", L + PW - 4,
+            y - 4, label, peak);
+}
+
+/* peak (and peak2 if > 0) are drawn as dashed lines. */
 static void svg_panel(FILE *f, const bench_result *res, int n, const char *sweep, int x0, const char *title,
-                      const char *xlabel, const char *ylabel, double peak, const char *peak_label, int use_kv_rate) {
+                      const char *xlabel, const char *ylabel, double peak, const char *peak_label, double peak2,
+                      const char *peak2_label, int use_kv_rate) {
     const int W = 440, H = 320, L = 60, T = 40, PW = W - L - 20, PH = H - T - 60;
-    double xmin = 1e30, xmax = 0, ymax = peak > 0 ? peak : 0;
+    double xmin = 1e30, xmax = 0, ymax = peak2 > peak ? peak2 : peak > 0 ? peak : 0;
     for (int i = 0; i < n; i++) {
         if (strcmp(res[i].sweep, sweep)) continue;
         double x = log2(res[i].lk), y = use_kv_rate ? res[i].kv_gbs : res[i].gflops;
@@ -344,20 +375,18 @@ static void svg_panel(FILE *f, const bench_result *res, int n, const char *sweep
             xlabel);
     fprintf(f, "<text x=\"14\" y=\"%d\" font-size=\"11\" transform=\"rotate(-90 14 %d)\" text-anchor=\"middle\">%s</text>\n",
             T + PH / 2, T + PH / 2, ylabel);
-    if (peak > 0) {
-        fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" stroke-dasharray=\"6,4\"/>\n", L, SY(peak),
-                L + PW, SY(peak));
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#c00\" text-anchor=\"end\">%s %.0f</text>\n", L + PW - 4,
-                SY(peak) - 4, peak_label, peak);
-    }
-    static const char *colors[3] = {"#1f77b4", "#2ca02c", "#ff7f0e"};
+    if (peak > 0) svg_peak_line(f, L, PW, SY(peak), peak, peak_label);
+    if (peak2 > 0) svg_peak_line(f, L, PW, SY(peak2), peak2, peak2_label);
+    /* series: f32, bf16, f16 KV through flash/decode, and bf16 KV through flash-bf16 */
+    static const char *colors[4] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#d62728"};
+    static const char *series[4] = {"f32", "bf16", "f16", "bf16 dot"};
     int legend = 0;
     for (int m = 0; m < N_MODELS; m++)
-        for (int t = 0; t < 3; t++) {
+        for (int t = 0; t < 4; t++) {
             int first = 1;
             for (int i = 0; i < n; i++) {
                 const bench_result *r = &res[i];
-                if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || (int)r->dt != t) continue;
+                if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || series_of(r) != t) continue;
                 double y = use_kv_rate ? r->kv_gbs : r->gflops;
                 if (first) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colors[t],
                                    m ? " stroke-dasharray=\"4,3\"" : "");
@@ -368,7 +397,7 @@ static void svg_panel(FILE *f, const bench_result *res, int n, const char *sweep
             fprintf(f, "\"/>\n");
             for (int i = 0; i < n; i++) { /* markers: a sweep of one length is still visible */
                 const bench_result *r = &res[i];
-                if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || (int)r->dt != t) continue;
+                if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || series_of(r) != t) continue;
                 fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"%d\" fill=\"%s\"/>\n", SX(log2(r->lk)),
                         SY(use_kv_rate ? r->kv_gbs : r->gflops), m ? 2 : 3, colors[t]);
             }
@@ -377,7 +406,7 @@ static void svg_panel(FILE *f, const bench_result *res, int n, const char *sweep
             fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx,
                     ly - 4, lx + 18, ly - 4, colors[t], m ? " stroke-dasharray=\"4,3\"" : "");
             fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\">%s %s</text>\n", lx + 22, ly, bench_models[m].id,
-                    qkv_dtype_name((qkv_dtype)t));
+                    series[t]);
             legend++;
         }
 #undef SX
@@ -400,11 +429,12 @@ static int write_svg(const char *path, const bench_result *res, int n, const qkv
     snprintf(t1, sizeof t1, "prefill, causal, %d threads", threads);
     snprintf(t2, sizeof t2, "chunked prefill, Lq = %d, %d threads", res_chunk_lq(res, n), threads);
     snprintf(t3, sizeof t3, "decode, Lq = 1, cold cache, %d threads", threads);
-    svg_panel(f, res, n, "prefill", 0, t1, "n = Lq = Lk (tokens)", "GFLOP/s (causal FLOPs)", roof ? roof->fma_gflops : 0,
-              "fp32 FMA peak", 0);
-    svg_panel(f, res, n, "chunk", 440, t2, "Lk (keys)", "GFLOP/s (causal FLOPs)", roof ? roof->fma_gflops : 0,
-              "fp32 FMA peak", 0);
-    svg_panel(f, res, n, "decode", 880, t3, "Lk (keys)", "KV GB/s", roof ? roof->dram_gbs : 0, "DRAM read", 1);
+    double fma = roof ? roof->fma_gflops : 0, bf16 = roof ? roof->bf16_gflops : 0;
+    svg_panel(f, res, n, "prefill", 0, t1, "n = Lq = Lk (tokens)", "GFLOP/s (causal FLOPs)", fma, "fp32 FMA peak", bf16,
+              "bf16 dot peak", 0);
+    svg_panel(f, res, n, "chunk", 440, t2, "Lk (keys)", "GFLOP/s (causal FLOPs)", fma, "fp32 FMA peak", bf16,
+              "bf16 dot peak", 0);
+    svg_panel(f, res, n, "decode", 880, t3, "Lk (keys)", "KV GB/s", roof ? roof->dram_gbs : 0, "DRAM read", 0, "", 1);
     fprintf(f, "</svg>\n");
     if (fclose(f)) return cli_fail("--svg: cannot write '%s'", path);
     return 0;
@@ -515,7 +545,9 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
                 for (int li = 0; li < n_lens && !status; li++) {
                     int len = lens[li];
                     if (plan[p].bit == SW_DECODE ? len > o->max_kv : len > o->max_n) continue;
-                    for (int pass = 0; pass < (is_ref ? 2 : 1) && !status; pass++) {
+                    /* ref: the reference, then flash; bf16 prefill and chunk: flash, then flash-bf16 */
+                    int bf16dot = !is_ref && t == QKV_DTYPE_BF16 && plan[p].bit != SW_DECODE;
+                    for (int pass = 0; pass < (is_ref || bf16dot ? 2 : 1) && !status; pass++) {
                         if (nres >= MAX_RESULTS) break;
                         bench_result *r = &res[nres];
                         memset(r, 0, sizeof *r);
@@ -531,6 +563,7 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
                         r->lq = plan[p].bit == SW_DECODE ? 1 : plan[p].bit == SW_CHUNK ? (o->quick ? 128 : 512) : len;
                         r->kernel = plan[p].bit == SW_DECODE ? QKV_KERNEL_DECODE
                                     : is_ref && pass == 0    ? QKV_KERNEL_REFERENCE
+                                    : bf16dot && pass == 1   ? QKV_KERNEL_FLASH_BF16
                                                              : QKV_KERNEL_FLASH;
                         r->cold = plan[p].bit == SW_DECODE && o->cold;
                         status = run_shape(r, o, roof);
@@ -568,11 +601,16 @@ static void usage(void) {
            "  --kernel ref|flash|flash-bf16|decode|auto  --kv-dtype f32|bf16|f16\n"
            "  --no-causal | --window W   mask (default causal)\n"
            "  --cold                     flush the caches before every run\n"
+           "  --preset ID                heads of a `qkv cost` preset (llama-3.1-8b, smollm2-135m, ...)\n"
+           "  --layers N|all             N layers, each with its own K/V; a run is every layer once\n"
+           "                             (with --preset and --lq 1: a decode step of the whole model,\n"
+           "                             printed beside the cost model's prediction)\n"
            "  --roofline                 also measure the machine's peaks and report the fraction\n"
            "\n"
            "Sweeps: roofline (fp32 FMA, bf16 dot, DRAM read), prefill (n = 512..16384), chunk\n"
            "(Lq = 512, Lk = 1K..16K), decode (Lq = 1, KV = 1K..128K, cold cache), ref (n = 256, 512),\n"
-           "for Llama-3.1-8B (32/8, D 128) and SmolLM2 (9/3, D 64) heads and f32/bf16/f16 KV:\n"
+           "for Llama-3.1-8B (32/8, D 128) and SmolLM2 (9/3, D 64) heads and f32/bf16/f16 KV\n"
+           "(bf16 KV prefill and chunk also through flash-bf16, against the bf16 dot peak):\n"
            "  --sweep LIST               comma separated, or all\n"
            "  --quick                    small shapes (prefill n = 128, 256; chunk 128 x 512; decode\n"
            "                             1K, 4K; ref 128) and 3 runs: a few seconds\n"
@@ -586,7 +624,8 @@ static void usage(void) {
 
 int cmd_bench(int argc, char **argv) {
     int hq = 32, hkv = 8, d = 128, lq = 1024, lk = -1, repeat = -1, causal = 1, window = 0, sweeps = 0,
-        want_roof = 0, cold = 0;
+        want_roof = 0, cold = 0, layers = 1, heads_given = 0;
+    const char *preset = NULL, *layers_s = NULL;
     qkv_kernel kernel = QKV_KERNEL_AUTO;
     qkv_dtype dt = QKV_DTYPE_F32;
     bench_opts o;
@@ -613,7 +652,7 @@ int cmd_bench(int argc, char **argv) {
         if (strncmp(f, "--", 2)) return cli_fail("bench: unexpected argument '%s'", f);
         static const char *known[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--repeat", "--threads",
                                       "--window", "--kernel", "--kv-dtype", "--sweep", "--models", "--kv-dtypes",
-                                      "--max-n", "--max-kv", "--svg", "--budget", NULL};
+                                      "--max-n", "--max-kv", "--svg", "--budget", "--preset", "--layers", NULL};
         int is_known = 0;
         for (int k = 0; known[k]; k++) is_known |= !strcmp(f, known[k]);
         if (!is_known) return cli_fail("bench: unknown flag '%s' (see qkv bench --help)", f);
@@ -621,9 +660,13 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(f, "--n")) { rc = cli_parse_int(&lq, f, v, 1, 1 << 20); lk = lq; shape_flag = 1; }
         else if (!strcmp(f, "--lq")) { rc = cli_parse_int(&lq, f, v, 1, 1 << 20); shape_flag = 1; }
         else if (!strcmp(f, "--lk")) { rc = cli_parse_int(&lk, f, v, 1, 1 << 22); shape_flag = 1; }
-        else if (!strcmp(f, "--hq")) { rc = cli_parse_int(&hq, f, v, 1, 1024); shape_flag = 1; }
-        else if (!strcmp(f, "--hkv")) { rc = cli_parse_int(&hkv, f, v, 1, 1024); shape_flag = 1; }
-        else if (!strcmp(f, "--d")) { rc = cli_parse_int(&d, f, v, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX); shape_flag = 1; }
+        else if (!strcmp(f, "--hq")) { rc = cli_parse_int(&hq, f, v, 1, 1024); shape_flag = heads_given = 1; }
+        else if (!strcmp(f, "--hkv")) { rc = cli_parse_int(&hkv, f, v, 1, 1024); shape_flag = heads_given = 1; }
+        else if (!strcmp(f, "--d")) {
+            rc = cli_parse_int(&d, f, v, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX);
+            shape_flag = heads_given = 1;
+        } else if (!strcmp(f, "--preset")) { preset = v; shape_flag = 1; }
+        else if (!strcmp(f, "--layers")) { layers_s = v; shape_flag = 1; }
         else if (!strcmp(f, "--repeat")) rc = cli_parse_int(&repeat, f, v, 1, 1000);
         else if (!strcmp(f, "--threads")) rc = cli_parse_int(&o.threads, f, v, 1, 4096);
         else if (!strcmp(f, "--window")) { rc = cli_parse_int(&window, f, v, 1, 1 << 22); shape_flag = 1; }
@@ -650,12 +693,26 @@ int cmd_bench(int argc, char **argv) {
     }
     if (o.svg || o.quick) return cli_fail("bench: --svg and --quick go with --sweep");
     if (lk < 0) lk = lq;
+    qkv_cost_config model;
+    qkv_error err = {0};
+    if (preset) { /* heads and layers of a known model, as `qkv cost` has them */
+        if (heads_given) return cli_fail("bench: --preset sets --hq, --hkv and --d; give one or the other");
+        if (qkv_cost_preset(&model, preset, &err)) return cli_fail("--preset: %s", err.msg);
+        hq = model.n_head, hkv = model.n_kv_head, d = model.head_dim;
+    }
+    if (layers_s) {
+        if (!strcmp(layers_s, "all")) {
+            if (!preset) return cli_fail("--layers all needs --preset");
+            layers = model.n_layer;
+        } else if (cli_parse_int(&layers, "--layers", layers_s, 1, 1024)) {
+            return 2;
+        }
+    }
     if (hq % hkv) return cli_fail("bench: --hq %d is not a multiple of --hkv %d", hq, hkv);
 
     o.repeat = repeat > 0 ? repeat : 3;
     o.budget_s = 1e9; /* one shape: exactly --repeat runs */
     qkv_roofline roof_v, *roof = NULL;
-    qkv_error err = {0};
     int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
     if (want_roof) {
         if (qkv_roofline_measure(&roof_v, threads, 0.3, 0, &err)) return cli_fail("%s", err.msg);
@@ -670,6 +727,7 @@ int cmd_bench(int argc, char **argv) {
     r.dt = dt;
     r.kernel = kernel;
     r.cold = cold;
+    r.layers = layers;
     int rc = run_shape(&r, &o, roof);
     if (rc) return rc;
     if (o.json) {
@@ -686,8 +744,26 @@ int cmd_bench(int argc, char **argv) {
            lq, lk, qkv_dtype_name(dt), window ? "window" : causal ? "causal" : "none", o.threads);
     printf("time_s median=%.6f min=%.6f max=%.6f  GFLOP/s=%.2f  KV_GB/s=%.2f  peak_rss_MiB=%.1f\n", r.med, r.min, r.max,
            r.gflops, r.kv_gbs, r.rss_mib);
+    if (layers > 1)
+        printf("layers=%d: one run = every layer once; time per run %.3f ms, %.1f GiB of K/V read per run\n", layers,
+               r.med * 1e3, r.kv_gbs * r.med * 1e9 / (1 << 30));
     if (roof)
         printf("roofline fma_GFLOP/s=%.1f bf16_GFLOP/s=%.1f dram_GB/s=%.1f  peak_fraction=%.3f (%s)\n", roof->fma_gflops,
-               roof->bf16_gflops, roof->dram_gbs, r.peak_frac, r.kernel == QKV_KERNEL_DECODE ? "of DRAM" : "of FMA");
+               roof->bf16_gflops, roof->dram_gbs, r.peak_frac,
+               r.kernel == QKV_KERNEL_DECODE ? "of DRAM" : r.kernel == QKV_KERNEL_FLASH_BF16 ? "of bf16 dot" : "of FMA");
+    if (preset && lq == 1) { /* the cost model's decode step at context lk, beside the measurement */
+        qkv_cost c;
+        if (qkv_cost_eval(&c, &model, lk, qkv_dtype_size(dt), &err)) return cli_fail("%s", err.msg);
+        double frac = (double)layers / model.n_layer;
+        double flops = c.attn_flops_per_token * frac, bytes = c.kv_cache_bytes * frac;
+        printf("cost model (%s, %d of %d layers, context %d, %s K/V): %.2f GFLOPs and %.2f GiB of KV per token", model.name,
+               layers, model.n_layer, lk, qkv_dtype_name(dt), flops * 1e-9, bytes / (1 << 30));
+        if (roof) {
+            double t_mem = bytes / (roof->dram_gbs * 1e9), t_fma = flops / (roof->fma_gflops * 1e9);
+            printf("; at the measured peaks %.3f s (%s-bound); measured %.3f s = %.2fx the prediction", t_mem > t_fma ? t_mem : t_fma,
+                   t_mem > t_fma ? "memory" : "compute", r.med, r.med / (t_mem > t_fma ? t_mem : t_fma));
+        }
+        printf("\n");
+    }
     return 0;
 }

@@ -76,10 +76,12 @@ TEST(bench_cli_quick_sweep_json_and_svg) {
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) CHECK(strstr(out, top[i]), "missing %s", top[i]);
     CHECK(cli_json_number(out, "fma_gflops") > 0 && cli_json_number(out, "dram_gbs") > 0, "roofline figures");
     int n = count_of(out, "\"sweep\":");
-    /* quick: prefill 2 n x 2 models x 3 dtypes, chunk 1 x 2 x 3, decode 2 x 2 x 3, ref (ref + flash) x 2 models */
-    CHECK(n == 12 + 6 + 12 + 4, "%d results, want 34", n);
+    /* quick: prefill 2 n x 2 models x (3 dtypes + flash-bf16), chunk 1 x 2 x (3 + 1), decode 2 x 2 x 3,
+     * ref (ref + flash) x 2 models */
+    CHECK(n == 16 + 8 + 12 + 4, "%d results, want 40", n);
     static const char *sweeps[] = {"\"sweep\": \"prefill\"", "\"sweep\": \"chunk\"", "\"sweep\": \"decode\"",
                                    "\"sweep\": \"ref\"", "\"kernel\": \"ref\"", "\"model\": \"smol\"",
+                                   "\"kernel\": \"flash-bf16\"",
                                    "\"kv_dtype\": \"f16\""};
     for (size_t i = 0; i < sizeof sweeps / sizeof sweeps[0]; i++) CHECK(strstr(out, sweeps[i]), "missing %s", sweeps[i]);
     static const char *keys[] = {"\"time_s\"", "\"median\"", "\"min\"", "\"max\"", "\"spread_pct\"", "\"gflops\"",
@@ -118,7 +120,20 @@ TEST(bench_cli_quick_sweep_text) {
     CHECK(rc == 0, "exit %d: %s", rc, err);
     CHECK(strstr(out, "prefill: causal") && strstr(out, "decode: Lq = 1"), "sections: %s", out);
     CHECK(!strstr(out, "roofline:"), "no roofline unless asked: %s", out);
-    CHECK(!strstr(out, "llama ") && count_of(out, "smol ") == 4, "only smol, 2 + 2 rows: %s", out);
+    CHECK(!strstr(out, "llama ") && count_of(out, "smol ") == 6, "only smol, 2 x 2 prefill + 2 decode rows: %s", out);
+    free(out);
+    free(err);
+}
+
+TEST(bench_cli_whole_model_decode_step_beside_the_cost_model) {
+    const char *argv[] = {"bench", "--preset", "smollm2-135m", "--lq", "1", "--lk", "2048", "--kv-dtype", "bf16",
+                          "--layers", "all", "--threads", "2", "--repeat", "2", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = run(argv, &out, &err);
+    CHECK(rc == 0, "exit %d: %s", rc, err);
+    CHECK(!strncmp(out, "kernel=decode hq=9 hkv=3 d=64 lq=1 lk=2048 kv=bf16", 50), "first line: %s", out);
+    CHECK(strstr(out, "layers=30: one run = every layer once"), "layers line: %s", out);
+    CHECK(strstr(out, "cost model (SmolLM2-135M, 30 of 30 layers, context 2048, bf16 K/V)"), "cost model line: %s", out);
     free(out);
     free(err);
 }
@@ -140,4 +155,8 @@ TEST(bench_cli_rejects_bad_flags) {
     CHECK_BAD_INPUT("bench", "--repeat");
     CHECK_BAD_INPUT("bench", "stray");
     CHECK_BAD_INPUT("bench", "--lq", "9", "--lk", "100", "--kernel", "decode");
+    CHECK_BAD_INPUT("bench", "--layers", "all");
+    CHECK_BAD_INPUT("bench", "--layers", "0");
+    CHECK_BAD_INPUT("bench", "--preset", "gpt-5");
+    CHECK_BAD_INPUT("bench", "--preset", "llama-3.1-8b", "--hq", "8");
 }

@@ -13,6 +13,10 @@
 #include <string.h>
 
 #define DECODE_MIN_SPLIT 512 /* keys: below this a split costs more to merge than it saves */
+/* KV bytes per thread below which another thread costs more than it brings:
+ * ~20 us of streaming, against a parallel region's wake-up and barrier (and,
+ * on a loaded machine, waiting for a descheduled worker). */
+#define DECODE_MIN_BYTES_PER_THREAD (256 << 10)
 
 qkv_status attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, qkv_error *err) {
     const attn_isa *isa = attn_isa_best();
@@ -24,8 +28,15 @@ qkv_status attn_decode(float *o, float *lse, const attn_problem *P, int n_thread
 
     /* keys any row can see: [0, key_end) */
     const int key_end = attn_key_end(P->mask, P->kv_len, P->kv_len - 1);
-    /* enough splits to give every thread several items, none shorter than the minimum */
+    const double kv_bytes = 2.0 * P->n_kv_head * key_end * D * qkv_dtype_size(P->kv_dtype);
+    int max_threads = (int)(kv_bytes / DECODE_MIN_BYTES_PER_THREAD);
+    if (n_threads > max_threads) n_threads = max_threads > 1 ? max_threads : 1;
+    /* Splits: at least 4 items per thread, in a multiple of the thread count
+     * (so dynamic scheduling ends with every thread busy), none shorter than
+     * the minimum. Llama-3.1-8B (8 KV heads) on 2 threads: 8 items, one per
+     * KV head; SmolLM2 (3): 4 splits each, 12 items. */
     int n_split = (4 * n_threads + n_groups - 1) / n_groups;
+    while ((n_groups * n_split) % n_threads) n_split++;
     int max_split = (key_end + DECODE_MIN_SPLIT - 1) / DECODE_MIN_SPLIT;
     if (n_split > max_split) n_split = max_split;
     if (n_split < 1) n_split = 1;

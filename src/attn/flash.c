@@ -9,12 +9,20 @@
  * scheduling balances; libgomp keeps its workers alive between calls, so a
  * call costs no thread creation (it matters for decode's ~100 us calls), and
  * the team is sized per call by n_threads. A private pool would re-implement
- * exactly that.
+ * exactly that. A call too small to pay for a second thread (FLASH_MIN_FLOPS)
+ * runs on one: on a 2-core machine shared with other work, a parallel region
+ * waits for its slowest thread, and a descheduled one costs a whole time
+ * slice (milliseconds) against a call of microseconds.
  */
 #include "attn/internal.h"
 
 #include <math.h>
 #include <string.h>
+
+/* FLOPs (upper bound, mask ignored) per thread below which another thread
+ * costs more than it brings: ~50 us of work against a parallel region's
+ * wake-up and barrier. */
+#define FLASH_MIN_FLOPS 4e6
 
 /* Heads per block and positions per block for group size G and length Lq. */
 static void block_shape(int G, int q_len, int *nh, int *nq) {
@@ -56,6 +64,10 @@ qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads
     const int n_qblock = (P->q_len + nq - 1) / nq;
     const int64_t n_items = (int64_t)P->n_kv_head * n_hchunk * n_qblock;
     int failed = 0;
+    /* no more threads than items, and none for less than FLASH_MIN_FLOPS of work */
+    const double flops = 4.0 * P->head_dim * P->n_q_head * (double)P->q_len * P->kv_len;
+    if (n_threads > n_items) n_threads = (int)n_items;
+    if (n_threads > 1 && flops / n_threads < FLASH_MIN_FLOPS) n_threads = flops / FLASH_MIN_FLOPS > 1 ? (int)(flops / FLASH_MIN_FLOPS) : 1;
 
 #pragma omp parallel num_threads(n_threads)
     {

@@ -103,8 +103,8 @@ void attn_rows_avx2(const attn_problem *P, const attn_rows *rows, int j0, int j1
                     attn_scratch *ws);
 void attn_rows_scalar(const attn_problem *P, const attn_rows *rows, int j0, int j1,
                       attn_scratch *ws);
-/* The block path with bf16 dot products (Q and p rounded to bf16), for the
- * flash-bf16 kernel; few-row blocks and odd D take the f32 paths. */
+/* The block path with bf16 dot products (Q and p rounded to bf16) for every
+ * block, for the flash-bf16 kernel; an odd D takes the exact f32 paths. */
 void attn_rows_avx512bf16(const attn_problem *P, const attn_rows *rows, int j0, int j1,
                           attn_scratch *ws);
 /* The inner loop of the flash-bf16 kernel on this CPU: attn_rows_avx512bf16

@@ -2,9 +2,10 @@
  * roofline.c — what this machine can do at most, measured, so a benchmark can
  * state the fraction of it a kernel reaches: the fp32 FMA peak and the bf16
  * dot-product peak (independent register-only chains in the widest vectors
- * the kernels use), and the DRAM read bandwidth (a parallel sum over a buffer
- * far beyond the last-level cache). Each figure is the best of several short
- * timed passes with every thread running at once. It deliberately measures no
+ * the kernels use; the best of several short passes, as interference only
+ * ever lowers them), and the DRAM read bandwidth (a parallel sum over a
+ * buffer far beyond the last-level cache; the median of 7 passes). Every
+ * thread runs at once. It deliberately measures no
  * cache level and no mixed instruction stream: those are the kernels' job.
  */
 #include "attn/internal.h"
@@ -115,30 +116,38 @@ static double peak_of(roof_loop loop, int n_threads, double seconds) {
     return best;
 }
 
-/* Bytes/s read from a buffer of `bytes` (beyond L3) by n_threads threads, best of 5. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Bytes/s read from a buffer of `bytes` (beyond L3, huge pages where offered,
+ * as qkv_kv_alloc gives the KV cache) by n_threads threads: the median of 7
+ * passes (the best of them can be an artifact; 58 GB/s once on a machine
+ * whose median is 35). */
 static double dram_read(int n_threads, size_t bytes, qkv_error *err, qkv_status *st) {
     size_t n = bytes / sizeof(uint64_t);
-    uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
+    uint64_t *buf = qkv_kv_alloc(n * sizeof(uint64_t));
     if (!buf) {
         *st = qkv_fail(err, QKV_ERR_NOMEM, "roofline: cannot allocate %zu MiB for the DRAM test", bytes >> 20);
         return 0;
     }
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (size_t i = 0; i < n; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
-    double best = 0;
+    double rates[7];
     uint64_t sink = 0;
-    for (int pass = 0; pass < 5; pass++) {
+    for (int pass = 0; pass < 7; pass++) {
         double t0 = now_s();
         uint64_t total = 0;
 #pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
         for (size_t i = 0; i < n; i++) total += buf[i]; /* integer sum: vectorised, no FP ordering */
-        double rate = (double)(n * sizeof(uint64_t)) / (now_s() - t0);
+        rates[pass] = (double)(n * sizeof(uint64_t)) / (now_s() - t0);
         sink += total;
-        if (rate > best) best = rate;
     }
-    free(buf);
-    if (sink == 42) best += 0;
-    return best;
+    qkv_kv_free(buf);
+    if (sink == 42) rates[0] += 0;
+    qsort(rates, 7, sizeof rates[0], cmp_double);
+    return rates[3];
 }
 
 qkv_status qkv_roofline_measure(qkv_roofline *out, int n_threads, double seconds, size_t dram_bytes,

@@ -2,8 +2,9 @@
  * tile_bf16dot.h — the block path of tile_impl.h with bf16 dot products
  * (AVX512_BF16 vdpbf16ps: per f32 lane, acc += a0*b0 + a1*b1 over a pair of
  * bf16), for the flash-bf16 kernel. Included by tile_impl.h when ATTN_BF16DOT
- * is defined (tile_avx512bf16.c); everything else (mask, online softmax, the
- * few-row path) is the f32 code.
+ * is defined (tile_avx512bf16.c); it runs every block of such a call, even one
+ * of a few rows, so a call has one rounding rule. The mask and the online
+ * softmax are the f32 code.
  *
  * What is rounded to bf16, and nothing else: the scaled queries and the
  * probabilities p. K and V are used as stored when they are bf16 (no
@@ -189,16 +190,33 @@ static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0
     uint32_t *v2 = (uint32_t *)(void *)ws->vt;    /* [BK / 2, ld] */
     uint32_t *pt2 = (uint32_t *)(void *)ws->part; /* [BK / 2, RP] */
 
-    memset(qt2, 0, (size_t)DP * RP * sizeof *qt2);
+    /* scaled queries rounded to bf16, row by row (a row of bf16 is its pairs
+     * in order), then transposed pair by pair into qt2; padding rows are 0 */
+    uint32_t *qrows = (uint32_t *)(void *)ws->acc; /* [R, DP], before acc is cleared */
     for (int hl = 0; hl < rows->nh; hl++) {
         int h = rows->kvh * P->group + rows->h0 + hl;
         for (int tq = 0; tq < nq; tq++) {
             const float *src = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
-            int r = hl * nq + tq;
-            for (int i = 0; i < DP; i++)
-                qt2[(size_t)i * RP + r] =
-                    bf16_round(src[2 * i] * P->scale) | (uint32_t)bf16_round(src[2 * i + 1] * P->scale) << 16;
+            uint16_t *dst = (uint16_t *)(void *)(qrows + (size_t)(hl * nq + tq) * DP);
+            const __m512 sc = _mm512_set1_ps(P->scale);
+            int d = 0;
+            for (; d + 16 <= D; d += 16) {
+                __m256bh b = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d), sc));
+                memcpy(dst + d, &b, sizeof b);
+            }
+            for (; d < D; d++) dst[d] = bf16_round(src[d] * P->scale);
         }
+    }
+    const float *qsrc[ATTN_MAX_ROWS]; /* the pair rows, as 32-bit words for transpose16_scaled */
+    for (int r = 0; r < R; r++) qsrc[r] = (const float *)(const void *)(qrows + (size_t)r * DP);
+    const int it = DP / 16 * 16, rt = R / 16 * 16; /* the corner i < it, r < rt through registers */
+    for (int i0 = 0; i0 < it; i0 += 16)
+        for (int r0 = 0; r0 < rt; r0 += 16)
+            transpose16_scaled((float *)(void *)(qt2 + (size_t)i0 * RP + r0), RP, qsrc + r0, i0, 1.0f);
+    for (int i = 0; i < DP; i++) {
+        uint32_t *row = qt2 + (size_t)i * RP;
+        for (int r = i < it ? rt : 0; r < R; r++) row[r] = qrows[(size_t)r * DP + i];
+        for (int r = R; r < RP; r++) row[r] = 0;
     }
     for (int r = 0; r < RP; r++) {
         ws->pos[r] = r < R ? p_first + r % nq : p_last;
@@ -215,6 +233,7 @@ static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0
         if (cls == ATTN_TILE_EMPTY) continue;
         const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
         const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
+        prefetch_tile(ksrc, vsrc, t, D, jt + ATTN_BK < j1 ? (j1 - jt - ATTN_BK < ATTN_BK ? j1 - jt - ATTN_BK : ATTN_BK) : 0);
 
         /* 1. scores from bf16 pairs: K read in place when it is bf16 */
         const uint16_t *kp = ksrc;

@@ -1,7 +1,10 @@
 /*
  * tile_impl.h — the flash inner loop, written once over a vector of VW floats
  * (GCC vector extensions) and compiled per ISA by tile_avx512.c (VW 16),
- * tile_avx2.c (VW 8) and tile_scalar.c (VW 1). Its readable reference twin is
+ * tile_avx2.c (VW 8), tile_scalar.c (VW 1) and tile_avx512bf16.c (VW 16 plus
+ * the bf16 dot-product block path of tile_bf16dot.h). A few primitives use
+ * the ISA's own instructions where GCC's generic code is poor (f16/bf16
+ * widening, max, exp, the 16 x 16 transpose). Its readable reference twin is
  * reference.c; tests/test_attn_kernels.c compares them on swept shapes.
  *
  * Online softmax (Milakov & Gimelshein 2018, "Online normalizer calculation
@@ -25,7 +28,11 @@
  *     are f32, else converted to f32 once per tile for all R rows.
  *   - few path (R <= VW / 2, decode): one dot product per (row, key) along D
  *     with K converted in registers, VW keys' partial vectors folded into one
- *     vector of scores by a shuffle tree; P·V converts V in registers.
+ *     vector of scores by a shuffle tree; P·V converts V in registers. It
+ *     streams the KV cache once, so it prefetches (prefetch_row).
+ * Shapes this is measured on (BENCHMARKS.md): Llama-3.1-8B heads (G = 4,
+ * D = 128: R = 64 rows of 16 positions in prefill, R = 4 in decode) and
+ * SmolLM2 heads (G = 3, D = 64: R = 63, R = 3).
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "attn/internal.h"
@@ -91,7 +98,25 @@ INLINE vf vselect(vi mask, vf a, vf b) { /* mask ? a : b, lane by lane */
     memcpy(&out, &r, sizeof out);
     return out;
 }
-INLINE vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
+INLINE vf vmax(vf a, vf b) {
+#if VW == 16
+    __m512 x, y;
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    x = _mm512_max_ps(x, y);
+    memcpy(&a, &x, sizeof a);
+    return a;
+#elif VW == 8
+    __m256 x, y;
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    x = _mm256_max_ps(x, y);
+    memcpy(&a, &x, sizeof a);
+    return a;
+#else
+    return vselect(a > b, a, b);
+#endif
+}
 INLINE float vhmax(vf a) {
     float m = a[0];
     for (int i = 1; i < VW; i++) m = a[i] > m ? a[i] : m;
@@ -103,6 +128,34 @@ INLINE float vhsum(vf a) {
     return s;
 }
 
+#if VW == 16
+/* exp(x) for x <= 0 (scores minus their running max) with AVX-512's own
+ * range reduction: t = x log2(e), f = t - round(t) in [-1/2, 1/2] (vreduceps),
+ * 2^f by a degree-6 polynomial (Cephes exp2f, 2e-7 relative), times 2^round(t)
+ * by vscalefps. x is clamped at -138 (t = -200), where vscalefps underflows to
+ * exactly 0: so -inf (a masked key) gives exactly 0, and x in (-138, -87) the
+ * subnormal values expf gives. Error: the rounding of t adds |x| 2^-24
+ * relative, which only matters where exp(x) is tiny. 11 instructions. */
+INLINE vf vexp(vf x) {
+    __m512 xv;
+    memcpy(&xv, &x, sizeof xv);
+    xv = _mm512_max_ps(xv, _mm512_set1_ps(-138.0f));
+    __m512 t = _mm512_mul_ps(xv, _mm512_set1_ps(1.44269504088896341f));
+    __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* t - round(t) */
+    __m512 n = _mm512_sub_ps(t, f);
+    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 y = _mm512_scalef_ps(p, n);
+    vf out;
+    memcpy(&out, &y, sizeof out);
+    return out;
+}
+#else
 /* exp(x) for x <= 0 (scores minus their running max), Cephes polynomial,
  * ~2 ulp; exactly 0 below -87.3 (and for -inf), where expf is subnormal. */
 INLINE vf vexp(vf x) {
@@ -125,6 +178,7 @@ INLINE vf vexp(vf x) {
     memcpy(&scale, &e, sizeof scale);
     return vselect(keep, p * scale, vset1(0));
 }
+#endif
 
 /* One vector of a K/V row in its storage type, as f32 (d + VW <= D). */
 INLINE vf vload_kv(const void *row, qkv_dtype t, int d) {
@@ -197,15 +251,28 @@ static void convert_rows(float *dst, const void *src, qkv_dtype t, int n, int D,
     }
 }
 
-/* Software prefetch of the row ATTN_PREFETCH bytes ahead of a streamed K/V
- * row: the decode path reads the cache once, at DRAM speed only if the
- * next lines are already on their way (the hardware prefetcher alone leaves
- * one core at about half the bandwidth). */
-#define ATTN_PREFETCH 4096
+/* Software prefetch of a whole K/V row into L2 (prefetcht1). The decode path
+ * streams the cache once; while it reads K row j of a tile it asks for K row
+ * j of the next tile and V row j of this one, so both streams stay in flight
+ * across 4 KiB pages, where the hardware prefetcher stops. Measured on Zen 4,
+ * one core, 32K keys: f32 11.6 -> 15.7 GB/s, bf16 9.6 -> 12.4 GB/s (into L1,
+ * or without it: no gain). */
+#define ATTN_PF_LOCALITY 2
 INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
-    const char *p = (const char *)row + ATTN_PREFETCH;
+    const char *p = row;
     const int bytes = D * (t == QKV_DTYPE_F32 ? 4 : 2);
-    for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 0);
+    for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, ATTN_PF_LOCALITY);
+}
+
+/* The next tile's K and V rows (n of them, after the nk = ATTN_BK rows at
+ * ksrc / vsrc) into L2 while this tile computes: a block streams its keys
+ * from L3 or DRAM once per 16 positions (chunked prefill against a long KV). */
+static void prefetch_tile(const void *ksrc, const void *vsrc, qkv_dtype t, int D, int n) {
+    const size_t es = t == QKV_DTYPE_F32 ? 4 : 2, bytes = (size_t)n * D * es, off = (size_t)ATTN_BK * D * es;
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch((const char *)ksrc + off + o, 0, 2);
+        __builtin_prefetch((const char *)vsrc + off + o, 0, 2);
+    }
 }
 
 static inline const void *kv_row(const void *base, qkv_dtype t, int64_t offset) {
@@ -297,7 +364,22 @@ INLINE void pv_colchunk(float *acc, int ld, const float *pt, int RP, const float
                         int c0, const int nc) {
     int r0 = 0;
     for (; r0 + MR <= R; r0 += MR) pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, MR, nc);
-    for (; r0 < R; r0++) pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 1, nc);
+    switch (R - r0) { /* the last R % MR rows in one pass */
+#if MR > 5
+    case 5: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 5, nc); break;
+#endif
+#if MR > 4
+    case 4: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 4, nc); break;
+#endif
+#if MR > 3
+    case 3: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 3, nc); break;
+#endif
+#if MR > 2
+    case 2: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 2, nc); break;
+#endif
+    case 1: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 1, nc); break;
+    default: break;
+    }
 }
 
 /* acc[r][0 .. ncols) += sum_j pt[j][r] * v_j for rows r < R (ncols % VW == 0). */
@@ -342,27 +424,70 @@ static void mask_tile(float *st, const int32_t *pos, int RP, const attn_problem 
 }
 
 /* Online softmax of one tile, VW rows at a time: st becomes p = exp(s - m'),
- * m, l and alpha are updated (see the invariant at the top). */
+ * m, l and alpha are updated (see the invariant at the top). Keys run in the
+ * outer loop so every load and store is a contiguous row of st. */
 static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int nk) {
+    enum { NRV_MAX = ATTN_MAX_ROWS / VW };
+    const int nrv = RP / VW;
     const vf ninf = vset1(-INFINITY);
-    for (int r = 0; r < RP; r += VW) {
-        vf mx = vload(st + r);
-        for (int j = 1; j < nk; j++) mx = vmax(mx, vload(st + (size_t)j * RP + r));
-        vf m_old = vload(m + r);
-        vf m_new = vmax(m_old, mx);
-        vf m_use = vselect(m_new == ninf, vset1(0), m_new); /* rows with nothing visible yet */
-        vf sum = vset1(0);
-        for (int j = 0; j < nk; j++) {
-            vf p = vexp(vload(st + (size_t)j * RP + r) - m_use);
-            vstore(st + (size_t)j * RP + r, p);
-            sum += p;
-        }
-        vf a = vexp(m_old - m_use);
-        vstore(alpha + r, a);
-        vstore(l + r, vload(l + r) * a + sum);
-        vstore(m + r, m_new);
+    vf mx[NRV_MAX], m_use[NRV_MAX], sum[NRV_MAX];
+    for (int n = 0; n < nrv; n++) mx[n] = vload(st + n * VW);
+    for (int j = 1; j < nk; j++)
+        for (int n = 0; n < nrv; n++) mx[n] = vmax(mx[n], vload(st + (size_t)j * RP + n * VW));
+    for (int n = 0; n < nrv; n++) {
+        vf m_old = vload(m + n * VW);
+        vf m_new = vmax(m_old, mx[n]);
+        m_use[n] = vselect(m_new == ninf, vset1(0), m_new); /* rows with nothing visible yet */
+        vstore(alpha + n * VW, vexp(m_old - m_use[n]));
+        vstore(m + n * VW, m_new);
+        sum[n] = vset1(0);
     }
+    for (int j = 0; j < nk; j++)
+        for (int n = 0; n < nrv; n++) {
+            float *p = st + (size_t)j * RP + n * VW;
+            vf e = vexp(vload(p) - m_use[n]);
+            vstore(p, e);
+            sum[n] += e;
+        }
+    for (int n = 0; n < nrv; n++) vstore(l + n * VW, vload(l + n * VW) * vload(alpha + n * VW) + sum[n]);
 }
+
+#if VW == 16
+/* dst[i * ld + j] = scale * src[j][d0 + i] for i, j < 16 (scale 1: the bits
+ * moved untouched, whatever they hold): a 16 x 16 transpose
+ * in registers (interleave 32-bit, then 64-bit elements, then 128-bit lanes
+ * twice: 64 shuffles instead of 256 scalar loads and stores). */
+static void transpose16_scaled(float *dst, int ld, const float *const *src, int d0, float scale) {
+    __m512 r[16], t[16];
+    const __m512 sc = _mm512_set1_ps(scale);
+    for (int i = 0; i < 16; i++) {
+        r[i] = _mm512_loadu_ps(src[i] + d0);
+        if (scale != 1.0f) r[i] = _mm512_mul_ps(r[i], sc); /* 1: raw 32-bit words (bf16 pairs) */
+    }
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4)
+        for (int k = 0; k < 2; k++) {
+            r[i + k] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + k]), _mm512_castps_pd(t[i + k + 2])));
+            r[i + k + 2] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + k]), _mm512_castps_pd(t[i + k + 2])));
+        }
+    for (int i = 0; i < 16; i += 8)
+        for (int k = 0; k < 4; k++) {
+            t[i + k] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0x88);
+            t[i + k + 4] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0xdd);
+        }
+    for (int k = 0; k < 8; k++) {
+        r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+        r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xdd);
+    }
+    /* r[k] now holds column d0 + col[k] of the 16 source rows (the 64-bit
+     * interleave leaves columns 1 and 2 of each group of 4 swapped) */
+    static const int col[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
+    for (int k = 0; k < 16; k++) _mm512_storeu_ps(dst + (size_t)col[k] * ld, r[k]);
+}
+#endif
 
 static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
     const int D = P->head_dim, ld = P->ld, nq = rows->nq;
@@ -374,15 +499,23 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
     const int k_direct = t == QKV_DTYPE_F32, v_direct = t == QKV_DTYPE_F32 && D % VW == 0;
     const int ncols = v_direct ? D : ld;
 
-    /* scaled queries, transposed: qt[d][r]; padding rows are 0 */
-    memset(ws->q, 0, (size_t)D * RP * sizeof(float));
+    /* scaled queries, transposed: qt[d][r]; padding rows are 0. 16 x 16 blocks
+     * in registers where the ISA has them, the rest a row of qt at a time. */
+    const float *qsrc[ATTN_MAX_ROWS];
     for (int hl = 0; hl < rows->nh; hl++) {
         int h = rows->kvh * P->group + rows->h0 + hl;
-        for (int tq = 0; tq < nq; tq++) {
-            const float *src = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
-            int r = hl * nq + tq;
-            for (int d = 0; d < D; d++) ws->q[(size_t)d * RP + r] = src[d] * P->scale;
-        }
+        for (int tq = 0; tq < nq; tq++) qsrc[hl * nq + tq] = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
+    }
+    int dt = 0, rt = 0; /* the corner d < dt, r < rt goes through registers */
+#if VW == 16
+    dt = D / 16 * 16, rt = R / 16 * 16;
+    for (int d0 = 0; d0 < dt; d0 += 16)
+        for (int r0 = 0; r0 < rt; r0 += 16) transpose16_scaled(ws->q + (size_t)d0 * RP + r0, RP, qsrc + r0, d0, P->scale);
+#endif
+    for (int d = 0; d < D; d++) {
+        float *dst = ws->q + (size_t)d * RP;
+        for (int r = d < dt ? rt : 0; r < R; r++) dst[r] = qsrc[r][d] * P->scale;
+        for (int r = R; r < RP; r++) dst[r] = 0;
     }
     for (int r = 0; r < RP; r++) {
         ws->pos[r] = r < R ? p_first + r % nq : p_last;
@@ -399,6 +532,7 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
         if (cls == ATTN_TILE_EMPTY) continue;
         const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
         const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
+        prefetch_tile(ksrc, vsrc, t, D, jt + ATTN_BK < j1 ? (j1 - jt - ATTN_BK < ATTN_BK ? j1 - jt - ATTN_BK : ATTN_BK) : 0);
 
         /* 1. scores st[j][r] = (scale q_r) . k_j */
         const float *kp = ksrc;
@@ -476,12 +610,15 @@ static const int fold_slot[8] = {0, 4, 2, 6, 1, 5, 3, 7};
  * for rows i < rf (a constant, so the accumulators live in registers) and
  * keys k < cn <= VW starting at krow0 (rows D elements apart); K converted in
  * registers, D % VW == 0. */
-INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
-                         int D, int cn) {
+INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0,
+                         const void *vrow0, qkv_dtype t, int D, int cn) {
     for (int k = 0; k < cn; k++) {
         const void *kr = kv_row(krow0, t, (int64_t)k * D);
-        if (r0 == 0) prefetch_row(kr, t, D);
-        vf a0[4], a1[4];
+        if (r0 == 0) {
+            prefetch_row(kv_row(kr, t, (int64_t)ATTN_BK * D), t, D);
+            prefetch_row(kv_row(vrow0, t, (int64_t)k * D), t, D);
+        }
+        vf a0[4], a1[4]; /* two chains per row: D / VW dependent FMAs would stall on latency */
         for (int i = 0; i < rf; i++) a0[i] = a1[i] = vset1(0);
         int d = 0;
         for (; d + 2 * VW <= D; d += 2 * VW) {
@@ -500,14 +637,14 @@ INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf,
 }
 
 /* s[r][c0 + i] = q_r . k_(c0+i) for i < cn <= VW keys starting at krow0, rows r < R. */
-INLINE void few_scores(float *s, const float *q, int ld, int R, const void *krow0, qkv_dtype t, int D, int c0,
-                       int cn, vf *part /* [FEW_ROWS * VW] */) {
+INLINE void few_scores(float *s, const float *q, int ld, int R, const void *krow0, const void *vrow0, qkv_dtype t,
+                       int D, int c0, int cn, vf *part /* [FEW_ROWS * VW] */) {
     for (int r0 = 0; r0 < R; r0 += 4) {
         switch (R - r0) {
-        case 1: few_partials(part, q, ld, r0, 1, krow0, t, D, cn); break;
-        case 2: few_partials(part, q, ld, r0, 2, krow0, t, D, cn); break;
-        case 3: few_partials(part, q, ld, r0, 3, krow0, t, D, cn); break;
-        default: few_partials(part, q, ld, r0, 4, krow0, t, D, cn); break;
+        case 1: few_partials(part, q, ld, r0, 1, krow0, vrow0, t, D, cn); break;
+        case 2: few_partials(part, q, ld, r0, 2, krow0, vrow0, t, D, cn); break;
+        case 3: few_partials(part, q, ld, r0, 3, krow0, vrow0, t, D, cn); break;
+        default: few_partials(part, q, ld, r0, 4, krow0, vrow0, t, D, cn); break;
         }
     }
     for (int k = cn; k < VW; k++)
@@ -525,7 +662,6 @@ INLINE void few_pv(float *acc, int ld, const float *p, const void *vrow0, qkv_dt
         for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW);
     for (int j = 0; j < nk; j++) {
         const void *vr = kv_row(vrow0, t, (int64_t)j * D);
-        if (r0 == 0 && c0 == 0) prefetch_row(vr, t, D);
         vf vv[NC];
         for (int c = 0; c < nc; c++) vv[c] = vload_kv(vr, t, c0 + c * VW);
         for (int i = 0; i < mr; i++) {
@@ -546,7 +682,7 @@ INLINE void few_tile(const attn_problem *P, int R, int nq, int p_first, int jt, 
 
     /* 1. scores s[r][j] = (scale q_r) . k_j, VW keys at a time */
     for (int c0 = 0; c0 < nk; c0 += VW)
-        few_scores(ws->s, ws->q, ld, R, kv_row(ksrc, t, (int64_t)c0 * D), t, D, c0, nk - c0 < VW ? nk - c0 : VW,
+        few_scores(ws->s, ws->q, ld, R, kv_row(ksrc, t, (int64_t)c0 * D), kv_row(vsrc, t, (int64_t)c0 * D), t, D, c0, nk - c0 < VW ? nk - c0 : VW,
                    part);
 
     /* 2. mask: keys past the tile's end and, in partial tiles, hidden keys */
@@ -652,15 +788,15 @@ static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j
 
 void CAT(attn_rows_, SUFFIX)(const attn_problem *P, const attn_rows *rows, int j0, int j1,
                              attn_scratch *ws) {
-#if VW > 1
-    if (rows->nh * rows->nq <= FEW_ROWS && P->head_dim % VW == 0) {
-        rows_few(P, rows, j0, j1, ws);
+#ifdef ATTN_BF16DOT
+    if (P->head_dim % 2 == 0) { /* every block, however few its rows: one rounding rule per call */
+        rows_block_bf16(P, rows, j0, j1, ws);
         return;
     }
 #endif
-#ifdef ATTN_BF16DOT
-    if (P->head_dim % 2 == 0) {
-        rows_block_bf16(P, rows, j0, j1, ws);
+#if VW > 1
+    if (rows->nh * rows->nq <= FEW_ROWS && P->head_dim % VW == 0) {
+        rows_few(P, rows, j0, j1, ws);
         return;
     }
 #endif
