@@ -155,69 +155,27 @@ static int parse_dtype(size_t *bytes, const char **name, const char *s) {
     return cli_fail("--dtype: unknown type '%s' (f32, bf16, f16, fp8)", s);
 }
 
-/* Reads the configuration from GGUF metadata: <arch>.block_count,
- * .embedding_length, .attention.head_count(_kv), .feed_forward_length,
- * .attention.key_length (else hidden / heads); vocab from the token list or
- * token_embd's shape; tied when there is no output.weight tensor. */
+/* The configuration from GGUF metadata, read as qkv_model_open reads it
+ * (qkv_model_config_read), named by general.name (else the path). */
 static int load_gguf(qkv_cost_config *c, const char *path) {
     qkv_gguf *g = NULL;
     qkv_error err = {0};
-    if (qkv_gguf_open(&g, path, &err)) return cli_fail("%s", err.msg);
-    int rc = 0;
-    const char *arch = "llama";
-    if (qkv_gguf_find_key(g, "general.architecture") >= 0 &&
-        qkv_gguf_get_string(&arch, NULL, g, "general.architecture", &err)) {
-        rc = cli_fail("%s", err.msg);
-        goto done;
+    qkv_model_config m;
+    if (qkv_gguf_open(&g, path, &err) || qkv_model_config_read(&m, g, &err)) {
+        qkv_gguf_close(g);
+        return cli_fail("%s", err.msg);
     }
-    struct {
-        const char *suffix;
-        int *dst;
-        int optional;
-    } keys[] = {
-        {"block_count", &c->n_layer, 0},          {"embedding_length", &c->hidden, 0},
-        {"attention.head_count", &c->n_head, 0},  {"attention.head_count_kv", &c->n_kv_head, 1},
-        {"feed_forward_length", &c->ffn, 0},      {"attention.key_length", &c->head_dim, 1},
-    };
-    c->n_kv_head = c->head_dim = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-        char key[128];
-        snprintf(key, sizeof key, "%s.%s", arch, keys[i].suffix);
-        if (keys[i].optional && qkv_gguf_find_key(g, key) < 0) continue;
-        int64_t v;
-        if (qkv_gguf_get_int(&v, g, key, &err)) {
-            rc = cli_fail("%s", err.msg);
-            goto done;
-        }
-        if (v < 1 || v > (1 << 30)) {
-            rc = cli_fail("%s: %s = %lld is out of range", path, key, (long long)v);
-            goto done;
-        }
-        *keys[i].dst = (int)v;
-    }
-    if (!c->n_kv_head) c->n_kv_head = c->n_head;
-    if (!c->head_dim) c->head_dim = c->hidden / c->n_head;
-    int64_t tok = qkv_gguf_find_key(g, "tokenizer.ggml.tokens");
-    int64_t emb = qkv_gguf_find_tensor(g, "token_embd.weight");
-    if (tok >= 0 && qkv_gguf_arr_len(g, tok) > 0) {
-        c->vocab = (int)qkv_gguf_arr_len(g, tok);
-    } else if (emb >= 0) {
-        c->vocab = (int)qkv_gguf_tensor_info(g, emb)->shape[0];
-    } else {
-        rc = cli_fail("%s: no tokenizer.ggml.tokens and no token_embd.weight: vocabulary size unknown",
-                      path);
-        goto done;
-    }
-    c->tied_embeddings = qkv_gguf_find_tensor(g, "output.weight") < 0;
+    *c = (qkv_cost_config){.n_layer = m.n_layer, .hidden = m.n_embd, .n_head = m.n_head, .n_kv_head = m.n_kv_head,
+                           .head_dim = m.head_dim, .ffn = m.n_ff, .vocab = m.n_vocab,
+                           .tied_embeddings = m.tied_embeddings};
     const char *name = NULL;
     if (qkv_gguf_find_key(g, "general.name") >= 0 &&
         qkv_gguf_get_string(&name, NULL, g, "general.name", &err) == QKV_OK && name && *name)
         snprintf(c->name, sizeof c->name, "%s", name);
     else
         snprintf(c->name, sizeof c->name, "%s", path);
-done:
     qkv_gguf_close(g);
-    return rc;
+    return 0;
 }
 
 /* ------------------------------------------------------------------ JSON */

@@ -531,6 +531,16 @@ typedef struct {
     int tied_embeddings;    /* 1: lm_head is token_embd.weight */
 } qkv_model_config;
 
+/* The configuration of the model in g, from its metadata alone (no weight is
+ * read: a metadata-only GGUF will do). general.architecture must be "llama"
+ * (QKV_ERR_UNSUPPORTED otherwise, and for partial RoPE, rope scaling types
+ * other than "none", head_dim outside [16, 256] or odd); QKV_ERR_FORMAT for
+ * a missing required key, a value out of range, heads not a multiple of KV
+ * heads, or no vocabulary (token_embd.weight's rows, else the length of
+ * tokenizer.ggml.tokens). rope.freq_factors is NULL here: qkv_model_open
+ * fills it from rope_freqs.weight. */
+qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
+
 typedef struct {
     int n_ctx;              /* positions the KV cache holds; 0 = min(n_ctx_train, 8192) */
     qkv_dtype kv_dtype;     /* KV cache storage, default f32 */

@@ -183,12 +183,10 @@ static void put_kv_u32(FILE *f, const char *key, uint32_t v) {
     put_u32(f, v);
 }
 
-TEST(cost_model_from_gguf) {
-    char path[600];
-    snprintf(path, sizeof path, "%s/tiny.gguf", test_tmpdir());
+/* Writes the metadata-only GGUF at path with n_kv_head KV heads (of 4). */
+static int write_tiny_gguf(const char *path, uint32_t n_kv_head) {
     FILE *f = fopen(path, "wb");
-    CHECK(f != NULL, "cannot write %s", path);
-    if (!f) return;
+    if (!f) return 0;
     fwrite("GGUF", 1, 4, f);
     put_u32(f, 3);
     put_u64(f, 0); /* tensors */
@@ -202,7 +200,7 @@ TEST(cost_model_from_gguf) {
     put_kv_u32(f, "llama.block_count", 2);
     put_kv_u32(f, "llama.embedding_length", 64);
     put_kv_u32(f, "llama.attention.head_count", 4);
-    put_kv_u32(f, "llama.attention.head_count_kv", 2);
+    put_kv_u32(f, "llama.attention.head_count_kv", n_kv_head);
     put_kv_u32(f, "llama.feed_forward_length", 128);
     put_kv_u32(f, "llama.context_length", 256);
     put_str(f, "tokenizer.ggml.tokens");
@@ -214,7 +212,24 @@ TEST(cost_model_from_gguf) {
         snprintf(tok, sizeof tok, "t%d", i);
         put_str(f, tok);
     }
-    fclose(f);
+    return fclose(f) == 0;
+}
+
+TEST(cost_model_from_gguf) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/tiny.gguf", test_tmpdir());
+    CHECK(write_tiny_gguf(path, 2), "cannot write %s", path);
+
+    /* the library's reader, which qkv_model_open uses too */
+    qkv_gguf *g = NULL;
+    qkv_model_config mc;
+    qkv_error err = {0};
+    CHECK(qkv_gguf_open(&g, path, &err) == QKV_OK && qkv_model_config_read(&mc, g, &err) == QKV_OK, "%s", err.msg);
+    CHECK(mc.n_layer == 2 && mc.n_embd == 64 && mc.n_head == 4 && mc.n_kv_head == 2 && mc.head_dim == 16 &&
+              mc.n_ff == 128 && mc.n_vocab == 10 && mc.n_ctx_train == 256 && mc.tied_embeddings,
+          "config %d %d %d %d %d %d %d %d", mc.n_layer, mc.n_embd, mc.n_head, mc.n_kv_head, mc.head_dim, mc.n_ff,
+          mc.n_vocab, mc.n_ctx_train);
+    qkv_gguf_close(g);
 
     const char *a[] = {"cost", "--model", path, "--json", NULL};
     const char *b[] = {"cost", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "128",
@@ -244,12 +259,22 @@ TEST(cost_model_from_gguf) {
 
     /* a file that is not GGUF */
     snprintf(path, sizeof path, "%s/not.gguf", test_tmpdir());
-    f = fopen(path, "wb");
+    FILE *f = fopen(path, "wb");
     if (f) {
         fputs("this is not a gguf file at all, just text\n", f);
         fclose(f);
     }
     CHECK_BAD_INPUT("cost", "--model", path);
+
+    /* 4 heads over 3 KV heads: refused by the same check qkv_model_open makes */
+    snprintf(path, sizeof path, "%s/gqa3.gguf", test_tmpdir());
+    CHECK(write_tiny_gguf(path, 3), "cannot write %s", path);
+    CHECK_BAD_INPUT("cost", "--model", path);
+    char *o = NULL, *e = NULL;
+    test_run_cli((const char *[]){"cost", "--model", path, NULL}, NULL, &o, &e);
+    CHECK(e && strstr(e, "not a multiple"), "GQA check: %s", e ? e : "");
+    free(o);
+    free(e);
 }
 
 TEST(cost_bad_input) {

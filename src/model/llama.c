@@ -59,35 +59,6 @@ struct qkv_model {
 
 /* ------------------------------------------------------------- loading */
 
-static qkv_status meta_int(int *out, const qkv_gguf *g, const char *arch, const char *suffix, int required,
-                           int dflt, qkv_error *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (qkv_gguf_find_key(g, key) < 0) {
-        if (required) return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing metadata key %s", qkv_gguf_path(g), key);
-        *out = dflt;
-        return QKV_OK;
-    }
-    int64_t v;
-    qkv_status st = qkv_gguf_get_int(&v, g, key, err);
-    if (st) return st;
-    if (v < 1 || v > (1 << 30))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld is out of range", qkv_gguf_path(g), key, (long long)v);
-    *out = (int)v;
-    return QKV_OK;
-}
-
-static qkv_status meta_float(float *out, const qkv_gguf *g, const char *arch, const char *suffix, float dflt,
-                             qkv_error *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (qkv_gguf_find_key(g, key) < 0) {
-        *out = dflt;
-        return QKV_OK;
-    }
-    return qkv_gguf_get_f32(out, g, key, err);
-}
-
 /* Finds a tensor and checks its shape [d0, d1] (d1 = 0: 1-D [d0]) and type. */
 static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, const char *name, int64_t d0,
                               int64_t d1, int optional, qkv_error *err) {
@@ -111,55 +82,6 @@ static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, co
         return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: tensor %s has unsupported type %s", qkv_gguf_path(g), name,
                         qkv_ggml_type_name(t->type));
     *out = t;
-    return QKV_OK;
-}
-
-static qkv_status load_config(qkv_model_config *c, const qkv_gguf *g, qkv_error *err) {
-    memset(c, 0, sizeof *c);
-    const char *arch;
-    qkv_status st = qkv_gguf_get_string(&arch, NULL, g, "general.architecture", err);
-    if (st) return st;
-    if (strcmp(arch, "llama"))
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (only llama)",
-                        qkv_gguf_path(g), arch);
-    snprintf(c->arch, sizeof c->arch, "%s", arch);
-    if ((st = meta_int(&c->n_layer, g, arch, "block_count", 1, 0, err)) ||
-        (st = meta_int(&c->n_embd, g, arch, "embedding_length", 1, 0, err)) ||
-        (st = meta_int(&c->n_head, g, arch, "attention.head_count", 1, 0, err)) ||
-        (st = meta_int(&c->n_kv_head, g, arch, "attention.head_count_kv", 0, c->n_head, err)) ||
-        (st = meta_int(&c->n_ff, g, arch, "feed_forward_length", 1, 0, err)) ||
-        (st = meta_int(&c->n_ctx_train, g, arch, "context_length", 0, 2048, err)) ||
-        (st = meta_int(&c->head_dim, g, arch, "attention.key_length", 0, c->n_embd / c->n_head, err)) ||
-        (st = meta_float(&c->norm_eps, g, arch, "attention.layer_norm_rms_epsilon", 1e-5f, err)))
-        return st;
-    if (c->n_head % c->n_kv_head)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %d heads is not a multiple of %d KV heads", qkv_gguf_path(g),
-                        c->n_head, c->n_kv_head);
-    if (c->head_dim < QKV_HEAD_DIM_MIN || c->head_dim > QKV_HEAD_DIM_MAX || c->head_dim % 2)
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: head_dim %d is not supported", qkv_gguf_path(g), c->head_dim);
-    int rope_dims;
-    if ((st = meta_int(&rope_dims, g, arch, "rope.dimension_count", 0, c->head_dim, err))) return st;
-    if (rope_dims != c->head_dim)
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported",
-                        qkv_gguf_path(g), rope_dims, c->head_dim);
-    char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    if (qkv_gguf_find_key(g, key) >= 0) {
-        const char *type;
-        if ((st = qkv_gguf_get_string(&type, NULL, g, key, err))) return st;
-        if (strcmp(type, "none"))
-            return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: rope scaling '%s' is not supported", qkv_gguf_path(g), type);
-    }
-    c->rope = qkv_rope_default();
-    c->rope.pairing = QKV_ROPE_INTERLEAVED;
-    if ((st = meta_float(&c->rope.theta, g, arch, "rope.freq_base", 10000.0f, err))) return st;
-    int64_t tid = qkv_gguf_find_tensor(g, "token_embd.weight");
-    if (tid < 0) return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing tensor token_embd.weight", qkv_gguf_path(g));
-    const qkv_gguf_tensor *te = qkv_gguf_tensor_info(g, tid);
-    if (te->n_dims != 2 || te->shape[1] != c->n_embd)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: token_embd.weight is not [vocab, %d]", qkv_gguf_path(g), c->n_embd);
-    c->n_vocab = (int)te->shape[0];
-    c->tied_embeddings = qkv_gguf_find_tensor(g, "output.weight") < 0;
     return QKV_OK;
 }
 
@@ -255,7 +177,7 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     qkv_model *m = calloc(1, sizeof *m);
     if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     qkv_status st = qkv_gguf_open(&m->gguf, path, err);
-    if (!st) st = load_config(&m->cfg, m->gguf, err);
+    if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
     if (!st) st = load_weights(m, err);
     if (!st) {
         m->n_threads = p->n_threads > 0 ? p->n_threads : omp_get_max_threads();
