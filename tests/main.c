@@ -1,7 +1,8 @@
 /*
  * main.c — the test runner: runs every registered TEST (optionally only those
  * whose name contains argv[1]), prints one line per test and ends with
- * "N passed, N failed". Exit status 0 only when nothing failed.
+ * "N passed, N failed, N skipped". Exit status 0 only when nothing failed
+ * and nothing was skipped (QKV_ALLOW_SKIP=1 lets skips through).
  */
 #include "testing.h"
 
@@ -28,6 +29,7 @@ typedef struct {
 static test_case g_tests[MAX_TESTS];
 static int g_n_tests;
 static int g_failures;
+static char g_skip_reason[512]; /* non-empty: the running test was skipped */
 static const char *g_current;
 static char g_tmpdir[512];
 
@@ -51,6 +53,28 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
 }
 
 int test_failures(void) { return g_failures; }
+
+void test_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_skip_reason, sizeof g_skip_reason, fmt, ap);
+    va_end(ap);
+    if (!g_skip_reason[0]) snprintf(g_skip_reason, sizeof g_skip_reason, "skipped");
+}
+
+int test_require_file(const char *path, const char *what) {
+    struct stat sb;
+    if (stat(path, &sb) == 0) return 1;
+    test_skip("%s missing (%s)", path, what);
+    return 0;
+}
+
+const char *test_model_path(void) {
+    const char *p = getenv("QKV_MODEL");
+    return p && *p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+int test_require_model(void) { return test_require_file(test_model_path(), "the real model: run `make model`"); }
 
 double test_compare(const char *file, int line, const char *what, const float *got,
                     const float *want, size_t n, double atol, double rtol) {
@@ -201,12 +225,15 @@ static void make_tmpdir(const char *name) {
 
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
-    int passed = 0, failed = 0;
+    const char *allow = getenv("QKV_ALLOW_SKIP");
+    const int allow_skip = allow && !strcmp(allow, "1");
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < g_n_tests; i++) {
         test_case *t = &g_tests[i];
         if (filter && !strstr(t->name, filter) && !strstr(t->file, filter)) continue;
         g_current = t->name;
         g_failures = 0;
+        g_skip_reason[0] = 0;
         make_tmpdir(t->name);
         struct timespec a, b;
         clock_gettime(CLOCK_MONOTONIC, &a);
@@ -216,12 +243,17 @@ int main(int argc, char **argv) {
         if (g_failures) {
             failed++;
             printf("FAIL %-48s (%s, %.0f ms, %d failures)\n", t->name, t->file, ms, g_failures);
+        } else if (g_skip_reason[0]) {
+            skipped++;
+            printf("SKIP %-48s (%s)\n", t->name, g_skip_reason);
         } else {
             passed++;
             printf("ok   %-48s (%.0f ms)\n", t->name, ms);
         }
         fflush(stdout);
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    if (skipped && !allow_skip)
+        fprintf(stderr, "%d test(s) skipped: a skip is not a pass (QKV_ALLOW_SKIP=1 to accept)\n", skipped);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed || (skipped && !allow_skip) ? 1 : 0;
 }

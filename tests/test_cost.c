@@ -243,9 +243,9 @@ TEST(cost_model_from_gguf) {
     free(o1);
     free(o2);
 
-    /* the real SmolLM2 file, when it is here (models/ is not committed) */
-    const char *smol = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (test_file_exists(smol)) {
+    /* the real SmolLM2 file (models/ is not committed: make model) */
+    const char *smol = test_model_path();
+    if (test_require_model()) {
         const char *s1[] = {"cost", "--model", smol, "--json", NULL};
         const char *s2[] = {"cost", "--preset", "smollm2-135m", "--json", NULL};
         o1 = run_ok(s1);

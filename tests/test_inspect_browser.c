@@ -5,8 +5,8 @@
  * the DevTools protocol: no script error, 270 maps in the grid, clicking or
  * choosing another head changes the large view, hover shows a weight. It
  * saves a screenshot to build/inspect-page.png.
- * Skips ("skipped: chromium missing") only when no Chromium is installed
- * (CI installs the Debian package) or the model is missing.
+ * SKIPs (which fails `make test`) when no Chromium is installed (make deps
+ * installs the Debian package) or the model is missing.
  */
 #include "testing.h"
 
@@ -16,13 +16,10 @@
 #include <sys/wait.h>
 
 TEST(inspect_browser_page) {
-    const char *m = getenv("QKV_MODEL") ? getenv("QKV_MODEL") : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!test_file_exists(m)) {
-        printf("     skipped: model missing (%s)\n", m);
-        return;
-    }
+    const char *m = test_model_path();
+    if (!test_require_model()) return;
     if (system("command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1") != 0) {
-        printf("     skipped: chromium missing (Debian: apt-get install chromium)\n");
+        test_skip("chromium missing (Debian: apt-get install chromium; make deps installs it)");
         return;
     }
     char page[600];

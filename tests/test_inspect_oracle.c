@@ -4,7 +4,7 @@
  * output_attentions=True (eager attention, the same GGUF), every layer and
  * head, on the three prompts of tests/fixtures/attention (made by
  * tools/oracle/make_attention_fixtures.py). Without the model each test
- * prints "skipped: model missing" and passes.
+ * is SKIPPED (and `make test` fails).
  *
  * Tolerance 1e-4 absolute (the issue's bound). Our forward matches the
  * logits to ~5e-5; the weights, softmax outputs in [0, 1] that inherit the
@@ -26,11 +26,6 @@
 #include <string.h>
 
 #define ATOL 1e-4
-
-static const char *model_path(void) {
-    const char *p = getenv("QKV_MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 typedef struct {
     const char *name, *text;
@@ -92,17 +87,14 @@ static int pack_row(void *user, int li, int hi, int row, const float *w, int n_k
 }
 
 TEST(inspect_oracle_library) {
-    if (!test_file_exists(model_path())) {
-        printf("     skipped: model missing (%s)\n", model_path());
-        return;
-    }
+    if (!test_require_model()) return;
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
         fixture f;
         if (!load_fixture(&f, prompts[i].name)) continue;
         qkv_error err = {0};
         qkv_model *m = NULL;
         qkv_model_params mp = {f.n, QKV_DTYPE_F32, 0};
-        if (qkv_model_open(&m, model_path(), &mp, &err)) {
+        if (qkv_model_open(&m, test_model_path(), &mp, &err)) {
             CHECK(0, "%s", err.msg);
             free_fixture(&f);
             return;
@@ -129,16 +121,13 @@ TEST(inspect_oracle_library) {
 }
 
 TEST(inspect_oracle_cli) {
-    if (!test_file_exists(model_path())) {
-        printf("     skipped: model missing (%s)\n", model_path());
-        return;
-    }
+    if (!test_require_model()) return;
     for (size_t i = 0; i < sizeof prompts / sizeof prompts[0]; i++) {
         fixture f;
         if (!load_fixture(&f, prompts[i].name)) continue;
         char out[600];
         snprintf(out, sizeof out, "%s/%s.npy", test_tmpdir(), prompts[i].name);
-        const char *argv[] = {"inspect", "-m", model_path(), "-p", prompts[i].text, "--npy", out,
+        const char *argv[] = {"inspect", "-m", test_model_path(), "-p", prompts[i].text, "--npy", out,
                               prompts[i].chat ? "--chat" : NULL, NULL};
         char *so = NULL, *se = NULL;
         int rc = test_run_cli(argv, NULL, &so, &se);
@@ -179,14 +168,11 @@ TEST(inspect_oracle_cli) {
 }
 
 TEST(sinks_oracle_cli) {
-    if (!test_file_exists(model_path())) {
-        printf("     skipped: model missing (%s)\n", model_path());
-        return;
-    }
+    if (!test_require_model()) return;
     fixture f;
     if (!load_fixture(&f, "zh_chat")) return;
     /* --skip 1: rows 1..n-1, the same rows the mean below takes */
-    const char *argv[] = {"sinks", "-m", model_path(), "-p", prompts[1].text, "--chat", "--skip", "1", "--first", "2",
+    const char *argv[] = {"sinks", "-m", test_model_path(), "-p", prompts[1].text, "--chat", "--skip", "1", "--first", "2",
                           "--every", "1", "--json", NULL};
     char *so = NULL, *se = NULL;
     int rc = test_run_cli(argv, NULL, &so, &se);

@@ -5,8 +5,8 @@
  * of q8_0, q4_1 and f32 tensors equal the gguf Python package's
  * (tests/fixtures/gguf/smollm2_rows.gguf, made by
  * tools/oracle/make_model_gguf_fixture.py). Tolerance zero, as in
- * test_dequant.c. Without the model it prints "skipped: model missing" and
- * passes.
+ * test_dequant.c. Without the model it is SKIPPED (and
+ * `make test` fails).
  */
 #include "qkv.h"
 #include "testing.h"
@@ -15,17 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *model_path(void) {
-    const char *p = getenv("QKV_MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 TEST(model_gguf_smollm2) {
-    const char *path = model_path();
-    if (!test_file_exists(path)) {
-        printf("     skipped: model missing (%s)\n", path);
-        return;
-    }
+    const char *path = test_model_path();
+    if (!test_require_model()) return;
     qkv_gguf *g = NULL, *fx = NULL;
     qkv_error err = {0};
     char fpath[600];

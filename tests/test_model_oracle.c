@@ -3,7 +3,7 @@
  * attention) on the same GGUF, from the committed fixtures of
  * tools/oracle/make_logits_fixtures.py and make_tiny_llama31.py
  * (tests/fixtures/model/README.md describes them):
- *   - SmolLM2-135M Q4_1 (skipped when models/ lacks it; `make model`): 7 prompts
+ *   - SmolLM2-135M Q4_1 (SKIPPED when models/ lacks it; `make model`): 7 prompts
  *     up to 1116 tokens, and 32-token greedy continuations of 3 prompts;
  *   - a tiny random Llama-3.1-shaped model (GQA 4:1, head_dim 128, llama3 RoPE
  *     scaling through rope_freqs.weight, untied lm_head), always run.
@@ -154,10 +154,7 @@ static void check_tokens(const qkv_model *m, const char *dir, const char *name, 
 }
 
 static qkv_model *open_at(const char *path, int n_ctx) {
-    if (!test_file_exists(path)) {
-        printf("  skipped: model missing (%s; run `make model`)\n", path);
-        return NULL;
-    }
+    if (!test_require_file(path, "the model file: make model")) return NULL;
     qkv_model_params p = {n_ctx, QKV_DTYPE_F32, 0};
     qkv_model *m = NULL;
     qkv_error err = {0};
@@ -165,13 +162,8 @@ static qkv_model *open_at(const char *path, int n_ctx) {
     return m;
 }
 
-static const char *smol_path(void) {
-    const char *p = getenv("QKV_MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 TEST(model_oracle_smollm2_logits_and_tokens) {
-    qkv_model *m = open_at(smol_path(), 1200);
+    qkv_model *m = open_at(test_model_path(), 1200);
     if (!m) return;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/model/smollm2", test_fixture_dir());
@@ -184,7 +176,7 @@ TEST(model_oracle_smollm2_logits_and_tokens) {
 }
 
 TEST(model_oracle_smollm2_greedy_32) {
-    qkv_model *m = open_at(smol_path(), 128);
+    qkv_model *m = open_at(test_model_path(), 128);
     if (!m) return;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/model/smollm2", test_fixture_dir());

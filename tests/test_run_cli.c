@@ -72,10 +72,7 @@ TEST(run_cli_generates_from_ids_on_tiny_llama31) {
 
 TEST(run_cli_text_and_chat_on_smollm2) {
     const char *model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!test_file_exists(model)) {
-        printf("  skipped: model missing (run `make model`)\n");
-        return;
-    }
+    if (!test_require_model()) return;
     const char *argv[] = {"run", "-m", model, "-p", "The capital of France is", "-n", "4", NULL};
     char *out = NULL, *err = NULL;
     CHECK(test_run_cli(argv, NULL, &out, &err) == 0, "run: %s", err);

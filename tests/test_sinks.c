@@ -16,11 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *model_path(void) {
-    const char *p = getenv("QKV_MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 TEST(sinks_hook_means) {
     const int Hq = 4, Hkv = 2, D = 16, n = 40, L = 2, K = 3, skip = 5, every = 7;
     qkv_model_config cfg = {0};
@@ -104,7 +99,7 @@ TEST(sinks_hook_means) {
 
 
 TEST(inspect_cli_bad_input) {
-    const char *m = model_path();
+    const char *m = test_model_path();
     CHECK_BAD_CLI((const char *const[]){"inspect", "--frobnicate", NULL}, "unknown flag");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "a", "-f", "b", NULL}, "once");
@@ -112,10 +107,7 @@ TEST(inspect_cli_bad_input) {
     CHECK_BAD_CLI((const char *const[]){"inspect", "--max-tokens", "zero", NULL}, "--max-tokens");
     CHECK_BAD_CLI((const char *const[]){"sinks", "--every", "0", NULL}, "--every");
     CHECK_BAD_CLI((const char *const[]){"sinks", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
-    if (!test_file_exists(m)) {
-        printf("     skipped the checks that need the model (%s)\n", m);
-        return;
-    }
+    if (!test_require_model()) return;
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "--ids", "1,99999999", NULL}, "--ids");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--layers", "30", NULL}, "--layers");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--heads", "2-1", NULL}, "--heads");
@@ -132,11 +124,8 @@ TEST(inspect_cli_bad_input) {
 }
 
 TEST(sinks_cli_gpl3) {
-    const char *m = model_path(), *gpl = "/usr/share/common-licenses/GPL-3";
-    if (!test_file_exists(m) || !test_file_exists(gpl)) {
-        printf("     skipped: model or %s missing\n", gpl);
-        return;
-    }
+    const char *m = test_model_path(), *gpl = "/usr/share/common-licenses/GPL-3";
+    if (!test_require_model() || !test_require_file(gpl, "Debian's base-files")) return;
     char svg[600];
     snprintf(svg, sizeof svg, "%s/sinks.svg", test_tmpdir());
     const char *argv[] = {"sinks", "-m", m, "-f", gpl, "--tokens", "256", "--svg", svg, NULL};
@@ -169,11 +158,8 @@ TEST(sinks_cli_gpl3) {
 }
 
 TEST(inspect_cli_outputs) {
-    const char *m = model_path();
-    if (!test_file_exists(m)) {
-        printf("     skipped: model missing (%s)\n", m);
-        return;
-    }
+    const char *m = test_model_path();
+    if (!test_require_model()) return;
     char png[600];
     snprintf(png, sizeof png, "%s/one.png", test_tmpdir());
     const char *argv[] = {"inspect", "-m", m, "-p", "年假怎么申请？", "--layers", "3", "--heads", "2", "--png", png,

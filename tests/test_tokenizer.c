@@ -6,7 +6,7 @@
  *                  SmolLM2's Digits + ByteLevel, the Llama-3 and Qwen2 Split
  *                  regexes) cut 159 texts into: 123 random ones built to hit
  *                  every regex alternative, every White_Space, CR/LF, marks.
- *   smollm2.txt    ids of SmolLM2-135M-Instruct (models/, skipped when absent).
+ *   smollm2.txt    ids of SmolLM2-135M-Instruct (models/, SKIPPED when absent).
  *   llama_bpe.gguf a tiny Llama-3-style byte-level BPE vocabulary and its ids.
  *   spm.gguf       a tiny SentencePiece-style vocabulary and its ids.
  * Exact equality everywhere: token ids have no tolerance. Also: the round
@@ -20,11 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *model_path(void) {
-    const char *p = getenv("QKV_MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
 
 static const char *fixture(const char *name) {
     static char path[8][512];
@@ -314,8 +309,9 @@ TEST(tok_pretokenize_full_and_args) {
 TEST(tok_smollm2_matches_hf) {
     qkv_gguf *g = NULL;
     qkv_error err = {0};
-    if (qkv_gguf_open(&g, model_path(), &err) != QKV_OK) {
-        printf("  skipped: model missing (%s; run `make model`)\n", model_path());
+    if (!test_require_model()) return;
+    if (qkv_gguf_open(&g, test_model_path(), &err) != QKV_OK) {
+        CHECK(0, "%s", err.msg);
         return;
     }
     qkv_tokenizer *t = NULL;
@@ -542,9 +538,9 @@ TEST(tok_cli_prints_ids_and_pieces) {
     CHECK(rc == 0 && out && !strstr(out, "(control)"), "no --special: %s", out);
     free(out), free(err);
 
-    /* SmolLM2, when it is here */
-    if (test_file_exists(model_path())) {
-        const char *argv4[] = {"tokenize", "-m", model_path(), "-p", "<|im_start|>user\n年假怎么申请？",
+    /* SmolLM2 */
+    if (test_require_model()) {
+        const char *argv4[] = {"tokenize", "-m", test_model_path(), "-p", "<|im_start|>user\n年假怎么申请？",
                                "--special", "--json", NULL};
         rc = test_run_cli(argv4, NULL, &out, &err);
         CHECK(rc == 0 && out && strstr(out, "\"ids\": [1, 4093, 198, 32090, 129, 176, 219, 225, 37911, "

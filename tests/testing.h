@@ -33,6 +33,20 @@ void test_fail(const char *file, int line, const char *fmt, ...)
 /* Number of failures recorded by the running test so far. */
 int test_failures(void);
 
+/* Marks the running test SKIPPED (reason printed, counted apart from passed);
+ * the caller returns. A skip is not a pass: the runner exits non-zero when
+ * anything was skipped unless QKV_ALLOW_SKIP=1 (make test never sets it, CI
+ * has the model and Chromium), so a missing model or fixture cannot turn a
+ * test green. A test that also recorded a failure is FAIL. */
+void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 1 if path exists, else skips the running test naming what is missing and
+ * returns 0: `if (!test_require_file(path, "the model; run make model")) return;` */
+int test_require_file(const char *path, const char *what);
+/* The real model: $QKV_MODEL, else models/SmolLM2-135M-Instruct.Q4_1.gguf. */
+const char *test_model_path(void);
+/* test_require_file(test_model_path(), ...): 1 when the model is there. */
+int test_require_model(void);
+
 /* max |a-b| over n; reports when above tol. Returns the max diff.
  * what names the comparison in the failure message. */
 double test_compare(const char *file, int line, const char *what, const float *got,
