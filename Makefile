@@ -1,4 +1,6 @@
-# qkv — build, test, demo. `make` builds build/libqkv.{a,so} and build/qkv.
+# qkv — build, test, demo. `make` builds build/libqkv.{a,so} (the engine:
+# links libm and OpenMP only), build/libqkv_render.a (HTML and PNG pictures,
+# libpng) and build/qkv.
 # PORTABLE=1 builds for baseline x86-64 with the scalar kernels only.
 BUILD    ?= build
 CC       ?= cc
@@ -17,23 +19,41 @@ OPT_FLAGS  ?= -O3 -g
 ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -fopenmp \
               -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(CFLAGS)
 LDLIBS     := -lm -fopenmp $(LDFLAGS)
-# libpng (Debian libpng-dev) encodes `qkv inspect --png`
-LDLIBS     += -lpng
+# libpng (Debian libpng-dev) encodes `qkv inspect --png`: the renderer only
+RENDER_LIBS := -lpng
 
-LIB_SRC  := $(sort $(wildcard src/*/*.c))
-CLI_SRC  := $(sort $(wildcard cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
-CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# The version is the header's; the shared library is libqkv.so.MAJOR.
+VERSION_MAJOR := $(shell sed -n 's/^\#define QKV_VERSION_MAJOR //p' include/qkv.h)
+VERSION_MINOR := $(shell sed -n 's/^\#define QKV_VERSION_MINOR //p' include/qkv.h)
+VERSION_PATCH := $(shell sed -n 's/^\#define QKV_VERSION_PATCH //p' include/qkv.h)
+SONAME   := libqkv.so.$(VERSION_MAJOR)
+SO_FILE  := $(SONAME).$(VERSION_MINOR).$(VERSION_PATCH)
+
+LIB_SRC    := $(sort $(wildcard src/*/*.c))
+RENDER_SRC := $(sort $(wildcard render/*.c render/*.S))
+CLI_SRC    := $(sort $(wildcard cli/*.c))
+TEST_SRC   := $(sort $(wildcard tests/*.c))
+LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
+RENDER_OBJ := $(patsubst %.S,$(BUILD)/%.o,$(RENDER_SRC:%.c=$(BUILD)/%.o))
+CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# the roofline loops live beside qkv bench; their test links them
+TEST_CLI_OBJ := $(BUILD)/cli/bench_roofline.o
 
 .PHONY: all test check demo clean model deps
-all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/qkv $(BUILD)/qkv-test
+all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "cc $<"
 	@$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+# The page's HTML is a file of its own, embedded by the assembler (.incbin).
+$(BUILD)/render/page.o: render/page.S render/inspect_page.html
+	@mkdir -p $(dir $@)
+	@echo "as $<"
+	@$(CC) -c $< -o $@ -Wa,-I,$(CURDIR)
+$(BUILD)/render/%.o $(BUILD)/cli/cmd_inspect.o $(BUILD)/tests/test_inspect.o: ALL_CFLAGS += -Irender
 
 # The SIMD inner loops may fuse a*b+c into FMA; nothing else does (no -ffast-math:
 # masks rely on -INFINITY).
@@ -44,14 +64,21 @@ $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
+# libqkv.so -> libqkv.so.0 -> libqkv.so.0.2.0, soname libqkv.so.0
 $(BUILD)/libqkv.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,$(SONAME) -o $(BUILD)/$(SO_FILE) $^ $(LDLIBS)
+	ln -sf $(SO_FILE) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $@
 
-$(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
+$(BUILD)/libqkv_render.a: $(RENDER_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
 
-$(BUILD)/qkv-test: $(TEST_OBJ) $(BUILD)/libqkv.a $(BUILD)/qkv
-	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libqkv.a $(LDLIBS)
+$(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS)
+
+$(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv
+	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS)
 
 # `make test` fetches the real model (make model) if missing, then runs every
 # test twice: the native build (-march=native, SIMD
@@ -84,4 +111,4 @@ deps:
 clean:
 	rm -rf build build-*
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

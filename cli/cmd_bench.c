@@ -6,7 +6,7 @@
  *     random inputs and reports seconds (median, min, max over --repeat runs),
  *     GFLOP/s with causal FLOPs counted as actually needed (4·D per visible
  *     (query, key) pair and head), KV bytes per second, and peak RSS;
- *   sweeps (--sweep): first the machine's roofline (qkv_roofline_measure: fp32
+ *   sweeps (--sweep): first the machine's roofline (bench_roofline_measure: fp32
  *     FMA peak, bf16 dot peak, DRAM read bandwidth), then prefill (causal,
  *     Lq = Lk = n), chunked prefill (Lq = 512 against a longer KV), decode
  *     (Lq = 1 against KV 1K .. 128K, cold cache) and the reference kernel at
@@ -19,6 +19,7 @@
  * bench/peers.py, which runs this command on the same shapes in the same run.
  */
 #include "cli.h"
+#include "bench_roofline.h"
 
 #include <math.h>
 #include <omp.h>
@@ -169,7 +170,7 @@ static void flush_caches(void) {
  * > 1 each layer has its own K and V and one run is every layer once (a
  * decode step of a whole model). Returns 0, or 2 after printing one line
  * (allocation failure, refused shape). */
-static int run_shape(bench_result *r, const bench_opts *o, const qkv_roofline *roof) {
+static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline *roof) {
     qkv_mask mask = {r->window ? QKV_MASK_WINDOW : r->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE, r->window, 0, NULL, 0};
     qkv_attn_desc desc = {r->hq, r->hkv, r->lq, r->lk, r->d, 0, mask, r->dt, 0, r->threads};
     qkv_error err = {0};
@@ -277,7 +278,7 @@ static void print_machine_json(int threads) {
            QKV_VERSION, cpu, sysconf(_SC_NPROCESSORS_ONLN), qkv_attn_isa(), threads, load[0], date);
 }
 
-static void print_roofline_json(const qkv_roofline *roof) {
+static void print_roofline_json(const bench_roofline *roof) {
     if (!roof) {
         printf("  \"roofline\": null,\n");
         return;
@@ -420,7 +421,7 @@ static int res_chunk_lq(const bench_result *res, int n) {
     return 512;
 }
 
-static int write_svg(const char *path, const bench_result *res, int n, const qkv_roofline *roof, int threads) {
+static int write_svg(const char *path, const bench_result *res, int n, const bench_roofline *roof, int threads) {
     FILE *f = fopen(path, "w");
     if (!f) return cli_fail("--svg: cannot write '%s'", path);
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1320\" height=\"390\" font-family=\"sans-serif\">\n"
@@ -492,10 +493,10 @@ static int parse_dtypes(int *use, const char *s) {
 
 static int run_sweeps(int sweeps, const bench_opts *o) {
     const int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
-    qkv_roofline roof_v, *roof = NULL;
+    bench_roofline roof_v, *roof = NULL;
     qkv_error err = {0};
     if (sweeps & SW_ROOF) {
-        if (qkv_roofline_measure(&roof_v, threads, o->quick ? 0.05 : 0.3, o->quick ? (size_t)64 << 20 : 0, &err))
+        if (bench_roofline_measure(&roof_v, threads, o->quick ? 0.05 : 0.3, o->quick ? (size_t)64 << 20 : 0, &err))
             return cli_fail("%s", err.msg);
         roof = &roof_v;
     }
@@ -712,10 +713,10 @@ int cmd_bench(int argc, char **argv) {
 
     o.repeat = repeat > 0 ? repeat : 3;
     o.budget_s = 1e9; /* one shape: exactly --repeat runs */
-    qkv_roofline roof_v, *roof = NULL;
+    bench_roofline roof_v, *roof = NULL;
     int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
     if (want_roof) {
-        if (qkv_roofline_measure(&roof_v, threads, 0.3, 0, &err)) return cli_fail("%s", err.msg);
+        if (bench_roofline_measure(&roof_v, threads, 0.3, 0, &err)) return cli_fail("%s", err.msg);
         roof = &roof_v;
     }
     bench_result r;

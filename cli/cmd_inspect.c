@@ -8,6 +8,7 @@
  * Also the prompt loader qkv sinks shares (cli_prompt_load).
  */
 #include "cli.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <stdio.h>

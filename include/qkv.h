@@ -26,7 +26,20 @@
 extern "C" {
 #endif
 
-#define QKV_VERSION "0.1.0"
+/* The API's version: MAJOR changes break source or binary compatibility (the
+ * shared library's soname is libqkv.so.MAJOR), MINOR adds, PATCH fixes. */
+#define QKV_VERSION_MAJOR 0
+#define QKV_VERSION_MINOR 2
+#define QKV_VERSION_PATCH 0
+#define QKV_VERSION_STR_(x) #x
+#define QKV_VERSION_STR(x) QKV_VERSION_STR_(x)
+#define QKV_VERSION                                                                  \
+    QKV_VERSION_STR(QKV_VERSION_MAJOR) "." QKV_VERSION_STR(QKV_VERSION_MINOR) "." \
+    QKV_VERSION_STR(QKV_VERSION_PATCH)
+
+/* The version of the library linked at run time, "MAJOR.MINOR.PATCH" (the
+ * header a program was compiled with says QKV_VERSION). */
+const char *qkv_version(void);
 
 /* ------------------------------------------------------------------ errors */
 
@@ -160,24 +173,6 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
  * "avx2" or "scalar" (QKV_ISA=avx512|avx2|scalar in the environment narrows
  * the choice). */
 const char *qkv_attn_isa(void);
-
-/* ---------------------------------------------------------------- roofline */
-
-/* What this machine can do at most, from small built-in loops, so a benchmark
- * can say which fraction of it a kernel reaches. */
-typedef struct {
-    double fma_gflops;   /* fp32 FMA peak in the kernels' vectors, all threads */
-    double bf16_gflops;  /* bf16 dot-product peak (vdpbf16ps); 0 if the CPU has none */
-    double dram_gbs;     /* read bandwidth from memory, all threads, 1e9 bytes/s */
-} qkv_roofline;
-
-/* Measures the three figures on n_threads threads (0 = all available), about
- * `seconds` each (0 = 0.2 s), reading dram_bytes (0 = 512 MiB: far beyond any
- * L3; allocated as qkv_kv_alloc does). The peaks are the best of several
- * short passes (a shared machine needs one quiet moment), the bandwidth the
- * median of 7. QKV_ERR_NOMEM if the buffer cannot be allocated. */
-qkv_status qkv_roofline_measure(qkv_roofline *out, int n_threads, double seconds, size_t dram_bytes,
-                                qkv_error *err);
 
 /* -------------------------------------------------------------------- RoPE */
 
@@ -816,6 +811,9 @@ typedef struct {
     int n_threads;          /* 0: all cores */
 } qkv_sinks_params;
 
+/* Defaults: n_first 4, skip 16, every 16, all cores. */
+qkv_sinks_params qkv_sinks_params_default(void);
+
 /* Means over the measured rows of one layer and head. */
 typedef struct {
     double sink;            /* weight on token 0 */
@@ -828,7 +826,7 @@ typedef struct {
 } qkv_sinks_head;
 
 /* Accumulates over every forward call while installed as the hook
- * (qkv_model_set_hook(m, qkv_sinks_hook, s)). p NULL: defaults. */
+ * (qkv_model_set_hook(m, qkv_sinks_hook, s)). p NULL: qkv_sinks_params_default(). */
 typedef struct qkv_sinks qkv_sinks;
 qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qkv_sinks_params *p,
                           qkv_error *err);
@@ -861,57 +859,6 @@ qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim,
 qkv_status qkv_npy_writer_put(qkv_npy_writer *w, const float *data, int64_t n, qkv_error *err);
 qkv_status qkv_npy_writer_close(qkv_npy_writer *w, qkv_error *err);
 void qkv_npy_writer_abort(qkv_npy_writer *w);
-
-/* A set of causal maps for the writers below: n_layers x n_heads maps of
- * [n_tok, n_tok] (query rows, key columns). */
-typedef struct {
-    const char *title;          /* UTF-8 */
-    const char *subtitle;       /* UTF-8, may be NULL */
-    int n_tok;
-    const char *const *labels;  /* [n_tok] token labels (qkv_token_labels) */
-    const int32_t *ids;         /* [n_tok] token ids, may be NULL */
-    const int *layers;          /* [n_layers] layer number of each row of maps */
-    int n_layers;
-    const int *heads;           /* [n_heads] head number of each column of maps */
-    int n_heads;
-} qkv_maps_info;
-
-/* One self-contained HTML page (no network: works from file://): a grid of
- * every map as a small heatmap with its sink mass and entropy, a large view
- * of the chosen map with the tokens on both axes, hover for query, key and
- * weight, toggles for log scale and for hiding token 0. Rows are streamed
- * into the file in order (layer, head, row); each keeps its keys 0 .. row
- * as 16-bit log-coded weights (relative error < 2e-4), so a page holds
- * n_layers x n_heads x n(n+1)/2 of them: at most QKV_HTML_MAX_WEIGHTS. */
-#define QKV_HTML_MAX_WEIGHTS ((int64_t)1 << 26)
-typedef struct qkv_html_writer qkv_html_writer;
-qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps_info *info,
-                         qkv_error *err);
-/* Row `row` of map (li, hi): w[row + 1] (keys 0 .. row), in order. */
-qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float *w, qkv_error *err);
-/* Writes the end of the page and renames it into place. */
-qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err);
-void qkv_html_abort(qkv_html_writer *h);
-
-/* Heatmaps in a PNG (libpng): viridis colour map, token labels on the axes
- * when a token gets >= 16 pixels (GNU Unifont glyphs read from font_path,
- * default /usr/share/unifont/unifont.hex; without it, no labels), one panel
- * per map with its layer and head. Each panel is at most max_panel pixels a
- * side (larger maps are max-pooled down), so memory does not grow with n^2.
- * Rows in any order. */
-typedef struct {
-    int log_scale;              /* colour by log10(w) over 4 decades instead of w */
-    int max_panel;              /* 0: 768 for one map, 192 for several */
-    const char *font_path;      /* NULL: $QKV_FONT, else the default above */
-} qkv_png_params;
-typedef struct qkv_png_maps qkv_png_maps;
-qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, const qkv_png_params *p,
-                             qkv_error *err);
-void qkv_png_maps_row(qkv_png_maps *pm, int li, int hi, int row, const float *w);
-/* 1 if the labels could be drawn (a font was found). */
-int qkv_png_maps_has_font(const qkv_png_maps *pm);
-qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err);
-void qkv_png_maps_free(qkv_png_maps *pm);
 
 #ifdef __cplusplus
 }

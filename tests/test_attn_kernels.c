@@ -6,7 +6,7 @@
  * this CPU supports (QKV_ISA). Each fast path has its sweep: the block path
  * (prefill, R > VW/2 rows), the few-row path (decode, every R from 1 to 8),
  * flash-bf16 (against the exact attention of the inputs it rounds, bound
- * derived at check_bf16dot); plus qkv_kv_alloc and the roofline loops.
+ * derived at check_bf16dot); plus qkv_kv_alloc.
  *
  * Tolerance: max |O_kernel - O_ref| <= 1e-5 * max |O_ref| (+1e-7 absolute),
  * LSE within 1e-5 (+1e-6 relative). With bf16/f16 KV both kernels read the
@@ -359,20 +359,4 @@ TEST(kv_alloc_any_size_is_writable_and_aligned_from_2mib) {
         qkv_kv_free(p);
     }
     qkv_kv_free(NULL);
-}
-
-TEST(roofline_figures_are_positive_and_bad_arguments_refused) {
-    qkv_roofline r;
-    qkv_error err = {0};
-    CHECK(qkv_roofline_measure(&r, 1, 0.02, (size_t)16 << 20, &err) == QKV_OK, "%s", err.msg);
-    CHECK(r.fma_gflops > 0 && isfinite(r.fma_gflops), "fma %g", r.fma_gflops);
-    CHECK(r.dram_gbs > 0 && isfinite(r.dram_gbs), "dram %g", r.dram_gbs);
-    CHECK(r.bf16_gflops >= 0 && isfinite(r.bf16_gflops), "bf16 %g", r.bf16_gflops);
-    /* where the bf16 kernel runs, the bf16 peak is measured (not compared with the fp32 one: the
-     * machine is shared and 20 ms loops are at its mercy) */
-    if (attn_rows_bf16dot()) CHECK(r.bf16_gflops > 0, "bf16 peak not measured");
-    CHECK(qkv_roofline_measure(NULL, 1, 0.02, 0, &err) == QKV_ERR_INVALID, "NULL out");
-    CHECK(qkv_roofline_measure(&r, -1, 0.02, 0, &err) == QKV_ERR_INVALID && err.msg[0], "negative threads");
-    const char *isa = qkv_attn_isa();
-    CHECK(!strcmp(isa, "avx512") || !strcmp(isa, "avx2") || !strcmp(isa, "scalar"), "isa '%s'", isa);
 }

@@ -10,7 +10,7 @@
  *   - token labels (split UTF-8 characters, blanks, stray bytes);
  *   - the streaming .npy writer, the HTML page and the PNG figure.
  */
-#include "qkv.h"
+#include "qkv_render.h"
 #include "testing.h"
 
 #include <math.h>
@@ -53,8 +53,10 @@ TEST(inspect_weights_match_reference) {
             qkv_convert_to_f32(kf, k16, w->dt, nkv); /* the reference sees the rounded keys */
             k = k16;
         }
-        qkv_attn_desc d = {w->hq, w->hkv, w->lq, w->lk, w->d, 0, {w->kind, w->window, w->sinks, ex, w->n_ex},
-                           w->dt, 0, 0};
+        qkv_attn_desc d = {.n_q_head = w->hq, .n_kv_head = w->hkv, .q_len = w->lq, .kv_len = w->lk, .head_dim = w->d,
+                           .mask = {.kind = w->kind, .window = w->window, .sinks = w->sinks, .exclude = ex,
+                                    .n_exclude = w->n_ex},
+                           .kv_dtype = w->dt};
         qkv_attn_desc dref = d;
         dref.kv_dtype = QKV_DTYPE_F32;
         qkv_error err = {0};
@@ -77,7 +79,8 @@ TEST(inspect_weights_match_reference) {
         }
         free(q); free(kf); free(v); free(o); free(lse); free(ref); free(got); free(k16);
     }
-    qkv_attn_desc d = {2, 1, 4, 4, 16, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
+    qkv_attn_desc d = {.n_q_head = 2, .n_kv_head = 1, .q_len = 4, .kv_len = 4, .head_dim = 16,
+                       .mask = {.kind = QKV_MASK_CAUSAL}};
     float buf[64] = {0}, lse[8] = {0};
     qkv_error err = {0};
     CHECK(qkv_attn_weights(buf, buf, lse, buf, &d, 2, 0, 1, 0, 1, &err) == QKV_ERR_INVALID, "head out of range");
@@ -125,7 +128,8 @@ TEST(inspect_hook_streams_requested_rows) {
     cfg.head_dim = D;
     const int layers[2] = {1, 3}, heads[3] = {5, 0, 2};
     collect c = {0, 0, -1, calloc((size_t)2 * 3 * n * n, sizeof(float)), n, 3};
-    qkv_inspect_params p = {layers, 2, heads, 3, 1, collect_row, &c};
+    qkv_inspect_params p = {.layers = layers, .n_layers = 2, .heads = heads, .n_heads = 3, .n_first = 1,
+                            .row = collect_row, .user = &c};
     qkv_inspect *in = NULL;
     qkv_error err = {0};
     CHECK(qkv_inspect_init(&in, &cfg, &p, &err) == QKV_OK, "init: %s", err.msg);
@@ -141,11 +145,13 @@ TEST(inspect_hook_streams_requested_rows) {
         qkv_kv_cache *cache = NULL;
         qkv_kv_cache_init(&cache, Hkv, D, n + 5, QKV_DTYPE_F32, &err);
         qkv_kv_cache_append(cache, k, v, n, &err);
-        qkv_attn_desc d = {Hq, Hkv, n, n, D, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
+        qkv_attn_desc d = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = n, .head_dim = D,
+                           .mask = {.kind = QKV_MASK_CAUSAL}};
         CHECK(qkv_attention_cached(o, lse, q, cache, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "%s", err.msg);
         d.kv_head_stride = (int64_t)(n + 5) * D; /* as the model hands it: the cache's capacity */
         CHECK(qkv_inspect_hook(in, l, q, lse, n, 0, cache, &d) == 0, "hook: %s", qkv_inspect_error(in));
-        qkv_attn_desc dr = {Hq, Hkv, n, n, D, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
+        qkv_attn_desc dr = d;
+        dr.kv_head_stride = 0; /* k, v here are dense [Hkv, n, D] */
         qkv_attention_reference(o, NULL, ref, q, k, v, &dr, &err);
         for (int li = 0; li < 2; li++)
             if (layers[li] == l)
@@ -160,7 +166,7 @@ TEST(inspect_hook_streams_requested_rows) {
     CHECK(c.n_calls == 2 * 3 * n && c.bad_order == 0, "%d rows delivered, %d out of order", c.n_calls, c.bad_order);
     qkv_inspect_free(in);
     const int dup[2] = {1, 1}, desc[2] = {3, 1}, out_of_range[1] = {9};
-    qkv_inspect_params bad = {dup, 2, NULL, 0, 0, collect_row, &c};
+    qkv_inspect_params bad = {.layers = dup, .n_layers = 2, .row = collect_row, .user = &c};
     CHECK(qkv_inspect_init(&in, &cfg, &bad, &err) == QKV_ERR_INVALID, "duplicate layer accepted");
     bad.layers = desc;
     CHECK(qkv_inspect_init(&in, &cfg, &bad, &err) == QKV_ERR_INVALID, "decreasing layers accepted");
@@ -232,7 +238,8 @@ static void synthetic_row(float *w, int li, int hi, int r) {
 TEST(inspect_html_page) {
     const int n = 6, layers[2] = {4, 7}, heads[3] = {0, 1, 8};
     const char *labels[6] = {"年…", "…年", "<b>&", "\"q\"", "·x", "↵"};
-    qkv_maps_info info = {"test </script> page", NULL, n, labels, NULL, layers, 2, heads, 3};
+    qkv_maps_info info = {.title = "test </script> page", .n_tok = n, .labels = labels, .layers = layers,
+                          .n_layers = 2, .heads = heads, .n_heads = 3};
     char path[600];
     snprintf(path, sizeof path, "%s/p.html", test_tmpdir());
     qkv_html_writer *h = NULL;
@@ -274,9 +281,10 @@ TEST(inspect_png_figure) {
     const int n = 20, layers[2] = {0, 1}, heads[3] = {0, 1, 2};
     const char *labels[20];
     for (int i = 0; i < n; i++) labels[i] = i % 2 ? "年…" : "·the";
-    qkv_maps_info info = {"png test", NULL, n, labels, NULL, layers, 2, heads, 3};
+    qkv_maps_info info = {.title = "png test", .n_tok = n, .labels = labels, .layers = layers, .n_layers = 2,
+                          .heads = heads, .n_heads = 3};
     for (int variant = 0; variant < 2; variant++) {
-        qkv_png_params p = {variant, variant ? 16 : 0, NULL}; /* the second: pooled, 16-pixel panels */
+        qkv_png_params p = {.log_scale = variant, .max_panel = variant ? 16 : 0}; /* the second: pooled, 16-pixel panels */
         qkv_png_maps *pm = NULL;
         qkv_error err = {0};
         CHECK(qkv_png_maps_init(&pm, &info, &p, &err) == QKV_OK, "%s", err.msg);

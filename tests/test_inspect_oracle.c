@@ -93,7 +93,7 @@ TEST(inspect_oracle_library) {
         if (!load_fixture(&f, prompts[i].name)) continue;
         qkv_error err = {0};
         qkv_model *m = NULL;
-        qkv_model_params mp = {f.n, QKV_DTYPE_F32, 0};
+        qkv_model_params mp = {.n_ctx = f.n, .kv_dtype = QKV_DTYPE_F32};
         if (qkv_model_open(&m, test_model_path(), &mp, &err)) {
             CHECK(0, "%s", err.msg);
             free_fixture(&f);
@@ -103,7 +103,7 @@ TEST(inspect_oracle_library) {
         CHECK(cfg->n_layer == f.L && cfg->n_head == f.H, "model has %d x %d maps, fixture %d x %d", cfg->n_layer,
               cfg->n_head, f.L, f.H);
         packer pk = {calloc((size_t)f.attn.count, sizeof(float)), f.n, f.H};
-        qkv_inspect_params ip = {NULL, 0, NULL, 0, 1, pack_row, &pk};
+        qkv_inspect_params ip = {.n_first = 1, .row = pack_row, .user = &pk};
         qkv_inspect *in = NULL;
         CHECK(qkv_inspect_init(&in, cfg, &ip, &err) == QKV_OK, "%s", err.msg);
         qkv_model_set_hook(m, qkv_inspect_hook, in);

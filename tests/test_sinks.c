@@ -23,7 +23,7 @@ TEST(sinks_hook_means) {
     cfg.n_head = Hq;
     cfg.n_kv_head = Hkv;
     cfg.head_dim = D;
-    qkv_sinks_params p = {K, skip, every, 2};
+    qkv_sinks_params p = {.n_first = K, .skip = skip, .every = every, .n_threads = 2};
     qkv_sinks *s = NULL;
     qkv_error err = {0};
     CHECK(qkv_sinks_init(&s, &cfg, &p, &err) == QKV_OK, "%s", err.msg);
@@ -38,7 +38,8 @@ TEST(sinks_hook_means) {
         qkv_kv_cache *cache = NULL;
         qkv_kv_cache_init(&cache, Hkv, D, n, QKV_DTYPE_F32, &err);
         qkv_kv_cache_append(cache, k, v, n, &err);
-        qkv_attn_desc d = {Hq, Hkv, n, n, D, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
+        qkv_attn_desc d = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = n, .head_dim = D,
+                           .mask = {.kind = QKV_MASK_CAUSAL}};
         qkv_attention_cached(o, lse, q, cache, &d, QKV_KERNEL_FLASH, &err);
         /* two forward calls: rows 0..24, then 25..39 (as a chunked prefill would) */
         qkv_attn_desc d1 = d;
@@ -92,7 +93,8 @@ TEST(sinks_hook_means) {
     }
     CHECK(qkv_sinks_get(s, L, 0) == NULL && qkv_sinks_get(s, 0, Hq) == NULL, "out of range pairs");
     qkv_sinks_free(s);
-    qkv_sinks_params bad = {0, 0, 1, 0};
+    qkv_sinks_params bad = qkv_sinks_params_default();
+    bad.n_first = 0;
     CHECK(qkv_sinks_init(&s, &cfg, &bad, &err) == QKV_ERR_INVALID, "n_first 0 accepted");
     free(q); free(k); free(v); free(o); free(lse); free(ref);
 }

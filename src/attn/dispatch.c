@@ -51,3 +51,5 @@ attn_rows_fn attn_rows_bf16dot(void) {
 #endif
     return NULL;
 }
+
+const char *qkv_attn_isa(void) { return attn_isa_best()->name; }

@@ -36,12 +36,15 @@ struct qkv_sinks {
     qkv_error err;
 };
 
+qkv_sinks_params qkv_sinks_params_default(void) {
+    return (qkv_sinks_params){.n_first = 4, .skip = 16, .every = 16, .n_threads = 0};
+}
+
 qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qkv_sinks_params *p,
                           qkv_error *err) {
     if (!out || !cfg) return qkv_fail(err, QKV_ERR_INVALID, "sinks: NULL argument");
     *out = NULL;
-    qkv_sinks_params d = {4, 16, 16, 0};
-    if (p) d = *p;
+    const qkv_sinks_params d = p ? *p : qkv_sinks_params_default();
     if (d.n_first < 1 || d.skip < 0 || d.every < 1 || d.n_threads < 0)
         return qkv_fail(err, QKV_ERR_INVALID, "sinks: n_first %d, skip %d, every %d, n_threads %d out of range",
                         d.n_first, d.skip, d.every, d.n_threads);

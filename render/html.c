@@ -2,14 +2,16 @@
  * html.c — the self-contained attention page (qkv inspect --html). The page
  * is written as the rows arrive, so no map is ever held: each row's keys
  * 0 .. row become 16-bit log codes, base64-encoded into the map's <script>
- * block. The page's fixed parts (style, skeleton, drawing script) are in
- * html_page.h; this file writes the data between them.
+ * block. The page's fixed parts (style, skeleton, drawing script) are the
+ * real HTML file render/inspect_page.html, embedded at build time
+ * (render/page.S); this file writes the title into its <title> and the data
+ * where the comment <!--qkv:data--> stands.
  *
  * Log code of a weight w: 0 for w = 0, else 1 + round(65534 * (ln w - LMIN) / -LMIN)
  * with ln w clamped to [LMIN, 0]: a step of 23/65534 in ln w, so decoding
  * is off by a relative 1.8e-4 at most.
  */
-#include "qkv.h"
+#include "qkv_render.h"
 #include "util/error.h"
 
 #include <errno.h>
@@ -19,7 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "io/html_page.h"
+#include <assert.h>
+
+/* render/inspect_page.html, NUL-terminated (render/page.S) */
+extern const char render_inspect_page[];
+#define PAGE_DATA_MARK "<!--qkv:data-->\n"
 
 #define LMIN (-23.0) /* ln of the smallest weight told apart from 1e-10 */
 
@@ -34,8 +40,19 @@ struct qkv_html_writer {
     int ok;
 };
 
-static void put_lines(FILE *f, const char *const *lines) {
-    for (int i = 0; lines[i]; i++) fputs(lines[i], f);
+/* The page cut where the writer puts its parts: [page, *title) <title text>
+ * [*title_end, *data) <data> [*data + strlen(PAGE_DATA_MARK), end). */
+static void page_parts(const char **title, const char **title_end, const char **data) {
+    const char *page = render_inspect_page;
+    const char *head = strstr(page, "<head>");
+    assert(head && "render/inspect_page.html has a <head>");
+    *title = strstr(head, "<title>");
+    assert(*title && "render/inspect_page.html has a <title>");
+    *title += strlen("<title>");
+    *title_end = strstr(*title, "</title>");
+    assert(*title_end && "render/inspect_page.html closes its <title>");
+    *data = strstr(*title_end, PAGE_DATA_MARK);
+    assert(*data && "render/inspect_page.html has the data mark");
 }
 
 /* s as a JSON string, safe inside <script>: <, >, & and controls escaped. */
@@ -130,11 +147,11 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
         return st;
     }
     FILE *f = h->f;
-    put_lines(f, page_head);
-    fputs("<title>", f);
+    const char *title, *title_end, *data;
+    page_parts(&title, &title_end, &data);
+    fwrite(render_inspect_page, 1, (size_t)(title - render_inspect_page), f);
     put_html_text(f, info->title);
-    fputs("</title>\n</head>\n", f);
-    put_lines(f, page_body);
+    fwrite(title_end, 1, (size_t)(data - title_end), f);
     fputs("<script id=\"qkv-meta\" type=\"application/json\">\n{\"title\": ", f);
     put_json_string(f, info->title);
     fputs(", \"subtitle\": ", f);
@@ -218,7 +235,9 @@ qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err) {
     fputs("],\n\"entropy\": [", f);
     for (int k = 0; k < h->nl * h->nh; k++) fprintf(f, "%s%.6f", k ? ", " : "", h->entropy[k] / h->n);
     fputs("]}\n</script>\n", f);
-    put_lines(f, page_script);
+    const char *title, *title_end, *data;
+    page_parts(&title, &title_end, &data);
+    fputs(data + strlen(PAGE_DATA_MARK), f);
     int ok = !ferror(f);
     ok = fclose(f) == 0 && ok;
     h->f = NULL;

@@ -7,8 +7,12 @@
  * buffer far beyond the last-level cache; the median of 7 passes). Every
  * thread runs at once. It deliberately measures no
  * cache level and no mixed instruction stream: those are the kernels' job.
+ * Part of `qkv bench`, not of libqkv: nothing but a benchmark needs it.
  */
-#include "attn/internal.h"
+#include "bench_roofline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 #include <omp.h>
 #include <string.h>
@@ -20,6 +24,14 @@
 
 #define ROOF_CHAINS 12 /* independent accumulators: more than latency x FMA pipes on any x86 */
 #define ROOF_PASSES 8
+
+static qkv_status roofline_fail(qkv_error *err, qkv_status st, const char *msg) {
+    if (err) {
+        err->status = st;
+        snprintf(err->msg, sizeof err->msg, "%s", msg);
+    }
+    return st;
+}
 
 static double now_s(void) {
     struct timespec t;
@@ -129,7 +141,7 @@ static double dram_read(int n_threads, size_t bytes, qkv_error *err, qkv_status 
     size_t n = bytes / sizeof(uint64_t);
     uint64_t *buf = qkv_kv_alloc(n * sizeof(uint64_t));
     if (!buf) {
-        *st = qkv_fail(err, QKV_ERR_NOMEM, "roofline: cannot allocate %zu MiB for the DRAM test", bytes >> 20);
+        *st = roofline_fail(err, QKV_ERR_NOMEM, "roofline: cannot allocate the DRAM test's buffer");
         return 0;
     }
 #pragma omp parallel for num_threads(n_threads) schedule(static)
@@ -150,18 +162,18 @@ static double dram_read(int n_threads, size_t bytes, qkv_error *err, qkv_status 
     return rates[3];
 }
 
-qkv_status qkv_roofline_measure(qkv_roofline *out, int n_threads, double seconds, size_t dram_bytes,
-                                qkv_error *err) {
-    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "roofline: out is NULL");
+qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double seconds, size_t dram_bytes,
+                                    qkv_error *err) {
+    if (!out) return roofline_fail(err, QKV_ERR_INVALID, "roofline: out is NULL");
     if (n_threads < 0 || !(seconds >= 0))
-        return qkv_fail(err, QKV_ERR_INVALID, "roofline: n_threads and seconds must be >= 0");
+        return roofline_fail(err, QKV_ERR_INVALID, "roofline: n_threads and seconds must be >= 0");
     memset(out, 0, sizeof *out);
-    const int nt = attn_threads(n_threads);
+    const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (seconds == 0) seconds = 0.2;
     if (dram_bytes == 0) dram_bytes = (size_t)512 << 20;
     roof_loop fma = fma_scalar;
 #ifndef QKV_PORTABLE
-    const char *isa = attn_isa_best()->name;
+    const char *isa = qkv_attn_isa();
     if (!strcmp(isa, "avx512")) fma = fma_avx512;
     else if (!strcmp(isa, "avx2")) fma = fma_avx2;
     if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512bf16"))
@@ -172,5 +184,3 @@ qkv_status qkv_roofline_measure(qkv_roofline *out, int n_threads, double seconds
     out->dram_gbs = dram_read(nt, dram_bytes, err, &st) * 1e-9;
     return st;
 }
-
-const char *qkv_attn_isa(void) { return attn_isa_best()->name; }

@@ -10,7 +10,7 @@
  * pixel count, never by n^2. Panels are normalised to their own largest
  * weight, as the HTML page does.
  */
-#include "qkv.h"
+#include "qkv_render.h"
 #include "util/error.h"
 
 #include <errno.h>
@@ -150,7 +150,7 @@ qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, cons
     *out = NULL;
     const int n = info->n_tok, nl = info->n_layers, nh = info->n_heads, maps = nl * nh;
     if (n < 1 || nl < 1 || nh < 1) return qkv_fail(err, QKV_ERR_INVALID, "png: empty maps");
-    qkv_png_params d = {0, 0, NULL};
+    qkv_png_params d = {0}; /* every field's zero is its default */
     if (p) d = *p;
     int max_panel = d.max_panel > 0 ? d.max_panel : maps == 1 ? 768 : 256;
     if (max_panel < 16 || max_panel > 8192)

@@ -1,0 +1,26 @@
+/*
+ * bench_roofline.h — the machine's peaks for `qkv bench` (bench_roofline.c),
+ * so a benchmark can say which fraction of them a kernel reaches.
+ */
+#ifndef QKV_BENCH_ROOFLINE_H
+#define QKV_BENCH_ROOFLINE_H
+
+#include "qkv.h"
+
+#include <stddef.h>
+
+typedef struct {
+    double fma_gflops;   /* fp32 FMA peak in the kernels' vectors, all threads */
+    double bf16_gflops;  /* bf16 dot-product peak (vdpbf16ps); 0 if the CPU has none */
+    double dram_gbs;     /* read bandwidth from memory, all threads, 1e9 bytes/s */
+} bench_roofline;
+
+/* Measures the three figures on n_threads threads (0 = all available), about
+ * `seconds` each (0 = 0.2 s), reading dram_bytes (0 = 512 MiB: far beyond any
+ * L3; allocated as qkv_kv_alloc does). The peaks are the best of several
+ * short passes (a shared machine needs one quiet moment), the bandwidth the
+ * median of 7. QKV_ERR_NOMEM if the buffer cannot be allocated. */
+qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double seconds, size_t dram_bytes,
+                                  qkv_error *err);
+
+#endif /* QKV_BENCH_ROOFLINE_H */

@@ -1,0 +1,72 @@
+/*
+ * qkv_render.h — pictures of attention maps: a self-contained HTML page and
+ * PNG heatmaps. Not part of libqkv: this small library (build/libqkv_render.a)
+ * is what `qkv inspect` draws with, so that libqkv itself links only libm and
+ * OpenMP. The maps come from libqkv's probes (qkv_inspect_hook) row by row;
+ * nothing here holds an n x n map. Conventions as in qkv.h.
+ */
+#ifndef QKV_RENDER_H
+#define QKV_RENDER_H
+
+#include "qkv.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A set of causal maps for the writers below: n_layers x n_heads maps of
+ * [n_tok, n_tok] (query rows, key columns). */
+typedef struct {
+    const char *title;          /* UTF-8 */
+    const char *subtitle;       /* UTF-8, may be NULL */
+    int n_tok;
+    const char *const *labels;  /* [n_tok] token labels (qkv_token_labels) */
+    const int32_t *ids;         /* [n_tok] token ids, may be NULL */
+    const int *layers;          /* [n_layers] layer number of each row of maps */
+    int n_layers;
+    const int *heads;           /* [n_heads] head number of each column of maps */
+    int n_heads;
+} qkv_maps_info;
+
+/* One self-contained HTML page (no network: works from file://): a grid of
+ * every map as a small heatmap with its sink mass and entropy, a large view
+ * of the chosen map with the tokens on both axes, hover for query, key and
+ * weight, toggles for log scale and for hiding token 0. Rows are streamed
+ * into the file in order (layer, head, row); each keeps its keys 0 .. row
+ * as 16-bit log-coded weights (relative error < 2e-4), so a page holds
+ * n_layers x n_heads x n(n+1)/2 of them: at most QKV_HTML_MAX_WEIGHTS. */
+#define QKV_HTML_MAX_WEIGHTS ((int64_t)1 << 26)
+typedef struct qkv_html_writer qkv_html_writer;
+qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps_info *info,
+                         qkv_error *err);
+/* Row `row` of map (li, hi): w[row + 1] (keys 0 .. row), in order. */
+qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float *w, qkv_error *err);
+/* Writes the end of the page and renames it into place. */
+qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err);
+void qkv_html_abort(qkv_html_writer *h);
+
+/* Heatmaps in a PNG (libpng): viridis colour map, token labels on the axes
+ * when a token gets >= 16 pixels (GNU Unifont glyphs read from font_path,
+ * default /usr/share/unifont/unifont.hex; without it, no labels), one panel
+ * per map with its layer and head. Each panel is at most max_panel pixels a
+ * side (larger maps are max-pooled down), so memory does not grow with n^2.
+ * Rows in any order. */
+typedef struct {
+    int log_scale;              /* colour by log10(w) over 4 decades instead of w */
+    int max_panel;              /* 0: 768 for one map, 192 for several */
+    const char *font_path;      /* NULL: $QKV_FONT, else the default above */
+} qkv_png_params;
+typedef struct qkv_png_maps qkv_png_maps;
+qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, const qkv_png_params *p,
+                             qkv_error *err);
+void qkv_png_maps_row(qkv_png_maps *pm, int li, int hi, int row, const float *w);
+/* 1 if the labels could be drawn (a font was found). */
+int qkv_png_maps_has_font(const qkv_png_maps *pm);
+qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err);
+void qkv_png_maps_free(qkv_png_maps *pm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* QKV_RENDER_H */

@@ -1,0 +1,80 @@
+/*
+ * test_library.c — what the built libraries promise as artefacts: the shared
+ * library's soname is libqkv.so.MAJOR and it needs nothing beyond libc, libm
+ * and OpenMP (no libpng: the pictures live in libqkv_render.a); the version
+ * the library reports is the header's; the page the renderer embeds is
+ * render/inspect_page.html byte for byte.
+ */
+#include "qkv.h"
+#include "testing.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The build directory: that of $QKV_BIN (build/qkv or build/portable/qkv). */
+static void build_dir(char *out, size_t cap) {
+    const char *bin = getenv("QKV_BIN");
+    snprintf(out, cap, "%s", bin ? bin : "build/qkv");
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+    else snprintf(out, cap, ".");
+}
+
+TEST(library_version_matches_header) {
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", QKV_VERSION_MAJOR, QKV_VERSION_MINOR, QKV_VERSION_PATCH);
+    CHECK(!strcmp(QKV_VERSION, want), "QKV_VERSION %s, numbers say %s", QKV_VERSION, want);
+    CHECK(!strcmp(qkv_version(), QKV_VERSION), "qkv_version() %s, header %s", qkv_version(), QKV_VERSION);
+}
+
+TEST(shared_library_soname_and_dependencies) {
+    char dir[512], cmd[700], line[512];
+    build_dir(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "readelf -d '%s/libqkv.so' 2>&1", dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL, "cannot run readelf");
+    if (!p) return;
+    char soname[64];
+    snprintf(soname, sizeof soname, "[libqkv.so.%d]", QKV_VERSION_MAJOR);
+    int has_soname = 0, n_needed = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (strstr(line, "(SONAME)")) has_soname = strstr(line, soname) != NULL;
+        if (strstr(line, "(NEEDED)")) {
+            n_needed++;
+            int allowed = strstr(line, "[libc.so") || strstr(line, "[libm.so") || strstr(line, "[libgomp.so") ||
+                          strstr(line, "[libmvec.so");
+            CHECK(allowed, "libqkv.so needs more than libc, libm and OpenMP: %s", line);
+        }
+    }
+    CHECK(pclose(p) == 0, "readelf failed on %s/libqkv.so", dir);
+    CHECK(has_soname, "no SONAME %s", soname);
+    CHECK(n_needed >= 2, "readelf listed %d NEEDED entries", n_needed);
+
+    /* the file a program loads by its soname answers with the same version */
+    char so[600];
+    snprintf(so, sizeof so, "%s/libqkv.so.%d", dir, QKV_VERSION_MAJOR);
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL, "dlopen %s: %s", so, dlerror());
+    if (!h) return;
+    const char *(*version)(void) = NULL;
+    void *sym = dlsym(h, "qkv_version");
+    memcpy(&version, &sym, sizeof sym); /* POSIX's object-to-function pointer, without the cast C forbids */
+    CHECK(version && !strcmp(version(), QKV_VERSION), "dlsym qkv_version");
+    dlclose(h);
+}
+
+extern const char render_inspect_page[];
+
+TEST(render_embeds_the_page_file) {
+    size_t len = 0;
+    char *page = test_read_file("render/inspect_page.html", &len);
+    CHECK(page != NULL, "cannot read render/inspect_page.html");
+    if (!page) return;
+    CHECK(!strcmp(page, render_inspect_page), "the embedded page differs from render/inspect_page.html");
+    CHECK(!strncmp(page, "<!DOCTYPE html>", 15) && strstr(page, "</html>") && strstr(page, "<!--qkv:data-->\n") &&
+              strstr(page, "<title>"),
+          "render/inspect_page.html lacks its doctype, title, data mark or end");
+    free(page);
+}
