@@ -78,3 +78,45 @@ TEST(render_embeds_the_page_file) {
           "render/inspect_page.html lacks its doctype, title, data mark or end");
     free(page);
 }
+
+#if !defined(__AVX__)
+/* The default build's promise, one binary for every x86-64: outside the
+ * per-ISA kernel files, whose functions run only after the dispatcher has
+ * seen the CPU has the instructions, libqkv holds no VEX or EVEX instruction
+ * (v-prefixed mnemonics, which include every ymm/zmm use, and k-mask ones).
+ * Not compiled in the NATIVE=1 build, which makes no such promise. */
+TEST(library_baseline_code_is_plain_x86_64) {
+    static const char *const per_isa[] = {"tile_avx2.o", "tile_avx512.o", "tile_avx512bf16.o", "matmul_avx2.o",
+                                          "matmul_avx512.o"};
+    char dir[512], cmd[700], line[1024], member[256] = "";
+    build_dir(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd, "objdump -d --no-show-raw-insn '%s/libqkv.a' 2>&1", dir);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL, "cannot run objdump");
+    if (!p) return;
+    int n_insn = 0, n_bad = 0, isa_file = 0, n_isa_vector = 0;
+    while (fgets(line, sizeof line, p)) {
+        const char *fmt = strstr(line, ":     file format");
+        if (fmt) {
+            snprintf(member, sizeof member, "%.*s", (int)(fmt - line), line);
+            isa_file = 0;
+            for (size_t i = 0; i < sizeof per_isa / sizeof per_isa[0]; i++)
+                if (!strcmp(member, per_isa[i])) isa_file = 1;
+            continue;
+        }
+        const char *tab = strchr(line, '\t'); /* "   offset:\tmnemonic operands" */
+        if (!tab || !strchr(line, ':')) continue;
+        n_insn++;
+        const char *m = tab + 1;
+        int vex = m[0] == 'v' && m[1] >= 'a' && m[1] <= 'z' && strncmp(m, "verr", 4) && strncmp(m, "verw", 4);
+        int kmask = m[0] == 'k' && strchr("amnoxsu", m[1]) && strstr(line, "%k");
+        if (!(vex || kmask)) continue;
+        if (isa_file) n_isa_vector++;
+        else if (++n_bad <= 5) test_fail(__FILE__, __LINE__, "%s: %s", member, m);
+    }
+    CHECK(pclose(p) == 0, "objdump failed on %s/libqkv.a", dir);
+    CHECK(n_insn > 10000, "objdump listed only %d instructions", n_insn);
+    CHECK(n_isa_vector > 1000, "the per-ISA kernels hold only %d vector instructions", n_isa_vector);
+    CHECK(n_bad == 0, "%d VEX/EVEX instructions outside the per-ISA kernel files", n_bad);
+}
+#endif
