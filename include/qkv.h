@@ -526,8 +526,21 @@ typedef struct {
     int tied_embeddings;    /* 1: lm_head is token_embd.weight */
 } qkv_model_config;
 
+/* Limits qkv_model_config_read enforces, so that no size derived from a file
+ * (products of them included) can overflow: layers, Q heads (KV heads <= Q
+ * heads), residual width and heads x head_dim, SwiGLU width, vocabulary
+ * (embedding rows or token list), training context. */
+#define QKV_MODEL_MAX_LAYERS 4096
+#define QKV_MODEL_MAX_HEADS 1024
+#define QKV_MODEL_MAX_EMBD (1 << 17)
+#define QKV_MODEL_MAX_FF (1 << 20)
+#define QKV_MODEL_MAX_VOCAB (1 << 24)
+#define QKV_MODEL_MAX_CTX (1 << 24)
+
 /* The configuration of the model in g, from its metadata alone (no weight is
- * read: a metadata-only GGUF will do). general.architecture must be "llama"
+ * read: a metadata-only GGUF will do). Every size is checked against the
+ * limits above, the RMSNorm epsilon must be in (0, 1) and the RoPE base in
+ * (1, 1e30), each failure naming the key and its range. general.architecture must be "llama"
  * (QKV_ERR_UNSUPPORTED otherwise, and for partial RoPE, rope scaling types
  * other than "none", head_dim outside [16, 256] or odd); QKV_ERR_FORMAT for
  * a missing required key, a value out of range, heads not a multiple of KV

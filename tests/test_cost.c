@@ -8,6 +8,7 @@
  * the names), sizes by hand, --dtype, --model on a small GGUF written here,
  * and bad input.
  */
+#include "gguf_build.h"
 #include "testing.h"
 
 #include "clitext.h"
@@ -170,49 +171,23 @@ TEST(cost_by_hand_dtype_and_ctx) {
     free(o);
 }
 
-/* A metadata-only GGUF v3 (no tensors): enough for the cost model. */
-static void put_u32(FILE *f, uint32_t v) { fwrite(&v, 4, 1, f); }
-static void put_u64(FILE *f, uint64_t v) { fwrite(&v, 8, 1, f); }
-static void put_str(FILE *f, const char *s) {
-    put_u64(f, strlen(s));
-    fwrite(s, 1, strlen(s), f);
-}
-static void put_kv_u32(FILE *f, const char *key, uint32_t v) {
-    put_str(f, key);
-    put_u32(f, QKV_GGUF_TYPE_U32);
-    put_u32(f, v);
-}
-
-/* Writes the metadata-only GGUF at path with n_kv_head KV heads (of 4). */
+/* A metadata-only GGUF v3 (no tensors) with n_kv_head KV heads (of 4):
+ * enough for the cost model. 1 on success. */
 static int write_tiny_gguf(const char *path, uint32_t n_kv_head) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return 0;
-    fwrite("GGUF", 1, 4, f);
-    put_u32(f, 3);
-    put_u64(f, 0); /* tensors */
-    put_u64(f, 9); /* key-value pairs */
-    put_str(f, "general.architecture");
-    put_u32(f, QKV_GGUF_TYPE_STRING);
-    put_str(f, "llama");
-    put_str(f, "general.name");
-    put_u32(f, QKV_GGUF_TYPE_STRING);
-    put_str(f, "Tiny Llama");
-    put_kv_u32(f, "llama.block_count", 2);
-    put_kv_u32(f, "llama.embedding_length", 64);
-    put_kv_u32(f, "llama.attention.head_count", 4);
-    put_kv_u32(f, "llama.attention.head_count_kv", n_kv_head);
-    put_kv_u32(f, "llama.feed_forward_length", 128);
-    put_kv_u32(f, "llama.context_length", 256);
-    put_str(f, "tokenizer.ggml.tokens");
-    put_u32(f, QKV_GGUF_TYPE_ARRAY);
-    put_u32(f, QKV_GGUF_TYPE_STRING);
-    put_u64(f, 10);
-    for (int i = 0; i < 10; i++) {
-        char tok[8];
-        snprintf(tok, sizeof tok, "t%d", i);
-        put_str(f, tok);
-    }
-    return fclose(f) == 0;
+    gguf_buf b = {0};
+    gguf_put_header(&b, 0, 9);
+    gguf_put_kv_str(&b, "general.architecture", "llama");
+    gguf_put_kv_str(&b, "general.name", "Tiny Llama");
+    gguf_put_kv_u32(&b, "llama.block_count", 2);
+    gguf_put_kv_u32(&b, "llama.embedding_length", 64);
+    gguf_put_kv_u32(&b, "llama.attention.head_count", 4);
+    gguf_put_kv_u32(&b, "llama.attention.head_count_kv", n_kv_head);
+    gguf_put_kv_u32(&b, "llama.feed_forward_length", 128);
+    gguf_put_kv_u32(&b, "llama.context_length", 256);
+    gguf_put_kv_tokens(&b, "tokenizer.ggml.tokens", 10);
+    int ok = gguf_buf_save(&b, path);
+    free(b.p);
+    return ok;
 }
 
 TEST(cost_model_from_gguf) {

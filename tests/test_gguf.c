@@ -8,6 +8,7 @@
  * never a crash; run under -fsanitize=address,undefined to be sure.
  */
 #include "qkv.h"
+#include "gguf_build.h"
 #include "testing.h"
 
 #include <math.h>
@@ -357,104 +358,57 @@ TEST(gguf_versions) {
 
 /* ------------------------------------------------------- hand-built files */
 
-typedef struct {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *x, size_t n) {
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, x, n);
-    b->n += n;
-}
-static void put_u32(buf *b, uint32_t x) { put(b, &x, 4); }
-static void put_u64(buf *b, uint64_t x) { put(b, &x, 8); }
-static void put_str(buf *b, const char *s) {
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
-static void put_pad(buf *b, size_t align) {
-    static const uint8_t zero[256];
-    size_t r = b->n % align;
-    if (r) put(b, zero, align - r);
-}
-static void put_zeros(buf *b, size_t n) {
-    for (size_t i = 0; i < n; i++) put(b, "", 1);
-}
-static void put_header(buf *b, uint64_t n_tensors, uint64_t n_kv) {
-    put(b, "GGUF", 4);
-    put_u32(b, 3);
-    put_u64(b, n_tensors);
-    put_u64(b, n_kv);
-}
-static void put_kv_u32(buf *b, const char *key, uint32_t v) {
-    put_str(b, key);
-    put_u32(b, QKV_GGUF_TYPE_U32);
-    put_u32(b, v);
-}
-static void put_tinfo(buf *b, const char *name, uint32_t n_dims, const uint64_t *ne,
-                      uint32_t type, uint64_t offset) {
-    put_str(b, name);
-    put_u32(b, n_dims);
-    for (uint32_t d = 0; d < n_dims; d++) put_u64(b, ne[d]);
-    put_u32(b, type);
-    put_u64(b, offset);
-}
-
 /* One tensor "w" f32 ne {ne0, ne1} at offset, with data_bytes of data. */
-static void one_tensor(buf *b, uint64_t ne0, uint64_t ne1, uint32_t type, uint64_t offset,
+static void one_tensor(gguf_buf *b, uint64_t ne0, uint64_t ne1, uint32_t type, uint64_t offset,
                        size_t data_bytes) {
-    put_header(b, 1, 1);
-    put_kv_u32(b, "k", 1);
+    gguf_put_header(b, 1, 1);
+    gguf_put_kv_u32(b, "k", 1);
     uint64_t ne[2] = {ne0, ne1};
-    put_tinfo(b, "w", 2, ne, type, offset);
-    put_pad(b, 32);
-    put_zeros(b, data_bytes);
+    gguf_put_tinfo(b, "w", 2, ne, type, offset);
+    gguf_put_pad(b, 32);
+    gguf_put_zeros(b, data_bytes);
 }
 
-static void expect_bad(const char *what, buf *b, const char *msg_part) {
+static void expect_bad(const char *what, gguf_buf *b, const char *msg_part) {
     qkv_error err;
     qkv_status s = open_bytes("crafted.gguf", b->p, b->n, &err, NULL);
     CHECK(s == QKV_ERR_FORMAT, "%s: status %d (%s)", what, (int)s, err.msg);
     CHECK(strstr(err.msg, msg_part) != NULL, "%s: message '%s' lacks '%s'", what, err.msg, msg_part);
     free(b->p);
-    *b = (buf){0};
+    *b = (gguf_buf){0};
 }
 
-static void expect_ok(const char *what, buf *b) {
+static void expect_ok(const char *what, gguf_buf *b) {
     qkv_error err;
     qkv_status s = open_bytes("crafted.gguf", b->p, b->n, &err, NULL);
     CHECK(s == QKV_OK, "%s: %s", what, err.msg);
     free(b->p);
-    *b = (buf){0};
+    *b = (gguf_buf){0};
 }
 
 TEST(gguf_crafted_good) {
-    buf b = {0};
+    gguf_buf b = {0};
     one_tensor(&b, 4, 2, QKV_GGML_TYPE_F32, 0, 32);
     expect_ok("baseline", &b);
 
-    put_header(&b, 0, 0);           /* no tensors, no padding */
+    gguf_put_header(&b, 0, 0);           /* no tensors, no padding */
     expect_ok("empty gguf", &b);
 
     /* empty arrays of each kind, bool normalised to 0/1 */
-    put_header(&b, 0, 3);
-    put_str(&b, "e.u32");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, QKV_GGUF_TYPE_U32);
-    put_u64(&b, 0);
-    put_str(&b, "e.str");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, QKV_GGUF_TYPE_STRING);
-    put_u64(&b, 0);
-    put_str(&b, "b");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, QKV_GGUF_TYPE_BOOL);
-    put_u64(&b, 2);
-    put(&b, "\x07\x00", 2);
+    gguf_put_header(&b, 0, 3);
+    gguf_put_str(&b, "e.u32");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_U32);
+    gguf_put_u64(&b, 0);
+    gguf_put_str(&b, "e.str");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_STRING);
+    gguf_put_u64(&b, 0);
+    gguf_put_str(&b, "b");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_BOOL);
+    gguf_put_u64(&b, 2);
+    gguf_put(&b, "\x07\x00", 2);
     qkv_error err;
     qkv_gguf *g = NULL;
     CHECK(open_bytes("arrays.gguf", b.p, b.n, &err, &g) == QKV_OK, "empty arrays: %s", err.msg);
@@ -470,17 +424,17 @@ TEST(gguf_crafted_good) {
         qkv_gguf_close(g);
     }
     free(b.p);
-    b = (buf){0};
+    b = (gguf_buf){0};
 
     /* zero-element tensor, 1-D and 4-D shapes, custom alignment 64 */
-    put_header(&b, 3, 1);
-    put_kv_u32(&b, "general.alignment", 64);
+    gguf_put_header(&b, 3, 1);
+    gguf_put_kv_u32(&b, "general.alignment", 64);
     uint64_t ne0[1] = {0}, ne4[4] = {2, 1, 3, 1}, ne1[1] = {16};
-    put_tinfo(&b, "zero", 1, ne0, QKV_GGML_TYPE_F32, 0);
-    put_tinfo(&b, "four", 4, ne4, QKV_GGML_TYPE_F32, 0);
-    put_tinfo(&b, "one", 1, ne1, QKV_GGML_TYPE_F16, 64);
-    put_pad(&b, 64);
-    put_zeros(&b, 96);
+    gguf_put_tinfo(&b, "zero", 1, ne0, QKV_GGML_TYPE_F32, 0);
+    gguf_put_tinfo(&b, "four", 4, ne4, QKV_GGML_TYPE_F32, 0);
+    gguf_put_tinfo(&b, "one", 1, ne1, QKV_GGML_TYPE_F16, 64);
+    gguf_put_pad(&b, 64);
+    gguf_put_zeros(&b, 96);
     g = NULL;
     CHECK(open_bytes("shapes.gguf", b.p, b.n, &err, &g) == QKV_OK, "shapes: %s", err.msg);
     if (g) {
@@ -497,115 +451,115 @@ TEST(gguf_crafted_good) {
 }
 
 TEST(gguf_crafted_bad) {
-    buf b = {0};
+    gguf_buf b = {0};
     const uint64_t huge = (uint64_t)1 << 60;
 
-    put_header(&b, 0, huge);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 0, huge);
+    gguf_put_zeros(&b, 64);
     expect_bad("huge n_kv", &b, "metadata count");
 
-    put_header(&b, huge, 0);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, huge, 0);
+    gguf_put_zeros(&b, 64);
     expect_bad("huge n_tensors", &b, "tensor count");
 
-    put_header(&b, 0, 1);
-    put_u64(&b, (uint64_t)1 << 63);   /* key length */
-    put_zeros(&b, 16);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_u64(&b, (uint64_t)1 << 63);   /* key length */
+    gguf_put_zeros(&b, 16);
     expect_bad("huge key length", &b, "truncated");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "s");
-    put_u32(&b, QKV_GGUF_TYPE_STRING);
-    put_u64(&b, 1000);
-    put(&b, "abc", 3);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "s");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_STRING);
+    gguf_put_u64(&b, 1000);
+    gguf_put(&b, "abc", 3);
     expect_bad("string past EOF", &b, "truncated");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "t");
-    put_u32(&b, 13);
-    put_u32(&b, 0);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "t");
+    gguf_put_u32(&b, 13);
+    gguf_put_u32(&b, 0);
     expect_bad("unknown value type", &b, "unknown value type id 13");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "a");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, QKV_GGUF_TYPE_U32);
-    put_u64(&b, huge);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "a");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_U32);
+    gguf_put_u64(&b, huge);
+    gguf_put_zeros(&b, 64);
     expect_bad("huge u32 array", &b, "cannot fit");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "a");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, QKV_GGUF_TYPE_STRING);
-    put_u64(&b, huge);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "a");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_STRING);
+    gguf_put_u64(&b, huge);
+    gguf_put_zeros(&b, 64);
     expect_bad("huge string array", &b, "cannot fit");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "a");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, QKV_GGUF_TYPE_STRING);
-    put_u64(&b, 2);
-    put_str(&b, "ok");
-    put_u64(&b, huge);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "a");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_STRING);
+    gguf_put_u64(&b, 2);
+    gguf_put_str(&b, "ok");
+    gguf_put_u64(&b, huge);
     expect_bad("array string past EOF", &b, "truncated");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "a");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, 77);
-    put_u64(&b, 1);
-    put_zeros(&b, 8);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "a");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, 77);
+    gguf_put_u64(&b, 1);
+    gguf_put_zeros(&b, 8);
     expect_bad("unknown element type", &b, "unknown value type id 77");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "deep");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "deep");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
     for (int i = 0; i < 20; i++) {
-        put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-        put_u64(&b, 1);
+        gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+        gguf_put_u64(&b, 1);
     }
-    put_u32(&b, QKV_GGUF_TYPE_U8);
-    put_u64(&b, 0);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_U8);
+    gguf_put_u64(&b, 0);
     expect_bad("nesting", &b, "nested deeper");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "a");
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u32(&b, QKV_GGUF_TYPE_ARRAY);
-    put_u64(&b, huge);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "a");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u32(&b, QKV_GGUF_TYPE_ARRAY);
+    gguf_put_u64(&b, huge);
+    gguf_put_zeros(&b, 64);
     expect_bad("huge nested array", &b, "cannot fit");
 
-    put_header(&b, 0, 2);
-    put_kv_u32(&b, "dup", 1);
-    put_kv_u32(&b, "dup", 2);
+    gguf_put_header(&b, 0, 2);
+    gguf_put_kv_u32(&b, "dup", 1);
+    gguf_put_kv_u32(&b, "dup", 2);
     expect_bad("duplicate key", &b, "duplicate metadata key 'dup'");
 
-    put_header(&b, 0, 1);
-    put_str(&b, "general.alignment");
-    put_u32(&b, QKV_GGUF_TYPE_I32);
-    put_u32(&b, 32);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_str(&b, "general.alignment");
+    gguf_put_u32(&b, QKV_GGUF_TYPE_I32);
+    gguf_put_u32(&b, 32);
     expect_bad("alignment type", &b, "general.alignment is i32");
 
-    put_header(&b, 0, 1);
-    put_kv_u32(&b, "general.alignment", 48);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_kv_u32(&b, "general.alignment", 48);
     expect_bad("alignment 48", &b, "not a power of two");
 
-    put_header(&b, 0, 1);
-    put_kv_u32(&b, "general.alignment", 0);
+    gguf_put_header(&b, 0, 1);
+    gguf_put_kv_u32(&b, "general.alignment", 0);
     expect_bad("alignment 0", &b, "not a power of two");
 
     uint64_t ne5[5] = {1, 1, 1, 1, 1};
-    put_header(&b, 1, 0);
-    put_tinfo(&b, "w", 5, ne5, QKV_GGML_TYPE_F32, 0);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 1, 0);
+    gguf_put_tinfo(&b, "w", 5, ne5, QKV_GGML_TYPE_F32, 0);
+    gguf_put_zeros(&b, 64);
     expect_bad("5 dims", &b, "5 dimensions");
 
-    put_header(&b, 1, 0);
-    put_tinfo(&b, "w", 0, ne5, QKV_GGML_TYPE_F32, 0);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 1, 0);
+    gguf_put_tinfo(&b, "w", 0, ne5, QKV_GGML_TYPE_F32, 0);
+    gguf_put_zeros(&b, 64);
     expect_bad("0 dims", &b, "0 dimensions");
 
     one_tensor(&b, 32, 1, 4, 0, 128);
@@ -645,25 +599,25 @@ TEST(gguf_crafted_bad) {
     expect_bad("offset near UINT64_MAX", &b, "past the end");
 
     uint64_t ne[1] = {8};
-    put_header(&b, 2, 0);
-    put_tinfo(&b, "w", 1, ne, QKV_GGML_TYPE_F32, 0);
-    put_tinfo(&b, "w", 1, ne, QKV_GGML_TYPE_F32, 32);
-    put_pad(&b, 32);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 2, 0);
+    gguf_put_tinfo(&b, "w", 1, ne, QKV_GGML_TYPE_F32, 0);
+    gguf_put_tinfo(&b, "w", 1, ne, QKV_GGML_TYPE_F32, 32);
+    gguf_put_pad(&b, 32);
+    gguf_put_zeros(&b, 64);
     expect_bad("duplicate tensor", &b, "duplicate tensor name 'w'");
 
     uint64_t ne16[1] = {16};
-    put_header(&b, 2, 0);
-    put_tinfo(&b, "a", 1, ne16, QKV_GGML_TYPE_F32, 0);    /* bytes [0, 64) */
-    put_tinfo(&b, "b", 1, ne, QKV_GGML_TYPE_F32, 32);     /* bytes [32, 64) */
-    put_pad(&b, 32);
-    put_zeros(&b, 64);
+    gguf_put_header(&b, 2, 0);
+    gguf_put_tinfo(&b, "a", 1, ne16, QKV_GGML_TYPE_F32, 0);    /* bytes [0, 64) */
+    gguf_put_tinfo(&b, "b", 1, ne, QKV_GGML_TYPE_F32, 32);     /* bytes [32, 64) */
+    gguf_put_pad(&b, 32);
+    gguf_put_zeros(&b, 64);
     expect_bad("overlap", &b, "overlap");
 
     /* the name of a tensor is checked for length too */
-    put_header(&b, 1, 0);
-    put_u64(&b, huge);
-    put_zeros(&b, 40);
+    gguf_put_header(&b, 1, 0);
+    gguf_put_u64(&b, huge);
+    gguf_put_zeros(&b, 40);
     expect_bad("tensor name length", &b, "truncated");
     free(b.p);
 }
