@@ -5,16 +5,13 @@
 # per-ISA kernel files (attention tiles, matmuls), which carry their own
 # target pragmas and are chosen at run time from CPUID. NATIVE=1 compiles
 # everything for this CPU (-march=native); the binary may then not run on
-# another. PORTABLE=1 compiles the scalar kernels only.
+# another.
 BUILD    ?= build
 CC       ?= cc
-PORTABLE ?= 0
 NATIVE   ?= 0
 PYTHON   ?= python3
 
-ifeq ($(PORTABLE),1)
-ARCH_FLAGS := -DQKV_PORTABLE=1
-else ifeq ($(NATIVE),1)
+ifeq ($(NATIVE),1)
 ARCH_FLAGS := -march=native
 else
 ARCH_FLAGS :=
@@ -50,8 +47,8 @@ TEST_CLI_OBJ := $(BUILD)/cli/bench_roofline.o
 .PHONY: all test check demo clean model deps
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test
 
-# Objects depend on the flags they were compiled with: switching NATIVE=1 or
-# PORTABLE=1 in the same build directory recompiles everything.
+# Objects depend on the flags they were compiled with: switching NATIVE=1 in
+# the same build directory recompiles everything.
 FLAGS_FILE := $(BUILD)/cflags.txt
 $(shell mkdir -p $(BUILD) && (echo '$(ALL_CFLAGS)' | cmp -s - $(FLAGS_FILE) || echo '$(ALL_CFLAGS)' > $(FLAGS_FILE)))
 

@@ -18,9 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#ifndef QKV_PORTABLE
 #include <immintrin.h>
-#endif
 
 #define ROOF_CHAINS 12 /* independent accumulators: more than latency x FMA pipes on any x86 */
 #define ROOF_PASSES 8
@@ -43,7 +41,6 @@ static double now_s(void) {
  * FLOPs done; the result is folded into *sink so nothing is optimised away. */
 typedef double (*roof_loop)(int64_t iters, float *sink);
 
-#ifndef QKV_PORTABLE
 __attribute__((target("avx512f"))) static double fma_avx512(int64_t iters, float *sink) {
     __m512 a[ROOF_CHAINS];
     const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-6f);
@@ -83,7 +80,6 @@ __attribute__((target("avx512f,avx512bf16"))) static double bf16_avx512(int64_t 
     *sink += _mm512_reduce_add_ps(s);
     return (double)iters * ROOF_CHAINS * 16 * 4;
 }
-#endif
 
 static double fma_scalar(int64_t iters, float *sink) {
     float a[ROOF_CHAINS];
@@ -172,13 +168,11 @@ qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double sec
     if (seconds == 0) seconds = 0.2;
     if (dram_bytes == 0) dram_bytes = (size_t)512 << 20;
     roof_loop fma = fma_scalar;
-#ifndef QKV_PORTABLE
     const char *isa = qkv_attn_isa();
     if (!strcmp(isa, "avx512")) fma = fma_avx512;
     else if (!strcmp(isa, "avx2")) fma = fma_avx2;
     if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512bf16"))
         out->bf16_gflops = peak_of(bf16_avx512, nt, seconds) * 1e-9;
-#endif
     out->fma_gflops = peak_of(fma, nt, seconds) * 1e-9;
     qkv_status st = QKV_OK;
     out->dram_gbs = dram_read(nt, dram_bytes, err, &st) * 1e-9;

@@ -18,6 +18,7 @@
 #include "testing.h"
 
 #include "attn/internal.h"
+#include "util/cpu.h"
 #include "qkv.h"
 
 #include <math.h>
@@ -113,17 +114,16 @@ static void sweep(qkv_kernel kernel, int want_decode, uint64_t seed, int n) {
     }
 }
 
+/* fn under every ISA this CPU runs, each chosen as the process's ISA. */
 static void for_each_isa(void (*fn)(void)) {
-    static const char *isas[] = {"avx512", "avx2", "scalar"};
-    const char *saved = getenv("QKV_ISA");
-    char *keep = saved ? strdup(saved) : NULL;
-    for (int i = 0; i < 3; i++) {
-        if (!attn_isa_find(isas[i])) continue;
-        setenv("QKV_ISA", isas[i], 1);
+    const cpu_isa saved = cpu_isa_chosen();
+    for (int i = CPU_ISA_COUNT - 1; i >= 0; i--) {
+        if (!cpu_isa_supported((cpu_isa)i)) continue;
+        cpu_isa_limit((cpu_isa)i);
+        CHECK(!strcmp(qkv_attn_isa(), cpu_isa_name((cpu_isa)i)), "ISA %s not chosen", cpu_isa_name((cpu_isa)i));
         fn();
     }
-    if (keep) setenv("QKV_ISA", keep, 1); else unsetenv("QKV_ISA");
-    free(keep);
+    cpu_isa_limit(saved);
 }
 
 static void flash_sweep(void) { sweep(QKV_KERNEL_FLASH, 0, 11, 60); }

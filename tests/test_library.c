@@ -120,3 +120,31 @@ TEST(library_baseline_code_is_plain_x86_64) {
     CHECK(n_bad == 0, "%d VEX/EVEX instructions outside the per-ISA kernel files", n_bad);
 }
 #endif
+
+/* QKV_ISA narrows the one process-wide choice (util/cpu.c) that attention
+ * and the matmuls share; an unknown name is ignored. */
+TEST(qkv_isa_narrows_the_process_choice) {
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[700], line[2048], want[64];
+        const char *bin = getenv("QKV_BIN") ? getenv("QKV_BIN") : "build/qkv";
+        snprintf(cmd, sizeof cmd, "QKV_ISA=%s '%s' bench --n 64 --repeat 1 --threads 1 --json 2>&1", names[i], bin);
+        FILE *p = popen(cmd, "r");
+        CHECK(p != NULL, "cannot run %s", cmd);
+        if (!p) continue;
+        char isa[32] = "";
+        while (fgets(line, sizeof line, p)) {
+            const char *at = strstr(line, "\"isa\": \"");
+            if (at) sscanf(at + 8, "%31[a-z0-9]", isa);
+        }
+        pclose(p);
+        /* the CPU may lack the ISA: then the best it has below it */
+        int supported = i == 0 || (i == 1 ? __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                                                __builtin_cpu_supports("f16c")
+                                          : __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                                __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"));
+        snprintf(want, sizeof want, "%s", names[i]);
+        if (supported) CHECK(!strcmp(isa, want), "QKV_ISA=%s: bench ran %s", names[i], isa);
+        else CHECK(isa[0] && strcmp(isa, want), "QKV_ISA=%s (unsupported): bench ran '%s'", names[i], isa);
+    }
+}

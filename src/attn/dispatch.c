@@ -1,55 +1,28 @@
 /*
  * dispatch.c — picks the inner loop this CPU runs best, at run time, so one
- * binary runs everywhere: AVX-512 > AVX2+FMA > scalar. QKV_ISA in the
- * environment narrows the choice (tests run every ISA the CPU supports).
+ * binary runs everywhere: AVX-512 > AVX2+FMA+F16C > scalar, chosen once per
+ * process by util/cpu.c (QKV_ISA narrows it; the tests sweep every ISA the
+ * CPU supports with cpu_isa_limit).
  */
 #include "attn/internal.h"
+#include "util/cpu.h"
 
-#include <string.h>
-
-static const attn_isa isa_table[] = {
-#ifndef QKV_PORTABLE
-    {"avx512", 16, attn_rows_avx512},
-    {"avx2", 8, attn_rows_avx2},
-#endif
-    {"scalar", 1, attn_rows_scalar},
+/* indexed by cpu_isa (util/cpu.h), the one choice attention and matmuls share */
+static const attn_isa isa_table[CPU_ISA_COUNT] = {
+    [CPU_ISA_SCALAR] = {"scalar", 1, attn_rows_scalar},
+    [CPU_ISA_AVX2] = {"avx2", 8, attn_rows_avx2},
+    [CPU_ISA_AVX512] = {"avx512", 16, attn_rows_avx512},
 };
 
-static int isa_supported(const attn_isa *isa) {
-#ifndef QKV_PORTABLE
-    if (!strcmp(isa->name, "avx512"))
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (!strcmp(isa->name, "avx2"))
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#endif
-    (void)isa;
-    return 1;
-}
-
 const attn_isa *attn_isa_find(const char *name) {
-    for (size_t i = 0; i < sizeof isa_table / sizeof isa_table[0]; i++)
-        if (!strcmp(isa_table[i].name, name)) return isa_supported(&isa_table[i]) ? &isa_table[i] : NULL;
-    return NULL;
+    cpu_isa isa;
+    return cpu_isa_parse(&isa, name) && cpu_isa_supported(isa) ? &isa_table[isa] : NULL;
 }
 
-const attn_isa *attn_isa_best(void) {
-    const char *want = getenv("QKV_ISA");
-    if (want && *want) {
-        const attn_isa *isa = attn_isa_find(want);
-        if (isa) return isa;
-    }
-    for (size_t i = 0; i < sizeof isa_table / sizeof isa_table[0]; i++)
-        if (isa_supported(&isa_table[i])) return &isa_table[i];
-    return &isa_table[sizeof isa_table / sizeof isa_table[0] - 1];
-}
+const attn_isa *attn_isa_best(void) { return &isa_table[cpu_isa_chosen()]; }
 
 attn_rows_fn attn_rows_bf16dot(void) {
-#ifndef QKV_PORTABLE
-    const attn_isa *isa = attn_isa_best();
-    if (!strcmp(isa->name, "avx512") && __builtin_cpu_supports("avx512bf16")) return attn_rows_avx512bf16;
-#endif
-    return NULL;
+    return cpu_isa_chosen() == CPU_ISA_AVX512 && cpu_has_avx512bf16() ? attn_rows_avx512bf16 : NULL;
 }
 
 const char *qkv_attn_isa(void) { return attn_isa_best()->name; }

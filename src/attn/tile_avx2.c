@@ -1,9 +1,5 @@
 /* tile_avx2.c — the flash inner loop (tile_impl.h) for AVX2 + FMA, 8 floats a vector. */
-#ifndef QKV_PORTABLE
 #pragma GCC target("avx2,fma,f16c")
 #define VW 8
 #define SUFFIX avx2
 #include "attn/tile_impl.h"
-#else
-typedef int attn_tile_avx2_unused; /* portable build: scalar only */
-#endif

@@ -1,9 +1,5 @@
 /* tile_avx512.c — the flash inner loop (tile_impl.h) for AVX-512, 16 floats a vector. */
-#ifndef QKV_PORTABLE
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")
 #define VW 16
 #define SUFFIX avx512
 #include "attn/tile_impl.h"
-#else
-typedef int attn_tile_avx512_unused; /* portable build: scalar only */
-#endif

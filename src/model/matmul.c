@@ -7,6 +7,7 @@
  * dense kernels of the forward pass (dot, RMSNorm).
  */
 #include "model/internal.h"
+#include "util/cpu.h"
 
 #include <math.h>
 #include <omp.h>
@@ -54,43 +55,19 @@ void model_matmul_reference(float *out, const float *x, const qkv_gguf_tensor *w
 
 /* ------------------------------------------------------------- dispatch */
 
-static const model_mm_isa mm_isas[] = {
-#ifndef QKV_PORTABLE
-    {"avx512", 16, model_mm_rows_avx512, model_mm_dequant_avx512},
-    {"avx2", 8, model_mm_rows_avx2, model_mm_dequant_avx2},
-#endif
-    {"scalar", 4, model_mm_rows_scalar, model_mm_dequant_scalar},
+/* indexed by cpu_isa (util/cpu.h): the same choice as attention's */
+static const model_mm_isa mm_isas[CPU_ISA_COUNT] = {
+    [CPU_ISA_SCALAR] = {"scalar", 4, model_mm_rows_scalar, model_mm_dequant_scalar},
+    [CPU_ISA_AVX2] = {"avx2", 8, model_mm_rows_avx2, model_mm_dequant_avx2},
+    [CPU_ISA_AVX512] = {"avx512", 16, model_mm_rows_avx512, model_mm_dequant_avx512},
 };
-#define N_ISAS (sizeof mm_isas / sizeof mm_isas[0])
-
-static int isa_supported(const model_mm_isa *isa) {
-#ifndef QKV_PORTABLE
-    if (!strcmp(isa->name, "avx512"))
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-    if (!strcmp(isa->name, "avx2"))
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-#endif
-    (void)isa;
-    return 1;
-}
 
 const model_mm_isa *model_mm_isa_find(const char *name) {
-    for (size_t i = 0; i < N_ISAS; i++)
-        if (!strcmp(mm_isas[i].name, name)) return isa_supported(&mm_isas[i]) ? &mm_isas[i] : NULL;
-    return NULL;
+    cpu_isa isa;
+    return cpu_isa_parse(&isa, name) && cpu_isa_supported(isa) ? &mm_isas[isa] : NULL;
 }
 
-const model_mm_isa *model_mm_isa_best(void) {
-    const char *want = getenv("QKV_ISA");
-    if (want && *want) {
-        const model_mm_isa *isa = model_mm_isa_find(want);
-        if (isa) return isa;
-    }
-    for (size_t i = 0; i < N_ISAS; i++)
-        if (isa_supported(&mm_isas[i])) return &mm_isas[i];
-    return &mm_isas[N_ISAS - 1];
-}
+const model_mm_isa *model_mm_isa_best(void) { return &mm_isas[cpu_isa_chosen()]; }
 
 /* ---------------------------------------------------------------- matmul */
 

@@ -1,9 +1,5 @@
 /* matmul_avx2.c — the matmul kernels (matmul_impl.h) for AVX2 + FMA, 8 floats a vector. */
-#ifndef QKV_PORTABLE
 #pragma GCC target("avx2,fma,f16c")
 #define VW 8
 #define SUFFIX avx2
 #include "model/matmul_impl.h"
-#else
-typedef int model_matmul_avx2_unused; /* portable build: scalar only */
-#endif

@@ -1,9 +1,5 @@
 /* matmul_avx512.c — the matmul kernels (matmul_impl.h) for AVX-512, 16 floats a vector. */
-#ifndef QKV_PORTABLE
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")
 #define VW 16
 #define SUFFIX avx512
 #include "model/matmul_impl.h"
-#else
-typedef int model_matmul_avx512_unused; /* portable build: scalar only */
-#endif
