@@ -81,8 +81,6 @@ typedef struct {
  * on stdout (exit 0); 2: an error line was printed (unknown flag, missing
  * value, a number out of range, a value not among the choices). */
 int cli_parse(const cli_command *c, int argc, char **argv);
-/* The help text cli_parse prints for --help. */
-void cli_print_help(FILE *f, const cli_command *c);
 /* How often flag `name` was given (0 if it is not in the table). */
 int cli_given(const cli_command *c, const char *name);
 /* cli_parse's result as a command's exit status: -1 (help) -> 0. */

@@ -99,40 +99,8 @@ static int set_value(const cli_flag *f, const char *flag, const char *v) {
     return 0;
 }
 
-static cli_flag *find_flag(const cli_command *c, const char *a) {
-    for (cli_flag *f = c->flags; f->kind != CLI_END; f++)
-        if (!strcmp(a, f->name) || (f->alias && !strcmp(a, f->alias))) return f;
-    return NULL;
-}
-
-int cli_parse(const cli_command *c, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            cli_print_help(stdout, c);
-            return -1;
-        }
-        cli_flag *f = find_flag(c, a);
-        if (!f)
-            return cli_fail("%s: %s '%s' (see qkv %s --help)", c->name, a[0] == '-' ? "unknown flag" : "unexpected argument",
-                            a, c->name);
-        f->given++;
-        if (f->kind == CLI_BOOL) {
-            *(int *)f->dest = 1;
-            continue;
-        }
-        if (i + 1 >= argc) return cli_fail("%s needs a value", a);
-        if (set_value(f, a, argv[++i])) return CLI_EXIT_BAD_INPUT;
-    }
-    return 0;
-}
-
-int cli_given(const cli_command *c, const char *name) {
-    const cli_flag *f = find_flag(c, name);
-    return f ? f->given : 0;
-}
-
-void cli_print_help(FILE *out, const cli_command *c) {
+/* --help: usage, about, one line per flag of the table (help text in a column), notes. */
+static void print_help(FILE *out, const cli_command *c) {
     enum { COL = 26 };
     fprintf(out, "usage: qkv %s %s\n", c->name, c->usage);
     if (c->about) fprintf(out, "\n%s\n", c->about);
@@ -166,4 +134,37 @@ void cli_print_help(FILE *out, const cli_command *c) {
         if (end) break;
     }
     if (c->notes) fprintf(out, "\n%s\n", c->notes);
+}
+
+static cli_flag *find_flag(const cli_command *c, const char *a) {
+    for (cli_flag *f = c->flags; f->kind != CLI_END; f++)
+        if (!strcmp(a, f->name) || (f->alias && !strcmp(a, f->alias))) return f;
+    return NULL;
+}
+
+int cli_parse(const cli_command *c, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            print_help(stdout, c);
+            return -1;
+        }
+        cli_flag *f = find_flag(c, a);
+        if (!f)
+            return cli_fail("%s: %s '%s' (see qkv %s --help)", c->name, a[0] == '-' ? "unknown flag" : "unexpected argument",
+                            a, c->name);
+        f->given++;
+        if (f->kind == CLI_BOOL) {
+            *(int *)f->dest = 1;
+            continue;
+        }
+        if (i + 1 >= argc) return cli_fail("%s needs a value", a);
+        if (set_value(f, a, argv[++i])) return CLI_EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+int cli_given(const cli_command *c, const char *name) {
+    const cli_flag *f = find_flag(c, name);
+    return f ? f->given : 0;
 }
