@@ -4,7 +4,7 @@
 Prompt processing (one prefill of N tokens) and generation (M greedy tokens,
 one decode call each), same thread count, same prompt token ids (qkv's
 tokenizer and llama.cpp's agree on SmolLM2). qkv is timed through
-`qkv run --tokens ... --ids` (its stderr stats line: prompt tok/s, generated
+`qkv run --tokens ... --print-ids` (its stderr stats line: prompt tok/s, generated
 tok/s, peak RSS); llama.cpp through llama-cpp-python (its bundled ggml), timed
 around eval() here, peak RSS from getrusage of a fresh process.
 
@@ -29,7 +29,7 @@ def prompt_ids(qkv, model, n):
 
 
 def run_qkv(qkv, model, ids, gen, threads):
-    cmd = [qkv, "run", "-m", model, "--tokens", ",".join(map(str, ids)), "-n", str(gen), "--ids",
+    cmd = [qkv, "run", "-m", model, "--tokens", ",".join(map(str, ids)), "-n", str(gen), "--print-ids",
            "--threads", str(threads), "--ctx", str(len(ids) + gen + 8)]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     m = re.search(r"prompt (\d+) tokens ([\d.]+) tok/s \| generated (\d+) tokens ([\d.]+) tok/s \| peak RSS ([\d.]+) MiB", r.stderr)

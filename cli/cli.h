@@ -1,17 +1,23 @@
 /*
  * cli.h — what the qkv subcommands share: the command table, one-line errors
- * (exit status 2) and strict flag parsing. Commands live in cli/cmd_<name>.c
- * as `int cmd_<name>(int argc, char **argv)`, argv[0] being the command name.
+ * (exit status 2), the flag parser every command declares its flags to, the
+ * prompt loader, and small helpers (whole files, JSON strings, timers, RSS).
+ * Commands live in cli/cmd_<name>.c as `int cmd_<name>(int argc, char **argv)`,
+ * argv[0] being the command name.
  */
 #ifndef QKV_CLI_H
 #define QKV_CLI_H
 
 #include "qkv.h"
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Exit status for bad input (files, flags, text, arrays). */
 #define CLI_EXIT_BAD_INPUT 2
+
+#define CLI_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 /* Prints "qkv: <message>" as one line on stderr and returns 2. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -23,8 +29,154 @@ int cli_parse_i64(int64_t *out, const char *flag, const char *s, int64_t lo, int
 int cli_parse_float(float *out, const char *flag, const char *s, double lo, double hi);
 int cli_parse_double(double *out, const char *flag, const char *s, double lo, double hi);
 
-/* Value of flag argv[*i] (advancing *i), or NULL after printing an error. */
-const char *cli_value(int argc, char **argv, int *i);
+/* ------------------------------------------------------------------ flags */
+
+/*
+ * Each command describes its flags once, in a table; cli_parse reads argv
+ * against it and prints --help from it. What a kind stores at dest:
+ *   BOOL    int = 1 (no value)          INT     int in [lo, hi]
+ *   I64     int64_t in [lo, hi]         FLOAT   float in [lo, hi]
+ *   DOUBLE  double in [lo, hi]          STRING  const char * (the argv string)
+ *   CHOICE  int = index of the value in choices (NULL-ended)
+ *   CHOICES int |= 1 << index, for each item of a comma list of choices
+ *   INTS    cli_ints: a comma list of ints in [lo, hi] (malloc'd; cli_ints_free)
+ *   FN      whatever fn(dest, flag, value) stores; it returns 0 or fails (2)
+ * `given` counts how often the flag appeared. A table ends with {0}.
+ */
+typedef enum {
+    CLI_END = 0, CLI_BOOL, CLI_INT, CLI_I64, CLI_FLOAT, CLI_DOUBLE, CLI_STRING, CLI_CHOICE, CLI_CHOICES,
+    CLI_INTS, CLI_FN
+} cli_kind;
+
+typedef struct {
+    int *v;
+    int n;
+} cli_ints;
+void cli_ints_free(cli_ints *l);
+/* Appends the comma list s of ints in [lo, hi] to l; 0, or 2 after an error line. */
+int cli_parse_ints(cli_ints *l, const char *flag, const char *s, long lo, long hi);
+
+typedef struct {
+    const char *name;       /* "--model" (or a short-only "-n") */
+    const char *alias;      /* "-m", or NULL */
+    cli_kind kind;
+    void *dest;
+    double lo, hi;          /* numbers: the accepted range */
+    const char *metavar;    /* "FILE"; CHOICE/CHOICES default to "a|b|c" */
+    const char *help;       /* '\n' continues on an indented line */
+    const char *const *choices;
+    int (*fn)(void *dest, const char *flag, const char *value);
+    int given;
+} cli_flag;
+
+typedef struct {
+    const char *name;   /* "run" */
+    const char *usage;  /* after "usage: qkv <name> " */
+    const char *about;  /* paragraph between usage and flags, or NULL */
+    const char *notes;  /* paragraph after the flags, or NULL */
+    cli_flag *flags;
+} cli_command;
+
+/* Parses argv[1..argc) against c->flags. 0: parsed; -1: --help was printed
+ * on stdout (exit 0); 2: an error line was printed (unknown flag, missing
+ * value, a number out of range, a value not among the choices). */
+int cli_parse(const cli_command *c, int argc, char **argv);
+/* How often flag `name` was given (0 if it is not in the table). */
+int cli_given(const cli_command *c, const char *name);
+/* cli_parse's result as a command's exit status: -1 (help) -> 0. */
+#define CLI_PARSE_OR_RETURN(c, argc, argv)                      \
+    do {                                                        \
+        int cli_rc_ = cli_parse((c), (argc), (argv));           \
+        if (cli_rc_) return cli_rc_ < 0 ? 0 : cli_rc_;          \
+    } while (0)
+
+extern const char *const cli_kv_dtypes[];  /* "f32", "bf16", "f16": qkv_dtype order */
+extern const char *const cli_kernels[];    /* "auto", "ref", ...: qkv_kernel order */
+
+#define CLI_STR_(x) #x
+#define CLI_STR(x) CLI_STR_(x) /* a macro's value as a string literal */
+
+/* Table rows: a flag, a flag whose value is one of choices, a flag read by fn. */
+#define CLI_FLAG(name, alias, kind, dest, lo, hi, metavar, help) \
+    {name, alias, kind, dest, lo, hi, metavar, help, NULL, NULL, 0}
+#define CLI_FLAG_CHOICE(name, kind, dest, choices, help) {name, NULL, kind, dest, 0, 0, NULL, help, choices, NULL, 0}
+#define CLI_FLAG_FN(name, dest, fn, metavar, help) {name, NULL, CLI_FN, dest, 0, 0, metavar, help, NULL, fn, 0}
+
+/* Table fragments: the same flag means the same thing in every command. */
+#define CLI_FLAG_MODEL(dst) \
+    CLI_FLAG("--model", "-m", CLI_STRING, (dst), 0, 0, "FILE", "GGUF model (default " CLI_DEFAULT_MODEL ")")
+#define CLI_FLAG_THREADS(dst) \
+    CLI_FLAG("--threads", NULL, CLI_INT, (dst), 1, 4096, "N", "worker threads (default: all cores)")
+#define CLI_FLAG_JSON(dst, help) CLI_FLAG("--json", NULL, CLI_BOOL, (dst), 0, 0, NULL, (help))
+#define CLI_FLAG_VERBOSE(dst) \
+    CLI_FLAG("--verbose", "-v", CLI_BOOL, (dst), 0, 0, NULL, "time and peak memory (RSS) on stderr")
+#define CLI_FLAG_KV_DTYPE(dst, help) CLI_FLAG_CHOICE("--kv-dtype", CLI_CHOICE, (dst), cli_kv_dtypes, help)
+#define CLI_FLAG_KERNEL(dst, help) CLI_FLAG_CHOICE("--kernel", CLI_CHOICE, (dst), cli_kernels, help)
+/* -p/-f/--tokens, --chat, --system, --special into a cli_prompt_args *pa */
+#define CLI_FLAGS_PROMPT(pa)                                                                                   \
+    CLI_FLAG("--prompt", "-p", CLI_STRING, &(pa)->text, 0, 0, "TEXT", "the prompt text"),                      \
+    CLI_FLAG("--file", "-f", CLI_STRING, &(pa)->file, 0, 0, "FILE", "read the prompt from a file ('-': stdin)"), \
+    CLI_FLAG("--tokens", NULL, CLI_STRING, &(pa)->tokens, 0, 0, "IDS", "the prompt as token ids, e.g. 1,9690,198"), \
+    CLI_FLAG("--chat", NULL, CLI_BOOL, &(pa)->chat, 0, 0, NULL,                                                \
+             "wrap the text as a user turn in the model's chat template (ChatML, Llama-3)"),                   \
+    CLI_FLAG("--system", NULL, CLI_STRING, &(pa)->system, 0, 0, "TEXT",                                        \
+             "system turn for --chat (default: the template's own)"),                                          \
+    CLI_FLAG("--special", NULL, CLI_BOOL, &(pa)->special, 0, 0, NULL,                                          \
+             "recognise special tokens (<|im_start|> ...) written in the text")
+
+/* ----------------------------------------------------------------- prompt */
+
+/* The one prompt loader of run, tokenize, inspect and sinks: exactly one of
+ * text, file ('-': stdin) or tokens ("1,2,3"). chat wraps the text in the
+ * GGUF's chat template; BOS: under chat, the template's own when the rendered
+ * text starts with the BOS token, else the tokenizer's add_bos; without chat,
+ * the tokenizer's add_bos (no_bos: none). The first max_tokens are kept (0:
+ * all). On failure prints one line and returns 2. */
+typedef struct {
+    const char *text, *file, *tokens, *system;
+    int chat, special, no_bos, max_tokens;
+} cli_prompt_args;
+typedef struct {
+    int32_t *ids;   /* [n] */
+    char **labels;  /* [n] readable token labels, after cli_prompt_labels */
+    int n;
+} cli_prompt;
+/* The checks that need no model (one source; --chat, --system); 0 or 2. */
+int cli_prompt_check(const cli_prompt_args *a);
+int cli_prompt_load(cli_prompt *out, const cli_prompt_args *a, const qkv_gguf *g, const qkv_tokenizer *tok);
+int cli_prompt_labels(cli_prompt *p, const qkv_tokenizer *tok);
+void cli_prompt_free(cli_prompt *p);
+/* The error line for a model that would not open (a `make model` hint for
+ * the default one); returns 2. */
+int cli_model_fail(const qkv_error *err, const char *model);
+/* Opens model's GGUF and its tokenizer; 0, or 2 after an error line (both NULL). */
+int cli_tokenizer_open(qkv_gguf **g, qkv_tokenizer **tok, const char *model);
+/* cli_prompt_load on model's own GGUF and tokenizer (labels too if asked). */
+int cli_prompt_load_from(cli_prompt *out, const cli_prompt_args *a, const char *model, int labels);
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Whole file ('-': stdin) as a NUL-terminated malloc'd buffer of *len bytes
+ * (len may be NULL). Over max_bytes, unreadable, or a read error: NULL after
+ * one error line naming path. */
+char *cli_read_file(const char *path, size_t max_bytes, size_t *len);
+/* An output file written whole or not at all: cli_outfile_open writes to
+ * PATH.tmp (NULL after an error line), cli_outfile_close renames it onto
+ * path, or removes it and returns 2 after an error line (path untouched). */
+typedef struct {
+    FILE *f;
+    const char *path;
+    char tmp[4096];
+} cli_outfile;
+FILE *cli_outfile_open(cli_outfile *o, const char *path);
+int cli_outfile_close(cli_outfile *o);
+/* s as a JSON string, quotes included. */
+void cli_json_string(FILE *f, const char *s);
+/* The last component of a path. */
+const char *cli_basename(const char *path);
+double cli_status_mib(const char *key);  /* a /proc/self/status field ("VmRSS") in MiB, or -1 */
+double cli_peak_rss_mib(void);  /* VmHWM, else getrusage's ru_maxrss */
+double cli_now_s(void);         /* monotonic seconds */
 
 /* Command entry points. */
 int cmd_attend(int argc, char **argv);
@@ -35,23 +187,6 @@ int cmd_explain(int argc, char **argv);
 int cmd_scaling(int argc, char **argv);
 int cmd_cost(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
-
-/* qkv inspect and qkv sinks (cli/cmd_inspect.c, cli/cmd_sinks.c) and the
- * prompt loader they share: exactly one of text, file ('-': stdin) or ids
- * ("1,2,3"); chat wraps the text in the GGUF's chat template; the first
- * max_tokens tokens are kept (0: all). On failure prints the error, returns 2. */
-typedef struct {
-    const char *model, *text, *file, *ids;
-    int chat, max_tokens;
-} cli_prompt_args;
-typedef struct {
-    int32_t *ids;   /* [n] */
-    char **labels;  /* [n] readable token labels (qkv_token_labels) */
-    int n;
-} cli_prompt;
-int cli_prompt_load(cli_prompt *out, const cli_prompt_args *a);
-void cli_prompt_free(cli_prompt *p);
-double cli_peak_rss_mib(void);  /* getrusage's ru_maxrss */
 int cmd_inspect(int argc, char **argv);
 int cmd_sinks(int argc, char **argv);
 

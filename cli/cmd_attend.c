@@ -13,58 +13,19 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char usage_text[] =
-    "usage: qkv attend --q q.npy --k k.npy --v v.npy --out o.npy [flags]\n"
-    "  q: [Hq, Lq, D], k, v: [Hkv, Lk, D] float32 .npy (leading batch dim 1 allowed)\n"
-    "  --lse FILE            also write LSE [Hq, Lq] (natural log)\n"
-    "  --weights FILE        also write the weights [Hq, Lq, Lk] (reference kernel only)\n"
-    "  --causal              causal mask, bottom-right aligned (row i at position Lk-Lq+i)\n"
-    "  --window W            sliding window of W keys including self (implies causal)\n"
-    "  --sinks S             keep the first S keys visible too (needs --window): StreamingLLM\n"
-    "  --exclude i,j,...     key indices no row may see (ablation)\n"
-    "  --scale X             softmax scale (default 1/sqrt(D))\n"
-    "  --kernel K            ref | flash | decode | auto (default auto)\n"
-    "  --kv-dtype T          f32 | bf16 | f16: K (after RoPE) and V are stored so (default f32)\n"
-    "  --threads N           worker threads (default: all cores)\n"
-    "  --rope half|interleaved   apply RoPE to q and k before attention\n"
-    "  --rope-theta X        RoPE base (default 10000)\n"
-    "  --rope-scaling llama3:factor=8,low=1,high=4,orig=8192\n"
-    "  --positions p.npy     int32/int64 [Lk]: positions of the K rows; Q takes the last Lq\n"
-    "  --pos-offset P        positions P, P+1, ... (default 0)\n";
-
 typedef struct {
     const char *q, *k, *v, *out, *lse, *weights, *positions;
-    int causal, window, sinks, have_sinks, threads, rope, pos_offset_set;
+    int causal, window, sinks, have_sinks, threads, rope, pos_offset_set, pairing, kernel, kv_dtype;
     int64_t pos_offset;
     qkv_mask_kind mask;
-    int *exclude, n_exclude;
+    cli_ints exclude;
     float scale;
-    qkv_kernel kernel;
-    qkv_dtype kv_dtype;
     qkv_rope rope_params;
 } attend_args;
 
-static int parse_exclude(attend_args *a, const char *s) {
-    int cap = 16;
-    a->exclude = malloc((size_t)cap * sizeof(int));
-    const char *p = s;
-    for (;;) {
-        char num[32];
-        size_t n = strcspn(p, ",");
-        if (n == 0 || n >= sizeof num) return cli_fail("--exclude: '%s' is not a list of key indices", s);
-        memcpy(num, p, n);
-        num[n] = 0;
-        if (a->n_exclude == cap) a->exclude = realloc(a->exclude, (size_t)(cap *= 2) * sizeof(int));
-        if (cli_parse_int(&a->exclude[a->n_exclude], "--exclude", num, 0, 2147483647)) return 2;
-        a->n_exclude++;
-        p += n;
-        if (!*p) break;
-        p++;
-    }
-    return 0;
-}
-
-static int parse_rope_scaling(qkv_rope *r, const char *s) {
+static int parse_rope_scaling(void *dest, const char *flag, const char *s) {
+    qkv_rope *r = dest;
+    (void)flag;
     if (strncmp(s, "llama3:", 7))
         return cli_fail("--rope-scaling: '%s' must look like llama3:factor=8,low=1,high=4,orig=8192", s);
     r->scaling = QKV_ROPE_SCALING_LLAMA3;
@@ -100,50 +61,45 @@ static int parse_rope_scaling(qkv_rope *r, const char *s) {
 }
 
 static int parse_args(attend_args *a, int argc, char **argv) {
+    static const char *const pairings[] = {"half", "interleaved", NULL};
     memset(a, 0, sizeof *a);
-    a->kernel = QKV_KERNEL_AUTO;
-    a->kv_dtype = QKV_DTYPE_F32;
     a->rope_params = qkv_rope_default();
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v;
-        int rc = 0;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            fputs(usage_text, stdout);
-            return -1;
-        } else if (!strcmp(f, "--causal")) {
-            a->causal = 1;
-            continue;
-        }
-        if (!(v = cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(f, "--q")) a->q = v;
-        else if (!strcmp(f, "--k")) a->k = v;
-        else if (!strcmp(f, "--v")) a->v = v;
-        else if (!strcmp(f, "--out")) a->out = v;
-        else if (!strcmp(f, "--lse")) a->lse = v;
-        else if (!strcmp(f, "--weights")) a->weights = v;
-        else if (!strcmp(f, "--positions")) a->positions = v;
-        else if (!strcmp(f, "--window")) rc = cli_parse_int(&a->window, f, v, 1, 2147483647);
-        else if (!strcmp(f, "--sinks")) { rc = cli_parse_int(&a->sinks, f, v, 0, 2147483647); a->have_sinks = 1; }
-        else if (!strcmp(f, "--exclude")) rc = parse_exclude(a, v);
-        else if (!strcmp(f, "--scale")) rc = cli_parse_float(&a->scale, f, v, 1e-30, 1e30);
-        else if (!strcmp(f, "--threads")) rc = cli_parse_int(&a->threads, f, v, 1, 4096);
-        else if (!strcmp(f, "--pos-offset")) { rc = cli_parse_i64(&a->pos_offset, f, v, 0, (int64_t)1 << 40); a->pos_offset_set = 1; }
-        else if (!strcmp(f, "--rope-theta")) rc = cli_parse_float(&a->rope_params.theta, f, v, 1.0001, 1e12);
-        else if (!strcmp(f, "--rope-scaling")) rc = parse_rope_scaling(&a->rope_params, v);
-        else if (!strcmp(f, "--kernel")) {
-            if (qkv_kernel_parse(&a->kernel, v)) rc = cli_fail("--kernel: '%s' is not ref, flash, decode or auto", v);
-        } else if (!strcmp(f, "--kv-dtype")) {
-            if (qkv_dtype_parse(&a->kv_dtype, v)) rc = cli_fail("--kv-dtype: '%s' is not f32, bf16 or f16", v);
-        } else if (!strcmp(f, "--rope")) {
-            a->rope = 1;
-            if (!strcmp(v, "half")) a->rope_params.pairing = QKV_ROPE_HALF;
-            else if (!strcmp(v, "interleaved")) a->rope_params.pairing = QKV_ROPE_INTERLEAVED;
-            else rc = cli_fail("--rope: '%s' is not half or interleaved", v);
-        } else {
-            return cli_fail("attend: unknown flag '%s' (see qkv attend --help)", f);
-        }
-        if (rc) return rc;
-    }
+    cli_flag flags[] = {
+        CLI_FLAG("--q", NULL, CLI_STRING, &a->q, 0, 0, "FILE", "queries, float32 [Hq, Lq, D]"),
+        CLI_FLAG("--k", NULL, CLI_STRING, &a->k, 0, 0, "FILE", "keys, float32 [Hkv, Lk, D]"),
+        CLI_FLAG("--v", NULL, CLI_STRING, &a->v, 0, 0, "FILE", "values, float32 [Hkv, Lk, D]"),
+        CLI_FLAG("--out", NULL, CLI_STRING, &a->out, 0, 0, "FILE", "the output O [Hq, Lq, D]"),
+        CLI_FLAG("--lse", NULL, CLI_STRING, &a->lse, 0, 0, "FILE", "also write LSE [Hq, Lq] (natural log)"),
+        CLI_FLAG("--weights", NULL, CLI_STRING, &a->weights, 0, 0, "FILE",
+                 "also write the weights [Hq, Lq, Lk] (reference kernel only)"),
+        CLI_FLAG("--causal", NULL, CLI_BOOL, &a->causal, 0, 0, NULL,
+                 "causal mask, bottom-right aligned (row i at position Lk-Lq+i)"),
+        CLI_FLAG("--window", NULL, CLI_INT, &a->window, 1, 2147483647, "W",
+                 "sliding window of W keys including self (implies causal)"),
+        CLI_FLAG("--sinks", NULL, CLI_INT, &a->sinks, 0, 2147483647, "S",
+                 "keep the first S keys visible too (needs --window): StreamingLLM"),
+        CLI_FLAG("--exclude", NULL, CLI_INTS, &a->exclude, 0, 2147483647, "i,j,...", "key indices no row may see (ablation)"),
+        CLI_FLAG("--scale", NULL, CLI_FLOAT, &a->scale, 1e-30, 1e30, "X", "softmax scale (default 1/sqrt(D))"),
+        CLI_FLAG_KERNEL(&a->kernel, "attention kernel (default auto)"),
+        CLI_FLAG_KV_DTYPE(&a->kv_dtype, "K (after RoPE) and V are stored so (default f32)"),
+        CLI_FLAG_THREADS(&a->threads),
+        CLI_FLAG_CHOICE("--rope", CLI_CHOICE, &a->pairing, pairings, "apply RoPE to q and k before attention"),
+        CLI_FLAG("--rope-theta", NULL, CLI_FLOAT, &a->rope_params.theta, 1.0001, 1e12, "X", "RoPE base (default 10000)"),
+        CLI_FLAG_FN("--rope-scaling", &a->rope_params, parse_rope_scaling, "llama3:factor=8,low=1,high=4,orig=8192",
+                    "llama3 frequency scaling"),
+        CLI_FLAG("--positions", NULL, CLI_STRING, &a->positions, 0, 0, "FILE",
+                 "int32/int64 [Lk]: positions of the K rows; Q takes the last Lq"),
+        CLI_FLAG("--pos-offset", NULL, CLI_I64, &a->pos_offset, 0, 0x1p40, "P", "positions P, P+1, ... (default 0)"),
+        {0},
+    };
+    const cli_command cmd = {"attend", "--q q.npy --k k.npy --v v.npy --out o.npy [flags]",
+                             "q: [Hq, Lq, D], k, v: [Hkv, Lk, D] float32 .npy (leading batch dim 1 allowed)", NULL, flags};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc) return rc;
+    a->have_sinks = cli_given(&cmd, "--sinks");
+    a->pos_offset_set = cli_given(&cmd, "--pos-offset");
+    a->rope = cli_given(&cmd, "--rope");
+    a->rope_params.pairing = a->pairing ? QKV_ROPE_INTERLEAVED : QKV_ROPE_HALF;
     if (!a->q || !a->k || !a->v || !a->out) return cli_fail("attend: --q, --k, --v and --out are required");
     if (a->have_sinks && !a->window) return cli_fail("--sinks needs --window");
     if (a->weights && a->kernel != QKV_KERNEL_REFERENCE)
@@ -212,8 +168,8 @@ static int attend(attend_args *a) {
     if (memcmp(v.shape, k.shape, 3 * sizeof k.shape[0])) { rc = cli_fail("%s: shape differs from k's", a->v); goto done; }
     if (hq % hkv) { rc = cli_fail("%s: %lld query heads is not a multiple of %lld KV heads (%s)", a->q, (long long)hq, (long long)hkv, a->k); goto done; }
     if (d < QKV_HEAD_DIM_MIN || d > QKV_HEAD_DIM_MAX) { rc = cli_fail("%s: head_dim %lld outside [%d, %d]", a->q, (long long)d, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX); goto done; }
-    for (int e = 0; e < a->n_exclude; e++)
-        if (a->exclude[e] >= lk) { rc = cli_fail("--exclude: key %d is outside [0, %lld)", a->exclude[e], (long long)lk); goto done; }
+    for (int e = 0; e < a->exclude.n; e++)
+        if (a->exclude.v[e] >= lk) { rc = cli_fail("--exclude: key %d is outside [0, %lld)", a->exclude.v[e], (long long)lk); goto done; }
     qkv_error err = {0};
     if (a->rope) {
         if (d % 2) { rc = cli_fail("%s: RoPE needs an even head_dim, got %lld", a->q, (long long)d); goto done; }
@@ -231,15 +187,15 @@ static int attend(attend_args *a) {
         }
     }
     size_t nkv = (size_t)k.count;
-    kd = malloc(nkv * qkv_dtype_size(a->kv_dtype));
-    vd = malloc(nkv * qkv_dtype_size(a->kv_dtype));
+    kd = malloc(nkv * qkv_dtype_size((qkv_dtype)a->kv_dtype));
+    vd = malloc(nkv * qkv_dtype_size((qkv_dtype)a->kv_dtype));
     o = malloc((size_t)q.count * sizeof(float));
     lse = malloc((size_t)(hq * lq) * sizeof(float));
     if (!kd || !vd || !o || !lse) { rc = cli_fail("attend: out of memory"); goto done; }
-    qkv_convert_from_f32(kd, a->kv_dtype, k.data, nkv);
-    qkv_convert_from_f32(vd, a->kv_dtype, v.data, nkv);
+    qkv_convert_from_f32(kd, (qkv_dtype)a->kv_dtype, k.data, nkv);
+    qkv_convert_from_f32(vd, (qkv_dtype)a->kv_dtype, v.data, nkv);
     qkv_attn_desc desc = {(int)hq, (int)hkv, (int)lq, (int)lk, (int)d, a->scale,
-                          {a->mask, a->window, a->sinks, a->exclude, a->n_exclude}, a->kv_dtype, 0, a->threads};
+                          {a->mask, a->window, a->sinks, a->exclude.v, a->exclude.n}, (qkv_dtype)a->kv_dtype, 0, a->threads};
     qkv_status st;
     if (a->weights) {
         int64_t n_w = hq * lq * lk;
@@ -248,7 +204,7 @@ static int attend(attend_args *a) {
         if (!w) { rc = cli_fail("--weights: out of memory"); goto done; }
         st = qkv_attention_reference(o, lse, w, q.data, kd, vd, &desc, &err);
     } else {
-        st = qkv_attention(o, lse, q.data, kd, vd, &desc, a->kernel, &err);
+        st = qkv_attention(o, lse, q.data, kd, vd, &desc, (qkv_kernel)a->kernel, &err);
     }
     if (st) { rc = cli_fail("%s", err.msg); goto done; }
     int64_t shape_o[3] = {hq, lq, d}, shape_w[3] = {hq, lq, lk};
@@ -272,6 +228,6 @@ int cmd_attend(int argc, char **argv) {
     attend_args a;
     int rc = parse_args(&a, argc, argv);
     if (rc == 0) rc = attend(&a);
-    free(a.exclude);
+    cli_ints_free(&a.exclude);
     return rc < 0 ? 0 : rc;
 }

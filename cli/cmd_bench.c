@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,12 +66,6 @@ typedef struct {
     const char *svg;
 } bench_opts;
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -97,36 +90,12 @@ static double visible_pairs(const qkv_mask *m, int lq, int lk) {
 
 /* ---------------------------------------------------------- memory (RSS) */
 
-/* A field of /proc/self/status in MiB ("VmRSS", "VmHWM"), or -1. */
-static double proc_status_mib(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return -1;
-    char line[256];
-    double v = -1;
-    size_t kl = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (!strncmp(line, key, kl) && line[kl] == ':') {
-            v = atof(line + kl + 1) / 1024.0;
-            break;
-        }
-    fclose(f);
-    return v;
-}
-
 /* Resets the peak RSS to the current RSS (Linux >= 4.0); 0 if it could not. */
 static int rss_reset_peak(void) {
     FILE *f = fopen("/proc/self/clear_refs", "w");
     if (!f) return 0;
     int ok = fputs("5", f) >= 0;
     return fclose(f) == 0 && ok;
-}
-
-static double peak_rss_mib(void) {
-    double v = proc_status_mib("VmHWM");
-    if (v >= 0) return v;
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024.0;
 }
 
 /* ------------------------------------------------------------- measuring */
@@ -203,16 +172,16 @@ static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline 
     memset(out, 0, nq * 4);
     memset(lse, 0, (size_t)r->hq * r->lq * 4);
     if (r->cold) flush_caches();
-    double base_mib = proc_status_mib("VmRSS");
+    double base_mib = cli_status_mib("VmRSS");
 
     int n = 0;
     double spent = 0;
     for (int it = -1; it < o->repeat; it++) {
         if (r->cold) flush_caches();
-        double t0 = now_s();
+        double t0 = cli_now_s();
         for (int l = 0; l < L && !status; l++)
             if (qkv_attention(out, lse, q, k[l], v[l], &desc, r->kernel, &err)) status = cli_fail("%s", err.msg);
-        double dt = now_s() - t0;
+        double dt = cli_now_s() - t0;
         if (status) break;
         spent += dt;
         /* the first run warms up; a run of a second or more is its own warm-up */
@@ -232,7 +201,7 @@ static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline 
         else if (roof && r->kernel == QKV_KERNEL_FLASH_BF16 && roof->bf16_gflops > 0)
             r->peak_frac = r->gflops / roof->bf16_gflops;
         else if (roof && r->kernel != QKV_KERNEL_DECODE && roof->fma_gflops > 0) r->peak_frac = r->gflops / roof->fma_gflops;
-        r->rss_mib = peak_rss_mib();
+        r->rss_mib = cli_peak_rss_mib();
         r->extra_mib = can_reset && base_mib >= 0 ? r->rss_mib - base_mib : -1;
     }
 done:
@@ -256,9 +225,7 @@ static void print_machine_json(int threads) {
                 char *c = strchr(line, ':');
                 if (c) {
                     c += 1 + (c[1] == ' ');
-                    size_t i = 0;
-                    for (; c[i] && c[i] != '\n' && i + 1 < sizeof cpu; i++) cpu[i] = c[i] == '"' || c[i] == '\\' ? ' ' : c[i];
-                    cpu[i] = 0;
+                    snprintf(cpu, sizeof cpu, "%.*s", (int)strcspn(c, "\n"), c);
                 }
                 break;
             }
@@ -273,9 +240,10 @@ static void print_machine_json(int threads) {
         if (fscanf(la, "%lf", &load[0]) != 1) load[0] = -1;
         fclose(la);
     }
-    printf("  \"qkv_version\": \"%s\",\n  \"machine\": {\"cpu\": \"%s\", \"cpus_online\": %ld, \"isa\": \"%s\", "
-           "\"threads\": %d, \"loadavg_1min\": %.2f, \"date_utc\": \"%s\"},\n",
-           QKV_VERSION, cpu, sysconf(_SC_NPROCESSORS_ONLN), qkv_attn_isa(), threads, load[0], date);
+    printf("  \"qkv_version\": \"%s\",\n  \"machine\": {\"cpu\": ", QKV_VERSION);
+    cli_json_string(stdout, cpu);
+    printf(", \"cpus_online\": %ld, \"isa\": \"%s\", \"threads\": %d, \"loadavg_1min\": %.2f, \"date_utc\": \"%s\"},\n",
+           sysconf(_SC_NPROCESSORS_ONLN), qkv_attn_isa(), threads, load[0], date);
 }
 
 static void print_roofline_json(const bench_roofline *roof) {
@@ -422,8 +390,9 @@ static int res_chunk_lq(const bench_result *res, int n) {
 }
 
 static int write_svg(const char *path, const bench_result *res, int n, const bench_roofline *roof, int threads) {
-    FILE *f = fopen(path, "w");
-    if (!f) return cli_fail("--svg: cannot write '%s'", path);
+    cli_outfile out;
+    FILE *f = cli_outfile_open(&out, path);
+    if (!f) return CLI_EXIT_BAD_INPUT;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1320\" height=\"390\" font-family=\"sans-serif\">\n"
                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     char t1[96], t2[96], t3[96];
@@ -437,57 +406,12 @@ static int write_svg(const char *path, const bench_result *res, int n, const ben
               "bf16 dot peak", 0);
     svg_panel(f, res, n, "decode", 880, t3, "Lk (keys)", "KV GB/s", roof ? roof->dram_gbs : 0, "DRAM read", 0, "", 1);
     fprintf(f, "</svg>\n");
-    if (fclose(f)) return cli_fail("--svg: cannot write '%s'", path);
-    return 0;
+    return cli_outfile_close(&out);
 }
 
 /* ---------------------------------------------------------------- sweeps */
 
 enum { SW_ROOF = 1, SW_PREFILL = 2, SW_CHUNK = 4, SW_DECODE = 8, SW_REF = 16, SW_ALL = 31 };
-
-static int parse_sweeps(int *mask, const char *s) {
-    *mask = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (!strcmp(tok, "all")) *mask |= SW_ALL;
-        else if (!strcmp(tok, "roofline")) *mask |= SW_ROOF;
-        else if (!strcmp(tok, "prefill")) *mask |= SW_PREFILL;
-        else if (!strcmp(tok, "chunk")) *mask |= SW_CHUNK;
-        else if (!strcmp(tok, "decode")) *mask |= SW_DECODE;
-        else if (!strcmp(tok, "ref")) *mask |= SW_REF;
-        else return cli_fail("--sweep: '%s' is not all, roofline, prefill, chunk, decode or ref", tok);
-    }
-    if (!*mask) return cli_fail("--sweep: empty list");
-    return 0;
-}
-
-static int parse_models(int *use, const char *s) {
-    memset(use, 0, N_MODELS * sizeof *use);
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        int found = 0;
-        for (int m = 0; m < N_MODELS; m++)
-            if (!strcmp(tok, bench_models[m].id)) use[m] = found = 1;
-        if (!found) return cli_fail("--models: '%s' is not llama or smol", tok);
-    }
-    return 0;
-}
-
-static int parse_dtypes(int *use, const char *s) {
-    memset(use, 0, 3 * sizeof *use);
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", s);
-    int any = 0;
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        qkv_dtype t;
-        if (qkv_dtype_parse(&t, tok)) return cli_fail("--kv-dtypes: '%s' is not f32, bf16 or f16", tok);
-        use[t] = any = 1;
-    }
-    if (!any) return cli_fail("--kv-dtypes: empty list");
-    return 0;
-}
 
 #define MAX_RESULTS 512
 
@@ -591,101 +515,71 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
 
 /* ------------------------------------------------------------------ main */
 
-static void usage(void) {
-    printf("usage: qkv bench [shape] [--threads N] [--repeat R] [--json] [--roofline]\n"
-           "       qkv bench --sweep LIST [--quick] [--models L] [--kv-dtypes L] [--max-n N] [--max-kv N]\n"
-           "                 [--svg FILE] [--threads N] [--repeat R] [--json]\n"
-           "\n"
-           "One shape (default: Llama-3.1-8B heads, n = 1024, causal, auto kernel):\n"
-           "  --n N | --lq N --lk N      query and key lengths\n"
-           "  --hq 32 --hkv 8 --d 128    heads and head dim\n"
-           "  --kernel ref|flash|flash-bf16|decode|auto  --kv-dtype f32|bf16|f16\n"
-           "  --no-causal | --window W   mask (default causal)\n"
-           "  --cold                     flush the caches before every run\n"
-           "  --preset ID                heads of a `qkv cost` preset (llama-3.1-8b, smollm2-135m, ...)\n"
-           "  --layers N|all             N layers, each with its own K/V; a run is every layer once\n"
-           "                             (with --preset and --lq 1: a decode step of the whole model,\n"
-           "                             printed beside the cost model's prediction)\n"
-           "  --roofline                 also measure the machine's peaks and report the fraction\n"
-           "\n"
-           "Sweeps: roofline (fp32 FMA, bf16 dot, DRAM read), prefill (n = 512..16384), chunk\n"
-           "(Lq = 512, Lk = 1K..16K), decode (Lq = 1, KV = 1K..128K, cold cache), ref (n = 256, 512),\n"
-           "for Llama-3.1-8B (32/8, D 128) and SmolLM2 (9/3, D 64) heads and f32/bf16/f16 KV\n"
-           "(bf16 KV prefill and chunk also through flash-bf16, against the bf16 dot peak):\n"
-           "  --sweep LIST               comma separated, or all\n"
-           "  --quick                    small shapes (prefill n = 128, 256; chunk 128 x 512; decode\n"
-           "                             1K, 4K; ref 128) and 3 runs: a few seconds\n"
-           "  --models llama,smol  --kv-dtypes f32,bf16,f16  --max-n N  --max-kv N\n"
-           "  --budget S                 per shape, stop repeating after S seconds (default 20)\n"
-           "  --svg FILE                 plot GFLOP/s and KV GB/s against length, peaks as lines\n"
-           "\n"
-           "Common: --threads N (default: all), --repeat R (default 3, sweeps 5), --json.\n"
-           "GFLOP/s counts 4·D FLOPs per visible (query, key) pair and head (the causal half).\n");
-}
-
 int cmd_bench(int argc, char **argv) {
-    int hq = 32, hkv = 8, d = 128, lq = 1024, lk = -1, repeat = -1, causal = 1, window = 0, sweeps = 0,
-        want_roof = 0, cold = 0, layers = 1, heads_given = 0;
+    static const char *const sweep_names[] = {"roofline", "prefill", "chunk", "decode", "ref", "all", NULL};
+    static const char *const model_ids[] = {"llama", "smol", NULL};
+    int hq = 32, hkv = 8, d = 128, lq = 1024, lk = -1, repeat = -1, no_causal = 0, window = 0, sweeps = 0,
+        want_roof = 0, cold = 0, layers = 1, kernel = QKV_KERNEL_AUTO, dt = QKV_DTYPE_F32, models = 3, dtypes = 7;
     const char *preset = NULL, *layers_s = NULL;
-    qkv_kernel kernel = QKV_KERNEL_AUTO;
-    qkv_dtype dt = QKV_DTYPE_F32;
     bench_opts o;
     memset(&o, 0, sizeof o);
     o.max_n = 1 << 20;
     o.max_kv = 1 << 22;
     o.budget_s = 20;
     o.cold = 1;
-    for (int m = 0; m < N_MODELS; m++) o.use_model[m] = 1;
-    for (int t = 0; t < 3; t++) o.use_dt[t] = 1;
-    int shape_flag = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v;
-        int rc = 0;
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            usage();
-            return 0;
-        }
-        if (!strcmp(f, "--no-causal")) { causal = 0; shape_flag = 1; continue; }
-        if (!strcmp(f, "--json")) { o.json = 1; continue; }
-        if (!strcmp(f, "--quick")) { o.quick = 1; continue; }
-        if (!strcmp(f, "--roofline")) { want_roof = 1; continue; }
-        if (!strcmp(f, "--cold")) { cold = 1; continue; }
-        if (strncmp(f, "--", 2)) return cli_fail("bench: unexpected argument '%s'", f);
-        static const char *known[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--repeat", "--threads",
-                                      "--window", "--kernel", "--kv-dtype", "--sweep", "--models", "--kv-dtypes",
-                                      "--max-n", "--max-kv", "--svg", "--budget", "--preset", "--layers", NULL};
-        int is_known = 0;
-        for (int k = 0; known[k]; k++) is_known |= !strcmp(f, known[k]);
-        if (!is_known) return cli_fail("bench: unknown flag '%s' (see qkv bench --help)", f);
-        if (!(v = cli_value(argc, argv, &i))) return 2;
-        if (!strcmp(f, "--n")) { rc = cli_parse_int(&lq, f, v, 1, 1 << 20); lk = lq; shape_flag = 1; }
-        else if (!strcmp(f, "--lq")) { rc = cli_parse_int(&lq, f, v, 1, 1 << 20); shape_flag = 1; }
-        else if (!strcmp(f, "--lk")) { rc = cli_parse_int(&lk, f, v, 1, 1 << 22); shape_flag = 1; }
-        else if (!strcmp(f, "--hq")) { rc = cli_parse_int(&hq, f, v, 1, 1024); shape_flag = heads_given = 1; }
-        else if (!strcmp(f, "--hkv")) { rc = cli_parse_int(&hkv, f, v, 1, 1024); shape_flag = heads_given = 1; }
-        else if (!strcmp(f, "--d")) {
-            rc = cli_parse_int(&d, f, v, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX);
-            shape_flag = heads_given = 1;
-        } else if (!strcmp(f, "--preset")) { preset = v; shape_flag = 1; }
-        else if (!strcmp(f, "--layers")) { layers_s = v; shape_flag = 1; }
-        else if (!strcmp(f, "--repeat")) rc = cli_parse_int(&repeat, f, v, 1, 1000);
-        else if (!strcmp(f, "--threads")) rc = cli_parse_int(&o.threads, f, v, 1, 4096);
-        else if (!strcmp(f, "--window")) { rc = cli_parse_int(&window, f, v, 1, 1 << 22); shape_flag = 1; }
-        else if (!strcmp(f, "--kernel")) {
-            if (qkv_kernel_parse(&kernel, v)) rc = cli_fail("--kernel: '%s' is not ref, flash, flash-bf16, decode or auto", v);
-            shape_flag = 1;
-        } else if (!strcmp(f, "--kv-dtype")) {
-            if (qkv_dtype_parse(&dt, v)) rc = cli_fail("--kv-dtype: '%s' is not f32, bf16 or f16", v);
-            shape_flag = 1;
-        } else if (!strcmp(f, "--sweep")) rc = parse_sweeps(&sweeps, v);
-        else if (!strcmp(f, "--models")) rc = parse_models(o.use_model, v);
-        else if (!strcmp(f, "--kv-dtypes")) rc = parse_dtypes(o.use_dt, v);
-        else if (!strcmp(f, "--max-n")) rc = cli_parse_int(&o.max_n, f, v, 1, 1 << 20);
-        else if (!strcmp(f, "--max-kv")) rc = cli_parse_int(&o.max_kv, f, v, 1, 1 << 22);
-        else if (!strcmp(f, "--budget")) rc = cli_parse_double(&o.budget_s, f, v, 0, 1e6);
-        else if (!strcmp(f, "--svg")) o.svg = v;
-        if (rc) return rc;
-    }
+    cli_flag flags[] = {
+        CLI_FLAG("--n", NULL, CLI_INT, &lq, 1, 1 << 20, "N", "query and key length (default 1024)"),
+        CLI_FLAG("--lq", NULL, CLI_INT, &lq, 1, 1 << 20, "N", "query length"),
+        CLI_FLAG("--lk", NULL, CLI_INT, &lk, 1, 1 << 22, "N", "key length (default: the query length)"),
+        CLI_FLAG("--hq", NULL, CLI_INT, &hq, 1, 1024, "N", "query heads (default 32)"),
+        CLI_FLAG("--hkv", NULL, CLI_INT, &hkv, 1, 1024, "N", "KV heads (default 8)"),
+        CLI_FLAG("--d", NULL, CLI_INT, &d, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX, "N", "head dim (default 128)"),
+        CLI_FLAG_KERNEL(&kernel, "attention kernel (default auto)"),
+        CLI_FLAG_KV_DTYPE(&dt, "K/V storage (default f32)"),
+        CLI_FLAG("--no-causal", NULL, CLI_BOOL, &no_causal, 0, 0, NULL, "no mask (default causal)"),
+        CLI_FLAG("--window", NULL, CLI_INT, &window, 1, 1 << 22, "W", "sliding-window mask of W keys"),
+        CLI_FLAG("--cold", NULL, CLI_BOOL, &cold, 0, 0, NULL, "flush the caches before every run"),
+        CLI_FLAG("--preset", NULL, CLI_STRING, &preset, 0, 0, "ID",
+                 "heads of a `qkv cost` preset (llama-3.1-8b, smollm2-135m, ...)"),
+        CLI_FLAG("--layers", NULL, CLI_STRING, &layers_s, 0, 0, "N|all",
+                 "N layers, each with its own K/V; a run is every layer once\n"
+                 "(with --preset and --lq 1: a decode step of the whole model,\n"
+                 "printed beside the cost model's prediction)"),
+        CLI_FLAG("--roofline", NULL, CLI_BOOL, &want_roof, 0, 0, NULL,
+                 "also measure the machine's peaks and report the fraction"),
+        CLI_FLAG_CHOICE("--sweep", CLI_CHOICES, &sweeps, sweep_names, "sweeps to run, comma separated (below)"),
+        CLI_FLAG("--quick", NULL, CLI_BOOL, &o.quick, 0, 0, NULL,
+                 "small shapes (prefill n = 128, 256; chunk 128 x 512; decode\n1K, 4K; ref 128) and 3 runs: a few seconds"),
+        CLI_FLAG_CHOICE("--models", CLI_CHOICES, &models, model_ids, "sweep these heads (default both)"),
+        CLI_FLAG_CHOICE("--kv-dtypes", CLI_CHOICES, &dtypes, cli_kv_dtypes, "sweep these KV dtypes (default all)"),
+        CLI_FLAG("--max-n", NULL, CLI_INT, &o.max_n, 1, 1 << 20, "N", "sweeps: longest prefill / chunk length"),
+        CLI_FLAG("--max-kv", NULL, CLI_INT, &o.max_kv, 1, 1 << 22, "N", "sweeps: longest decode KV"),
+        CLI_FLAG("--budget", NULL, CLI_DOUBLE, &o.budget_s, 0, 1e6, "S",
+                 "per shape, stop repeating after S seconds (default 20)"),
+        CLI_FLAG("--svg", NULL, CLI_STRING, &o.svg, 0, 0, "FILE", "plot GFLOP/s and KV GB/s against length, peaks as lines"),
+        CLI_FLAG_THREADS(&o.threads),
+        CLI_FLAG("--repeat", NULL, CLI_INT, &repeat, 1, 1000, "R", "timed runs (default 3, sweeps 5)"),
+        CLI_FLAG_JSON(&o.json, "results as JSON"),
+        {0},
+    };
+    const cli_command cmd = {
+        "bench", "[shape flags] [--roofline] | --sweep LIST [sweep flags]  [--threads N] [--repeat R] [--json]",
+        "One shape (default: Llama-3.1-8B heads, n = 1024, causal, auto kernel), or sweeps.",
+        "Sweeps: roofline (fp32 FMA, bf16 dot, DRAM read), prefill (n = 512..16384), chunk\n"
+        "(Lq = 512, Lk = 1K..16K), decode (Lq = 1, KV = 1K..128K, cold cache), ref (n = 256, 512),\n"
+        "for Llama-3.1-8B (32/8, D 128) and SmolLM2 (9/3, D 64) heads and f32/bf16/f16 KV\n"
+        "(bf16 KV prefill and chunk also through flash-bf16, against the bf16 dot peak).\n"
+        "GFLOP/s counts 4·D FLOPs per visible (query, key) pair and head (the causal half).",
+        flags};
+    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    static const char *const shape_flags[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--kernel", "--kv-dtype",
+                                              "--no-causal", "--window", "--preset", "--layers", NULL};
+    int shape_flag = 0, heads_given = cli_given(&cmd, "--hq") + cli_given(&cmd, "--hkv") + cli_given(&cmd, "--d");
+    for (int k = 0; shape_flags[k]; k++) shape_flag |= cli_given(&cmd, shape_flags[k]);
+    if (sweeps & 32) sweeps = SW_ALL; /* the bits of sweep_names are the SW_ values */
+    for (int m = 0; m < N_MODELS; m++) o.use_model[m] = models >> m & 1;
+    for (int t = 0; t < 3; t++) o.use_dt[t] = dtypes >> t & 1;
+    const int causal = !no_causal;
     if (sweeps) {
         if (shape_flag) return cli_fail("bench: --sweep runs its own shapes; drop the shape flags (--n, --kernel, ...)");
         o.repeat = repeat > 0 ? repeat : o.quick ? 3 : 5;
@@ -725,8 +619,8 @@ int cmd_bench(int argc, char **argv) {
     r.model = "custom";
     r.hq = hq, r.hkv = hkv, r.d = d, r.lq = lq, r.lk = lk, r.window = window, r.causal = causal;
     r.threads = o.threads; /* 0 = all, as the kernel is told */
-    r.dt = dt;
-    r.kernel = kernel;
+    r.dt = (qkv_dtype)dt;
+    r.kernel = (qkv_kernel)kernel;
     r.cold = cold;
     r.layers = layers;
     int rc = run_shape(&r, &o, roof);
@@ -742,7 +636,7 @@ int cmd_bench(int argc, char **argv) {
         return 0;
     }
     printf("kernel=%s hq=%d hkv=%d d=%d lq=%d lk=%d kv=%s mask=%s threads=%d\n", qkv_kernel_name(r.kernel), hq, hkv, d,
-           lq, lk, qkv_dtype_name(dt), window ? "window" : causal ? "causal" : "none", o.threads);
+           lq, lk, qkv_dtype_name((qkv_dtype)dt), window ? "window" : causal ? "causal" : "none", o.threads);
     printf("time_s median=%.6f min=%.6f max=%.6f  GFLOP/s=%.2f  KV_GB/s=%.2f  peak_rss_MiB=%.1f\n", r.med, r.min, r.max,
            r.gflops, r.kv_gbs, r.rss_mib);
     if (layers > 1)
@@ -754,11 +648,11 @@ int cmd_bench(int argc, char **argv) {
                r.kernel == QKV_KERNEL_DECODE ? "of DRAM" : r.kernel == QKV_KERNEL_FLASH_BF16 ? "of bf16 dot" : "of FMA");
     if (preset && lq == 1) { /* the cost model's decode step at context lk, beside the measurement */
         qkv_cost c;
-        if (qkv_cost_eval(&c, &model, lk, qkv_dtype_size(dt), &err)) return cli_fail("%s", err.msg);
+        if (qkv_cost_eval(&c, &model, lk, qkv_dtype_size((qkv_dtype)dt), &err)) return cli_fail("%s", err.msg);
         double frac = (double)layers / model.n_layer;
         double flops = c.attn_flops_per_token * frac, bytes = c.kv_cache_bytes * frac;
         printf("cost model (%s, %d of %d layers, context %d, %s K/V): %.2f GFLOPs and %.2f GiB of KV per token", model.name,
-               layers, model.n_layer, lk, qkv_dtype_name(dt), flops * 1e-9, bytes / (1 << 30));
+               layers, model.n_layer, lk, qkv_dtype_name((qkv_dtype)dt), flops * 1e-9, bytes / (1 << 30));
         if (roof) {
             double t_mem = bytes / (roof->dram_gbs * 1e9), t_fma = flops / (roof->fma_gflops * 1e9);
             printf("; at the measured peaks %.3f s (%s-bound); measured %.3f s = %.2fx the prediction", t_mem > t_fma ? t_mem : t_fma,

@@ -14,31 +14,6 @@
 
 #define MAX_CTX 16
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: qkv cost [--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--json]\n"
-            "\n"
-            "What attention costs next to the weight matmuls, from a model configuration.\n"
-            "\n"
-            "  --preset ID      built-in configuration (default llama-3.1-8b); one of:\n"
-            "                   ");
-    for (int i = 0; qkv_cost_preset_id(i); i++) fprintf(f, "%s%s", i ? ", " : "", qkv_cost_preset_id(i));
-    fprintf(f,
-            "\n"
-            "  --model FILE     read the configuration from GGUF metadata (llama.block_count, ...)\n"
-            "  --layers N --hidden N --heads N --kv-heads N --head-dim N --ffn N --vocab N\n"
-            "                   sizes by hand; alone they need all but --head-dim (default\n"
-            "                   hidden/heads); with --preset or --model they override it\n"
-            "  --tied           lm_head shares the embedding matrix (parameter count only)\n"
-            "  --ctx LIST       context lengths, comma separated, K = 1024 (default 8K,32K,128K)\n"
-            "  --dtype T        storage of scores and K/V: f32, bf16, f16, fp8 (default bf16)\n"
-            "  --json           the same figures as JSON, units in the key names\n"
-            "\n"
-            "Weight matmuls per token = 2 x the weights a token is multiplied by: per layer\n"
-            "q,k,v,o and gate,up,down, plus the lm_head (the embedding is a lookup). For\n"
-            "Llama-3.1-8B that is 7.50 B weights, 15.0 GFLOPs.\n");
-}
-
 /* ------------------------------------------------------------- formatting */
 
 /* "8,192" */
@@ -107,8 +82,16 @@ static void put_cell(const char *s, int width, int right) {
 
 /* --------------------------------------------------------------- parsing */
 
+typedef struct {
+    int64_t v[MAX_CTX];
+    int n;
+} ctx_list;
+
 /* "8192", "8K", "128k", "1M": a positive token count. */
-static int parse_ctx_list(int64_t *ctx, int *n_ctx, const char *s) {
+static int parse_ctx_list(void *dest, const char *flag, const char *s) {
+    int64_t *ctx = ((ctx_list *)dest)->v;
+    int *n_ctx = &((ctx_list *)dest)->n;
+    (void)flag;
     *n_ctx = 0;
     const char *p = s;
     if (!*p) return cli_fail("--ctx: missing value");
@@ -140,8 +123,16 @@ static int parse_ctx_list(int64_t *ctx, int *n_ctx, const char *s) {
     return 0;
 }
 
-static int parse_dtype(size_t *bytes, const char **name, const char *s) {
+typedef struct {
+    size_t bytes;
+    const char *name;
+} elem_type;
+
+static int parse_dtype(void *dest, const char *flag, const char *s) {
+    size_t *bytes = &((elem_type *)dest)->bytes;
+    const char **name = &((elem_type *)dest)->name;
     qkv_dtype t;
+    (void)flag;
     if (qkv_dtype_parse(&t, s) == QKV_OK) {
         *bytes = qkv_dtype_size(t);
         *name = qkv_dtype_name(t);
@@ -180,22 +171,12 @@ static int load_gguf(qkv_cost_config *c, const char *path) {
 
 /* ------------------------------------------------------------------ JSON */
 
-static void json_str(const char *s) {
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-    }
-    putchar('"');
-}
-
 static void print_json(const qkv_cost_config *c, const char *source, const char *dtype,
                        const qkv_cost *r, int n) {
     printf("{\n  \"model\": {\"name\": ");
-    json_str(c->name);
+    cli_json_string(stdout, c->name);
     printf(", \"source\": ");
-    json_str(source);
+    cli_json_string(stdout, source);
     printf(", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
            "\"ffn\": %d, \"vocab\": %d, \"tied_embeddings\": %s},\n",
            c->n_layer, c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->ffn, c->vocab,
@@ -316,56 +297,44 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
 /* ------------------------------------------------------------------ main */
 
 int cmd_cost(int argc, char **argv) {
-    const char *preset = NULL, *model = NULL, *dtype_name = "bf16";
-    size_t elem = 2;
+    const char *preset = NULL, *model = NULL;
+    elem_type elem = {2, "bf16"};
     int json = 0, tied = -1;
-    int64_t ctx[MAX_CTX] = {8192, 32768, 131072};
-    int n_ctx = 3;
-    struct {
-        const char *flag;
-        int value;
-        int set;
-    } sz[] = {{"--layers", 0, 0}, {"--hidden", 0, 0}, {"--heads", 0, 0}, {"--kv-heads", 0, 0},
-              {"--head-dim", 0, 0}, {"--ffn", 0, 0}, {"--vocab", 0, 0}};
+    ctx_list ctx = {{8192, 32768, 131072}, 3};
     enum { L_, HID, HEADS, KVH, HD, FFN, VOC, NSZ };
-
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--tied")) {
-            tied = 1;
-            continue;
-        }
-        int k;
-        for (k = 0; k < NSZ; k++)
-            if (!strcmp(a, sz[k].flag)) break;
-        if (k < NSZ) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v) return CLI_EXIT_BAD_INPUT;
-            if (cli_parse_int(&sz[k].value, a, v, 1, 1 << 30)) return CLI_EXIT_BAD_INPUT;
-            sz[k].set = 1;
-            continue;
-        }
-        if (!strcmp(a, "--preset") || !strcmp(a, "--model") || !strcmp(a, "--ctx") ||
-            !strcmp(a, "--dtype")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v) return CLI_EXIT_BAD_INPUT;
-            if (!strcmp(a, "--preset")) preset = v;
-            else if (!strcmp(a, "--model")) model = v;
-            else if (!strcmp(a, "--ctx")) {
-                if (parse_ctx_list(ctx, &n_ctx, v)) return CLI_EXIT_BAD_INPUT;
-            } else if (parse_dtype(&elem, &dtype_name, v)) return CLI_EXIT_BAD_INPUT;
-            continue;
-        }
-        return cli_fail("cost: unknown flag '%s' (see qkv cost --help)", a);
-    }
+    int size[NSZ] = {0};
+    char presets[256] = "";
+    for (int i = 0; qkv_cost_preset_id(i); i++)
+        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "", qkv_cost_preset_id(i));
+    char preset_help[400];
+    snprintf(preset_help, sizeof preset_help, "built-in configuration (default llama-3.1-8b); one of:\n%s", presets);
+    cli_flag flags[] = {
+        CLI_FLAG("--preset", NULL, CLI_STRING, &preset, 0, 0, "ID", preset_help),
+        CLI_FLAG("--model", "-m", CLI_STRING, &model, 0, 0, "FILE",
+                 "read the configuration from GGUF metadata (llama.block_count, ...)"),
+        CLI_FLAG("--layers", NULL, CLI_INT, &size[L_], 1, 1 << 30, "N",
+                 "sizes by hand; alone they need all but --head-dim (default\n"
+                 "hidden/heads); with --preset or --model they override it"),
+        CLI_FLAG("--hidden", NULL, CLI_INT, &size[HID], 1, 1 << 30, "N", "hidden size"),
+        CLI_FLAG("--heads", NULL, CLI_INT, &size[HEADS], 1, 1 << 30, "N", "query heads"),
+        CLI_FLAG("--kv-heads", NULL, CLI_INT, &size[KVH], 1, 1 << 30, "N", "KV heads"),
+        CLI_FLAG("--head-dim", NULL, CLI_INT, &size[HD], 1, 1 << 30, "N", "head dim"),
+        CLI_FLAG("--ffn", NULL, CLI_INT, &size[FFN], 1, 1 << 30, "N", "feed-forward size"),
+        CLI_FLAG("--vocab", NULL, CLI_INT, &size[VOC], 1, 1 << 30, "N", "vocabulary size"),
+        CLI_FLAG("--tied", NULL, CLI_BOOL, &tied, 0, 0, NULL, "lm_head shares the embedding matrix (parameter count only)"),
+        CLI_FLAG_FN("--ctx", &ctx, parse_ctx_list, "LIST", "context lengths, comma separated, K = 1024 (default 8K,32K,128K)"),
+        CLI_FLAG_FN("--dtype", &elem, parse_dtype, "T", "storage of scores and K/V: f32, bf16, f16, fp8 (default bf16)"),
+        CLI_FLAG_JSON(&json, "the same figures as JSON, units in the key names"),
+        {0},
+    };
+    const cli_command cmd = {"cost", "[--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--json]",
+                             "What attention costs next to the weight matmuls, from a model configuration.",
+                             "Weight matmuls per token = 2 x the weights a token is multiplied by: per layer\n"
+                             "q,k,v,o and gate,up,down, plus the lm_head (the embedding is a lookup). For\n"
+                             "Llama-3.1-8B that is 7.50 B weights, 15.0 GFLOPs.",
+                             flags};
+    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    const cli_flag *sz = &flags[2]; /* --layers .. --vocab, in size[] order */
     if (preset && model) return cli_fail("cost: --preset and --model exclude each other");
 
     qkv_cost_config c;
@@ -373,7 +342,7 @@ int cmd_cost(int argc, char **argv) {
     qkv_error err = {0};
     char source[300];
     int any_size = 0;
-    for (int k = 0; k < NSZ; k++) any_size |= sz[k].set;
+    for (int k = 0; k < NSZ; k++) any_size |= sz[k].given;
     if (model) {
         if (load_gguf(&c, model)) return CLI_EXIT_BAD_INPUT;
         snprintf(source, sizeof source, "GGUF %s", model);
@@ -383,8 +352,8 @@ int cmd_cost(int argc, char **argv) {
         snprintf(source, sizeof source, "preset %s", preset);
     } else {
         for (int k = 0; k < NSZ; k++)
-            if (!sz[k].set && k != HD)
-                return cli_fail("cost: %s is needed (give all sizes, or start from --preset)", sz[k].flag);
+            if (!sz[k].given && k != HD)
+                return cli_fail("cost: %s is needed (give all sizes, or start from --preset)", sz[k].name);
         snprintf(c.name, sizeof c.name, "custom model");
         snprintf(source, sizeof source, "sizes by hand");
     }
@@ -395,8 +364,8 @@ int cmd_cost(int argc, char **argv) {
     }
     int *dst[NSZ] = {&c.n_layer, &c.hidden, &c.n_head, &c.n_kv_head, &c.head_dim, &c.ffn, &c.vocab};
     for (int k = 0; k < NSZ; k++)
-        if (sz[k].set) *dst[k] = sz[k].value;
-    if (!model && !preset && !sz[HD].set) {
+        if (sz[k].given) *dst[k] = size[k];
+    if (!model && !preset && !sz[HD].given) {
         if (c.hidden % c.n_head)
             return cli_fail("cost: --hidden %d is not a multiple of --heads %d; give --head-dim",
                             c.hidden, c.n_head);
@@ -405,9 +374,9 @@ int cmd_cost(int argc, char **argv) {
     if (tied >= 0) c.tied_embeddings = tied;
 
     qkv_cost r[MAX_CTX];
-    for (int i = 0; i < n_ctx; i++)
-        if (qkv_cost_eval(&r[i], &c, ctx[i], elem, &err)) return cli_fail("cost: %s", err.msg);
-    if (json) print_json(&c, source, dtype_name, r, n_ctx);
-    else print_text(&c, source, dtype_name, r, n_ctx);
+    for (int i = 0; i < ctx.n; i++)
+        if (qkv_cost_eval(&r[i], &c, ctx.v[i], elem.bytes, &err)) return cli_fail("cost: %s", err.msg);
+    if (json) print_json(&c, source, elem.name, r, ctx.n);
+    else print_text(&c, source, elem.name, r, ctx.n);
     return 0;
 }

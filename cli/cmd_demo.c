@@ -15,13 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Deterministic N(0,1) fill (splitmix64 + Box-Muller). */
 static void fill_normal(float *x, size_t n, uint64_t seed) {
@@ -52,11 +45,11 @@ static int engine_demo(int n) {
     qkv_attn_desc desc = {hq, hkv, n, n, d, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
     qkv_error err = {0};
     double flops = 4.0 * hq * d * ((double)n * (n + 1) / 2); /* causal: QK^T and PV over visible pairs */
-    double t0 = now_s();
+    double t0 = cli_now_s();
     if (qkv_attention_reference(o_ref, NULL, NULL, q, k, v, &desc, &err)) return cli_fail("%s", err.msg);
-    double t1 = now_s();
+    double t1 = cli_now_s();
     if (qkv_attention(o, NULL, q, k, v, &desc, QKV_KERNEL_FLASH, &err)) return cli_fail("%s", err.msg);
-    double t2 = now_s();
+    double t2 = cli_now_s();
     double maxd = 0, maxo = 0;
     for (size_t i = 0; i < nq; i++) {
         maxd = fmax(maxd, fabs(o[i] - o_ref[i]));
@@ -79,9 +72,9 @@ static int engine_demo(int n) {
     const float *q_last = q; /* head 0's first row stands in for a new query: shape [32, 1, 128] below */
     float *q1 = malloc((size_t)hq * d * 4), *o1 = malloc((size_t)hq * d * 4);
     for (int h = 0; h < hq; h++) memcpy(q1 + (size_t)h * d, q_last + ((size_t)h * n + n - 1) * d, (size_t)d * 4);
-    double t3 = now_s();
+    double t3 = cli_now_s();
     if (qkv_attention_cached(o1, NULL, q1, cache, &dd, QKV_KERNEL_DECODE, &err)) return cli_fail("%s", err.msg);
-    double t4 = now_s();
+    double t4 = cli_now_s();
     double dmax = 0;
     for (int h = 0; h < hq; h++)
         for (int e = 0; e < d; e++)
@@ -93,7 +86,7 @@ static int engine_demo(int n) {
     return 0;
 }
 
-#define DEMO_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define DEMO_MODEL CLI_DEFAULT_MODEL
 
 static int model_demo(const char *out_dir) {
     FILE *f = fopen(DEMO_MODEL, "rb");
@@ -124,21 +117,16 @@ static int model_demo(const char *out_dir) {
 int cmd_demo(int argc, char **argv) {
     int n = 1024;
     const char *out_dir = "build";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: qkv demo [--tokens N] [--out-dir DIR]\n  the article's example, one Llama-3.1-8B layer (flash vs reference),\n"
-                   "  then SmolLM2 on 年假怎么申请？ and its attention pages in DIR (default build)\n");
-            return 0;
-        }
-        if (!strcmp(argv[i], "--tokens")) {
-            const char *v = cli_value(argc, argv, &i);
-            if (!v || cli_parse_int(&n, "--tokens", v, 1, 4096)) return 2;
-        } else if (!strcmp(argv[i], "--out-dir")) {
-            if (!(out_dir = cli_value(argc, argv, &i))) return 2;
-        } else {
-            return cli_fail("demo: unknown flag '%s'", argv[i]);
-        }
-    }
+    cli_flag flags[] = {
+        CLI_FLAG("--n", NULL, CLI_INT, &n, 1, 4096, "N", "tokens of the Llama-3.1-8B layer (default 1024)"),
+        CLI_FLAG("--out-dir", NULL, CLI_STRING, &out_dir, 0, 0, "DIR", "where the attention pages go (default build)"),
+        {0},
+    };
+    const cli_command cmd = {"demo", "[--n N] [--out-dir DIR]",
+                             "The article's example, one Llama-3.1-8B layer (flash vs reference), then SmolLM2\n"
+                             "on 年假怎么申请？ and its attention pages in DIR.",
+                             NULL, flags};
+    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     printf("== The article's worked example (qkv explain) ==\n\n");
     fflush(stdout);
     char *explain_argv[] = {"explain", NULL};

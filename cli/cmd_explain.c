@@ -52,27 +52,12 @@ static const char builtin_example[] =
     "0 1\n"
     "0 1\n";
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: qkv explain [--no-mask] [--no-scale] [--json] [--input FILE | --example]\n"
-            "\n"
-            "Walks one attention head through the article's example (年 假 怎么 申请): Q, K, V,\n"
-            "the last row's scores, exponentials and weights, the weighted sum of v, and\n"
-            "the whole weight matrix, computed by the library's reference kernel.\n"
-            "\n"
-            "  --no-mask      no causal mask: every row sees every token (and why that cheats)\n"
-            "  --no-scale     scores q.k without the 1/sqrt(d) factor\n"
-            "  --json         the same numbers as JSON\n"
-            "  --input FILE   your own small example ('-' reads stdin), in the format below\n"
-            "  --example      print the built-in example in that format and exit\n"
-            "\n"
-            "Input format: '#' starts a comment; 'tokens T1 T2 ...' (1..%d tokens);\n"
-            "optional 'dims N1 N2 ...' (names of the input dims); 'x' then one row of M\n"
-            "numbers per token (M <= %d); 'w_q', 'w_k' then M rows of d numbers and 'w_v'\n"
-            "then M rows of dv numbers (d, dv <= %d); optional 'focus TOKEN' (the row\n"
-            "worked out by hand; default the last token).\n",
-            EX_MAX_TOK, EX_MAX_DIM, EX_MAX_HEAD);
-}
+static const char input_format[] =
+    "Input format: '#' starts a comment; 'tokens T1 T2 ...' (1.." CLI_STR(EX_MAX_TOK) " tokens);\n"
+    "optional 'dims N1 N2 ...' (names of the input dims); 'x' then one row of M\n"
+    "numbers per token (M <= " CLI_STR(EX_MAX_DIM) "); 'w_q', 'w_k' then M rows of d numbers and 'w_v'\n"
+    "then M rows of dv numbers (d, dv <= " CLI_STR(EX_MAX_HEAD) "); optional 'focus TOKEN' (the row\n"
+    "worked out by hand; default the last token).";
 
 /* ----------------------------------------------------------------- input */
 
@@ -219,30 +204,6 @@ static int parse_example(example *ex, const char *text, const char *src) {
         if (ex->focus < 0) return cli_fail("explain: %s: focus '%s' is not one of the tokens", src, ex->focus_name);
     }
     return 0;
-}
-
-static char *read_input(const char *path) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 1 >= cap) {
-            if (cap >= (1 << 20)) break; /* 1 MiB is plenty for a hand example */
-            buf = realloc(buf, cap *= 2);
-        }
-        size_t got = fread(buf + len, 1, cap - len - 1, f);
-        if (!got) break;
-        len += got;
-    }
-    int bad = ferror(f);
-    if (f != stdin) fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    buf[len] = 0;
-    return buf;
 }
 
 /* ------------------------------------------------------------------ walk */
@@ -583,16 +544,6 @@ static void print_text(const example *e, const walk *r, const walk *base, int bu
 
 /* ------------------------------------------------------------------ JSON */
 
-static void json_str(const char *s) {
-    putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20) printf("\\u%04x", *p);
-        else putchar(*p);
-    }
-    putchar('"');
-}
-
 static void json_num(double v) {
     if (!isfinite(v)) printf("null");
     else if (fabs(v - round(v)) < 1e-12 && fabs(v) < 1e15) printf("%.0f", round(v) == 0 ? 0.0 : v);
@@ -618,7 +569,7 @@ static void json_names(const char (*names)[EX_NAME], int n) {
     putchar('[');
     for (int i = 0; i < n; i++) {
         if (i) printf(", ");
-        json_str(names[i]);
+        cli_json_string(stdout, names[i]);
     }
     putchar(']');
 }
@@ -661,7 +612,7 @@ static void print_json(const example *e, const walk *r, const walk *base) {
     json_rows("k", r->k, e->n, e->d, 0);
     json_rows("v", r->v, e->n, e->dv, 0);
     printf("  \"focus\": {\"index\": %d, \"token\": ", f);
-    json_str(e->tok[f]);
+    cli_json_string(stdout, e->tok[f]);
     printf(", \"dots\": ");
     json_vec(r->dot, e->n);
     printf(", \"scores\": ");
@@ -700,19 +651,22 @@ static void print_json(const example *e, const walk *r, const walk *base) {
 int cmd_explain(int argc, char **argv) {
     int no_mask = 0, no_scale = 0, json = 0, print_example = 0;
     const char *input = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--no-mask")) no_mask = 1;
-        else if (!strcmp(a, "--no-scale")) no_scale = 1;
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--example")) print_example = 1;
-        else if (!strcmp(a, "--input")) {
-            if (!(input = cli_value(argc, argv, &i))) return CLI_EXIT_BAD_INPUT;
-        } else return cli_fail("explain: unknown flag '%s' (see qkv explain --help)", a);
-    }
+    cli_flag flags[] = {
+        CLI_FLAG("--no-mask", NULL, CLI_BOOL, &no_mask, 0, 0, NULL,
+                 "no causal mask: every row sees every token (and why that cheats)"),
+        CLI_FLAG("--no-scale", NULL, CLI_BOOL, &no_scale, 0, 0, NULL, "scores q.k without the 1/sqrt(d) factor"),
+        CLI_FLAG_JSON(&json, "the same numbers as JSON"),
+        CLI_FLAG("--input", NULL, CLI_STRING, &input, 0, 0, "FILE",
+                 "your own small example ('-' reads stdin), in the format below"),
+        CLI_FLAG("--example", NULL, CLI_BOOL, &print_example, 0, 0, NULL, "print the built-in example in that format and exit"),
+        {0},
+    };
+    const cli_command cmd = {"explain", "[--no-mask] [--no-scale] [--json] [--input FILE | --example]",
+                             "Walks one attention head through the article's example (年 假 怎么 申请): Q, K, V,\n"
+                             "the last row's scores, exponentials and weights, the weighted sum of v, and\n"
+                             "the whole weight matrix, computed by the library's reference kernel.",
+                             input_format, flags};
+    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     if (print_example) {
         if (input) return cli_fail("explain: --example and --input exclude each other");
         fputs(builtin_example, stdout);
@@ -720,8 +674,8 @@ int cmd_explain(int argc, char **argv) {
     }
     example e;
     if (input) {
-        char *text = read_input(input);
-        if (!text) return cli_fail("explain: cannot read '%s'", input);
+        char *text = cli_read_file(input, 1 << 20, NULL); /* 1 MiB is plenty for a hand example */
+        if (!text) return CLI_EXIT_BAD_INPUT;
         int rc = parse_example(&e, text, strcmp(input, "-") ? input : "stdin");
         free(text);
         if (rc) return rc;

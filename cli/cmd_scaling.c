@@ -22,25 +22,6 @@
 #define MAX_D 16
 #define N_BINS 10
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: qkv scaling [--d LIST] [--positions N] [--trials N] [--seed N] [--json]\n"
-            "\n"
-            "Why attention divides q.k by sqrt(d): draws q and k with independent N(0, 1)\n"
-            "components, measures the spread of q.k and the average largest softmax weight\n"
-            "over N positions without and with the 1/sqrt(d) factor (reference kernel).\n"
-            "\n"
-            "  --d LIST         head dims, comma separated, 1..%d (default 2,128)\n"
-            "  --positions N    keys each query attends to, 2..4096 (default 5)\n"
-            "  --trials N       random queries per d, 100..10000000 (default 20000)\n"
-            "  --seed N         random seed (default 1); the same seed gives the same output\n"
-            "  --json           the same figures as JSON\n"
-            "\n"
-            "Intervals are 95%% (1.96 standard errors; for std(q.k) by the delta method over\n"
-            "per-trial means of (q.k)^2, since one query's dot products share q).\n",
-            QKV_HEAD_DIM_MAX);
-}
-
 /* splitmix64 and Box-Muller: small, portable, reproducible everywhere. */
 typedef struct {
     uint64_t s;
@@ -287,50 +268,33 @@ static void print_json(const estimate *e, int n, int positions, int trials, uint
     printf("  ]\n}\n");
 }
 
-static int parse_d_list(int *ds, int *n, const char *s) {
-    *n = 0;
-    const char *p = s;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        char item[32];
-        if (len == 0 || len >= sizeof item) return cli_fail("--d: bad list '%s'", s);
-        memcpy(item, p, len);
-        item[len] = 0;
-        if (*n >= MAX_D) return cli_fail("--d: at most %d values", MAX_D);
-        if (cli_parse_int(&ds[*n], "--d", item, 1, QKV_HEAD_DIM_MAX)) return CLI_EXIT_BAD_INPUT;
-        (*n)++;
-        if (!comma) break;
-        p = comma + 1;
-    }
-    return 0;
-}
-
 int cmd_scaling(int argc, char **argv) {
-    int ds[MAX_D] = {2, 128}, n_d = 2, positions = 5, trials = 20000, json = 0;
+    int positions = 5, trials = 20000, json = 0;
     int64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--d")) {
-            if (!(v = cli_value(argc, argv, &i)) || parse_d_list(ds, &n_d, v)) return CLI_EXIT_BAD_INPUT;
-        } else if (!strcmp(a, "--positions")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(&positions, a, v, 2, 4096))
-                return CLI_EXIT_BAD_INPUT;
-        } else if (!strcmp(a, "--trials")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_int(&trials, a, v, 100, 10000000))
-                return CLI_EXIT_BAD_INPUT;
-        } else if (!strcmp(a, "--seed")) {
-            if (!(v = cli_value(argc, argv, &i)) || cli_parse_i64(&seed, a, v, 0, INT64_MAX))
-                return CLI_EXIT_BAD_INPUT;
-        } else {
-            return cli_fail("scaling: unknown flag '%s' (see qkv scaling --help)", a);
-        }
-    }
+    cli_ints d_list = {0};
+    cli_flag flags[] = {
+        CLI_FLAG("--d", NULL, CLI_INTS, &d_list, 1, QKV_HEAD_DIM_MAX, "LIST",
+                 "head dims, comma separated, at most " CLI_STR(MAX_D) " (default 2,128)"),
+        CLI_FLAG("--positions", NULL, CLI_INT, &positions, 2, 4096, "N", "keys each query attends to (default 5)"),
+        CLI_FLAG("--trials", NULL, CLI_INT, &trials, 100, 10000000, "N", "random queries per d (default 20000)"),
+        CLI_FLAG("--seed", NULL, CLI_I64, &seed, 0, 0x1p63, "N", "random seed (default 1); the same seed gives the same output"),
+        CLI_FLAG_JSON(&json, "the same figures as JSON"),
+        {0},
+    };
+    const cli_command cmd = {"scaling", "[--d LIST] [--positions N] [--trials N] [--seed N] [--json]",
+                             "Why attention divides q.k by sqrt(d): draws q and k with independent N(0, 1)\n"
+                             "components, measures the spread of q.k and the average largest softmax weight\n"
+                             "over N positions without and with the 1/sqrt(d) factor (reference kernel).",
+                             "Intervals are 95% (1.96 standard errors; for std(q.k) by the delta method over\n"
+                             "per-trial means of (q.k)^2, since one query's dot products share q).",
+                             flags};
+    int rc = cli_parse(&cmd, argc, argv);
+    int ds[MAX_D] = {2, 128}, n_d = 2;
+    if (!rc && d_list.n > MAX_D) rc = cli_fail("--d: at most %d values", MAX_D);
+    for (int i = 0; !rc && i < d_list.n; i++) ds[i] = d_list.v[i];
+    if (d_list.n) n_d = d_list.n;
+    cli_ints_free(&d_list);
+    if (rc) return rc < 0 ? 0 : rc;
     /* Keep one run to a few seconds of normals. */
     for (int i = 0; i < n_d; i++)
         if ((double)trials * (positions + 1) * ds[i] > 4e9)

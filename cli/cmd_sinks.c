@@ -12,25 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static const char usage_text[] =
-    "usage: qkv sinks [-m MODEL] (-f FILE | -p TEXT) [flags]\n"
-    "  How much attention piles on the first tokens (the attention sink), per layer and head,\n"
-    "  over long text: each row's weight on token 0 taken from the kernel's LSE.\n"
-    "  -m, --model FILE      GGUF model (default models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
-    "  -f, --file FILE       the text ('-': stdin);  -p, --prompt TEXT  or give it inline\n"
-    "  --chat                wrap the text as a user turn in the model's chat template\n"
-    "  --tokens N            use the first N tokens (default 2048; at most the model's context)\n"
-    "  --first K             also measure the weight on tokens 0..K-1 (default 4)\n"
-    "  --skip S              leave out query rows at positions < S (default 16)\n"
-    "  --every E             recompute every E-th row in full for its strongest other key\n"
-    "                        (default: about 128 rows per head)\n"
-    "  --json                everything as JSON on stdout\n"
-    "  --svg FILE            plot: per layer, weight on token 0 (each head and the mean)\n"
-    "                        against the strongest other key\n"
-    "  --threads N           worker threads (default: all cores)\n"
-    "  -v, --verbose         time and peak memory (RSS) on stderr\n";
 
 typedef struct {
     double sink, first, top_other, sink_top;
@@ -49,10 +30,9 @@ static layer_mean mean_of(qkv_sinks *s, int l, int nh) {
 }
 
 static int write_svg(const char *path, qkv_sinks *s, int nl, int nh, const char *title, int k) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return cli_fail("%s: cannot create", path);
+    cli_outfile out;
+    FILE *f = cli_outfile_open(&out, path);
+    if (!f) return CLI_EXIT_BAD_INPUT;
     const int W = 760, H = 470, x0 = 60, y0 = 50, pw = 660, ph = 300;
 #define X(l) (x0 + (nl > 1 ? (double)(l) * pw / (nl - 1) : pw / 2.0))
 #define Y(v) (y0 + ph - (v) * ph)
@@ -105,59 +85,38 @@ static int write_svg(const char *path, qkv_sinks *s, int nl, int nh, const char 
     fputs("</svg>\n", f);
 #undef X
 #undef Y
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        remove(tmp);
-        return cli_fail("%s: cannot write", path);
-    }
-    return 0;
+    return cli_outfile_close(&out);
 }
 
 int cmd_sinks(int argc, char **argv) {
-    cli_prompt_args pa = {"models/SmolLM2-135M-Instruct.Q4_1.gguf", NULL, NULL, NULL, 0, 2048};
-    const char *svg = NULL;
+    cli_prompt_args pa = {0};
+    pa.max_tokens = 2048;
+    const char *model = CLI_DEFAULT_MODEL, *svg = NULL;
     int json = 0, threads = 0, verbose = 0, every = 0;
     qkv_sinks_params sp = {4, 16, 1, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-#define VALUE() (v = cli_value(argc, argv, &i))
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!VALUE()) return 2;
-            pa.model = v;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!VALUE()) return 2;
-            pa.file = v;
-        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!VALUE()) return 2;
-            pa.text = v;
-        } else if (!strcmp(a, "--chat")) {
-            pa.chat = 1;
-        } else if (!strcmp(a, "--tokens")) {
-            if (!VALUE() || cli_parse_int(&pa.max_tokens, a, v, 2, 1 << 20)) return 2;
-        } else if (!strcmp(a, "--first")) {
-            if (!VALUE() || cli_parse_int(&sp.n_first, a, v, 1, 4096)) return 2;
-        } else if (!strcmp(a, "--skip")) {
-            if (!VALUE() || cli_parse_int(&sp.skip, a, v, 0, 1 << 20)) return 2;
-        } else if (!strcmp(a, "--every")) {
-            if (!VALUE() || cli_parse_int(&every, a, v, 1, 1 << 20)) return 2;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--svg")) {
-            if (!VALUE()) return 2;
-            svg = v;
-        } else if (!strcmp(a, "--threads")) {
-            if (!VALUE() || cli_parse_int(&threads, a, v, 1, 4096)) return 2;
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            verbose = 1;
-        } else {
-            return cli_fail("sinks: unknown flag '%s' (see qkv sinks --help)", a);
-        }
-#undef VALUE
-    }
+    cli_flag flags[] = {
+        CLI_FLAG_MODEL(&model),
+        CLI_FLAGS_PROMPT(&pa),
+        CLI_FLAG("--max-tokens", NULL, CLI_INT, &pa.max_tokens, 2, 1 << 20, "N",
+                 "use the first N tokens (default 2048; at most the model's context)"),
+        CLI_FLAG("--first", NULL, CLI_INT, &sp.n_first, 1, 4096, "K", "also measure the weight on tokens 0..K-1 (default 4)"),
+        CLI_FLAG("--skip", NULL, CLI_INT, &sp.skip, 0, 1 << 20, "S", "leave out query rows at positions < S (default 16)"),
+        CLI_FLAG("--every", NULL, CLI_INT, &every, 1, 1 << 20, "E",
+                 "recompute every E-th row in full for its strongest other key\n(default: about 128 rows per head)"),
+        CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
+        CLI_FLAG("--svg", NULL, CLI_STRING, &svg, 0, 0, "FILE",
+                 "plot: per layer, weight on token 0 (each head and the mean)\nagainst the strongest other key"),
+        CLI_FLAG_THREADS(&threads),
+        CLI_FLAG_VERBOSE(&verbose),
+        {0},
+    };
+    const cli_command cmd = {"sinks", "[-m MODEL] (-f FILE | -p TEXT | --tokens IDS) [flags]",
+                             "How much attention piles on the first tokens (the attention sink), per layer and head,\n"
+                             "over long text: each row's weight on token 0 taken from the kernel's LSE.",
+                             NULL, flags};
+    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     cli_prompt pr;
-    int rc = cli_prompt_load(&pr, &pa);
+    int rc = cli_prompt_load_from(&pr, &pa, model, 0);
     if (rc) return rc;
     const int n = pr.n;
     if (sp.skip >= n) {
@@ -166,20 +125,19 @@ int cmd_sinks(int argc, char **argv) {
     }
     sp.every = every ? every : ((n - sp.skip) / 128 > 1 ? (n - sp.skip) / 128 : 1);
     sp.n_threads = threads;
-    struct timespec ts0, ts1;
-    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    const double t0 = cli_now_s();
     qkv_error err = {0};
     qkv_model *m = NULL;
     qkv_sinks *s = NULL;
     qkv_model_params mp = {n, QKV_DTYPE_F32, threads};
-    if (qkv_model_open(&m, pa.model, &mp, &err)) {
+    if (qkv_model_open(&m, model, &mp, &err)) {
         rc = cli_fail("%s", err.msg);
         goto done;
     }
     const qkv_model_config *cfg = qkv_model_get_config(m);
     const int nl = cfg->n_layer, nh = cfg->n_head;
     if (n > cfg->n_ctx_train) {
-        rc = cli_fail("%d tokens exceed the model's context of %d (use --tokens)", n, cfg->n_ctx_train);
+        rc = cli_fail("%d tokens exceed the model's context of %d (use --max-tokens)", n, cfg->n_ctx_train);
         goto done;
     }
     if (qkv_sinks_init(&s, cfg, &sp, &err)) {
@@ -192,16 +150,16 @@ int cmd_sinks(int argc, char **argv) {
         rc = cli_fail("%s", why ? why : err.msg);
         goto done;
     }
-    clock_gettime(CLOCK_MONOTONIC, &ts1);
-    const char *base = strrchr(pa.model, '/') ? strrchr(pa.model, '/') + 1 : pa.model;
-    const char *src = pa.file ? (strrchr(pa.file, '/') ? strrchr(pa.file, '/') + 1 : pa.file) : "the prompt";
+    const double t1 = cli_now_s();
+    const char *base = cli_basename(model), *src = pa.file ? cli_basename(pa.file) : "the prompt";
     char title[512];
     snprintf(title, sizeof title, "%s on %s, first %d tokens: attention on token 0 (rows %d..%d)", base, src, n,
              sp.skip, n - 1);
     if (json) {
-        printf("{\n  \"model\": \"%s\",\n  \"n_tokens\": %d,\n  \"skip\": %d,\n  \"first\": %d,\n  \"every\": %d,\n"
-               "  \"layers\": [\n",
-               base, n, sp.skip, sp.n_first, sp.every);
+        printf("{\n  \"model\": ");
+        cli_json_string(stdout, base);
+        printf(",\n  \"n_tokens\": %d,\n  \"skip\": %d,\n  \"first\": %d,\n  \"every\": %d,\n  \"layers\": [\n", n, sp.skip,
+               sp.n_first, sp.every);
         for (int l = 0; l < nl; l++) {
             layer_mean lm = mean_of(s, l, nh);
             printf("    {\"layer\": %d, \"sink\": %.6f, \"first\": %.6f, \"top_other\": %.6f, \"sink_top\": %.6f, "
@@ -246,7 +204,7 @@ int cmd_sinks(int argc, char **argv) {
     if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
     if (verbose)
         fprintf(stderr, "qkv sinks: %d tokens, %.2f s, peak RSS %.1f MiB\n", n,
-                (double)(ts1.tv_sec - ts0.tv_sec) + (double)(ts1.tv_nsec - ts0.tv_nsec) * 1e-9, cli_peak_rss_mib());
+                t1 - t0, cli_peak_rss_mib());
 done:
     qkv_sinks_free(s);
     qkv_model_close(m);

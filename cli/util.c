@@ -1,4 +1,5 @@
-/* util.c — shared CLI helpers: one-line errors and strict number parsing. */
+/* util.c — shared CLI helpers: one-line errors, strict number parsing, whole
+ * files, JSON strings, timers and peak memory. */
 #include "cli.h"
 
 #include <errno.h>
@@ -7,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 int cli_fail(const char *fmt, ...) {
     char line[1024];
@@ -58,10 +61,97 @@ int cli_parse_float(float *out, const char *flag, const char *s, double lo, doub
     return rc;
 }
 
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        cli_fail("%s needs a value", argv[*i]);
+char *cli_read_file(const char *path, size_t max_bytes, size_t *len) {
+    const int is_stdin = !strcmp(path, "-");
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    if (!f) {
+        cli_fail("%s: cannot open (%s)", path, strerror(errno));
         return NULL;
     }
-    return argv[++*i];
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    int bad = !buf;
+    while (!bad) {
+        if (n + 1 == cap) {
+            char *nb = cap > max_bytes ? NULL : realloc(buf, cap *= 2);
+            if (!nb) break;
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bad |= ferror(f) != 0;
+    const int too_big = n > max_bytes || (n + 1 == cap && !feof(f));
+    if (!is_stdin) fclose(f);
+    if (bad || too_big) {
+        if (too_big) cli_fail("%s: larger than %zu bytes", path, max_bytes);
+        else cli_fail("%s: read error", path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+FILE *cli_outfile_open(cli_outfile *o, const char *path) {
+    o->path = path;
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
+    if (!(o->f = fopen(o->tmp, "wb"))) cli_fail("%s: cannot create (%s)", o->tmp, strerror(errno));
+    return o->f;
+}
+
+int cli_outfile_close(cli_outfile *o) {
+    int bad = ferror(o->f) != 0;
+    bad |= fclose(o->f) != 0;
+    o->f = NULL;
+    if (!bad && rename(o->tmp, o->path) == 0) return 0;
+    remove(o->tmp);
+    return cli_fail("%s: cannot write", o->path);
+}
+
+void cli_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", f);
+        else if (*p < 0x20 || *p == 0x7F) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+const char *cli_basename(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+double cli_status_mib(const char *key) {
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    char line[256];
+    double v = -1;
+    size_t kl = strlen(key);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, key, kl) && line[kl] == ':') {
+            v = atof(line + kl + 1) / 1024.0;
+            break;
+        }
+    fclose(f);
+    return v;
+}
+
+double cli_peak_rss_mib(void) {
+    double v = cli_status_mib("VmHWM");
+    if (v >= 0) return v;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
+}
+
+double cli_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }

@@ -49,7 +49,7 @@ static const char *write_variant(const char *name, const char *src, long n_keep,
 }
 
 TEST(run_cli_generates_from_ids_on_tiny_llama31) {
-    const char *argv[] = {"run", "-m", tiny_path(), "--tokens", "509,17,300,41", "-n", "5", "--ids", NULL};
+    const char *argv[] = {"run", "-m", tiny_path(), "--tokens", "509,17,300,41", "-n", "5", "--print-ids", NULL};
     char *out = NULL, *err = NULL;
     int rc = test_run_cli(argv, NULL, &out, &err);
     CHECK(rc == 0, "exit %d: %s", rc, err);

@@ -103,18 +103,18 @@ TEST(sinks_hook_means) {
 TEST(inspect_cli_bad_input) {
     const char *m = test_model_path();
     CHECK_BAD_CLI((const char *const[]){"inspect", "--frobnicate", NULL}, "unknown flag");
-    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
-    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "a", "-f", "b", NULL}, "once");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, NULL}, "-p TEXT, -f FILE or --tokens IDS");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "a", "-f", "b", NULL}, "exactly one");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", "no/such.gguf", "-p", "a", NULL}, "no/such.gguf");
     CHECK_BAD_CLI((const char *const[]){"inspect", "--max-tokens", "zero", NULL}, "--max-tokens");
     CHECK_BAD_CLI((const char *const[]){"sinks", "--every", "0", NULL}, "--every");
-    CHECK_BAD_CLI((const char *const[]){"sinks", "-m", m, NULL}, "-p TEXT, -f FILE or --ids");
+    CHECK_BAD_CLI((const char *const[]){"sinks", "-m", m, NULL}, "-p TEXT, -f FILE or --tokens IDS");
     if (!test_require_model()) return;
-    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "--ids", "1,99999999", NULL}, "--ids");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "--tokens", "1,99999999", NULL}, "--tokens");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--layers", "30", NULL}, "--layers");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--heads", "2-1", NULL}, "--heads");
     CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "-p", "hello", "--layers", "3,1", NULL}, "increasing");
-    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "--ids", "1,2", "--chat", NULL}, "--chat");
+    CHECK_BAD_CLI((const char *const[]){"inspect", "-m", m, "--tokens", "1,2", "--chat", NULL}, "--chat");
     CHECK_BAD_CLI((const char *const[]){"sinks", "-m", m, "-p", "a b c", "--skip", "50", NULL}, "--skip");
     /* --npy above 1 GiB names the way out, and writes nothing */
     char out[600];
@@ -130,7 +130,7 @@ TEST(sinks_cli_gpl3) {
     if (!test_require_model() || !test_require_file(gpl, "Debian's base-files")) return;
     char svg[600];
     snprintf(svg, sizeof svg, "%s/sinks.svg", test_tmpdir());
-    const char *argv[] = {"sinks", "-m", m, "-f", gpl, "--tokens", "256", "--svg", svg, NULL};
+    const char *argv[] = {"sinks", "-m", m, "-f", gpl, "--max-tokens", "256", "--svg", svg, NULL};
     char *so = NULL, *se = NULL;
     int rc = test_run_cli(argv, NULL, &so, &se);
     CHECK(rc == 0, "exit %d: %s", rc, se);
@@ -143,7 +143,7 @@ TEST(sinks_cli_gpl3) {
     free(plot);
     free(so);
     free(se);
-    const char *argj[] = {"sinks", "-m", m, "-f", gpl, "--tokens", "128", "--json", NULL};
+    const char *argj[] = {"sinks", "-m", m, "-f", gpl, "--max-tokens", "128", "--json", NULL};
     rc = test_run_cli(argj, NULL, &so, &se);
     CHECK(rc == 0, "exit %d: %s", rc, se);
     int heads = 0, bad = 0;
@@ -177,7 +177,7 @@ TEST(inspect_cli_outputs) {
     free(so);
     free(se);
     /* without outputs: a table of the weight on token 0 */
-    const char *argt[] = {"inspect", "-m", m, "--ids", "1,9690,198,2683", "--heads", "0-2", NULL};
+    const char *argt[] = {"inspect", "-m", m, "--tokens", "1,9690,198,2683", "--heads", "0-2", NULL};
     rc = test_run_cli(argt, NULL, &so, &se);
     CHECK(rc == 0 && so && strstr(so, "4 tokens, 30 layers x 3 heads") && strstr(so, "<|im_start|>"), "table: %s",
           so ? so : se);
