@@ -97,10 +97,13 @@ extern const char *const cli_kernels[];    /* "auto", "ref", ...: qkv_kernel ord
 #define CLI_STR(x) CLI_STR_(x) /* a macro's value as a string literal */
 
 /* Table rows: a flag, a flag whose value is one of choices, a flag read by fn. */
-#define CLI_FLAG(name, alias, kind, dest, lo, hi, metavar, help) \
-    {name, alias, kind, dest, lo, hi, metavar, help, NULL, NULL, 0}
-#define CLI_FLAG_CHOICE(name, kind, dest, choices, help) {name, NULL, kind, dest, 0, 0, NULL, help, choices, NULL, 0}
-#define CLI_FLAG_FN(name, dest, fn, metavar, help) {name, NULL, CLI_FN, dest, 0, 0, metavar, help, NULL, fn, 0}
+#define CLI_FLAG(name_, alias_, kind_, dest_, lo_, hi_, metavar_, help_)                                 \
+    {.name = name_, .alias = alias_, .kind = kind_, .dest = dest_, .lo = lo_, .hi = hi_, .metavar = metavar_, \
+     .help = help_}
+#define CLI_FLAG_CHOICE(name_, kind_, dest_, choices_, help_) \
+    {.name = name_, .kind = kind_, .dest = dest_, .help = help_, .choices = choices_}
+#define CLI_FLAG_FN(name_, dest_, fn_, metavar_, help_) \
+    {.name = name_, .kind = CLI_FN, .dest = dest_, .metavar = metavar_, .help = help_, .fn = fn_}
 
 /* Table fragments: the same flag means the same thing in every command. */
 #define CLI_FLAG_MODEL(dst) \
