@@ -81,7 +81,8 @@ typedef enum {
 } qkv_mask_kind;
 
 /* p(i) = Lk - Lq + i. Key indices are rows of K (0 .. Lk-1). The exclusion
- * list removes keys from every row on top of the kind's rule (ablation). */
+ * list removes keys from every row on top of the kind's rule (ablation).
+ * Zero is the default: (qkv_mask){0} is no mask, no exclusions. */
 typedef struct {
     qkv_mask_kind kind;
     int window;            /* W >= 1 for WINDOW and SINK_WINDOW */
@@ -118,6 +119,11 @@ qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
  * (2^29 doubles = 4 GiB: Llama-3.1-8B heads at n = 4096). */
 #define QKV_REFERENCE_MAX_SCORES ((int64_t)1 << 29)
 
+/* The shape fields (n_q_head .. head_dim) are required; every other field's
+ * zero is its default (1/sqrt(D), no mask, f32, dense, all threads), so a
+ * designated initialiser names only what it sets:
+ *   qkv_attn_desc d = {.n_q_head = 32, .n_kv_head = 8, .q_len = n, .kv_len = n,
+ *                      .head_dim = 128, .mask = {.kind = QKV_MASK_CAUSAL}}; */
 typedef struct {
     int n_q_head;          /* Hq */
     int n_kv_head;         /* Hkv, Hq % Hkv == 0 */
@@ -148,6 +154,8 @@ qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
  */
 qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
                          const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+/* (One shot: a plan for this call is made, run and freed. A caller that
+ * attends repeatedly keeps a plan instead, below.) */
 
 /* The reference kernel with its weight matrix returned.
  *   weights: [Hq, Lq, Lk] f32 output (softmax probabilities; masked = 0); may be NULL
@@ -155,6 +163,54 @@ qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, co
 qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
                                    const void *k, const void *v, const qkv_attn_desc *d,
                                    qkv_error *err);
+
+/*
+ * A plan: every buffer the flash and decode kernels need (per-thread tile
+ * scratch, decode's split partials, the exclusion bitmap), sized once for the
+ * largest problem it will serve, so that qkv_attn_run never allocates. A call
+ * fits a plan when its n_q_head, q_len, kv_len, head_dim and n_threads are at
+ * most the plan's (anything else may differ: n_kv_head, mask, exclusions,
+ * dtype, strides, scale); otherwise QKV_ERR_INVALID names the field.
+ *   max_desc:  the largest call (a valid descriptor; its n_threads is not read)
+ *   kernel:    the kernel every run uses; AUTO picks per call (qkv_attn_pick), so
+ *              its plan holds what flash and decode need. DECODE requires
+ *              max_desc->q_len <= QKV_DECODE_MAX_Q. REFERENCE plans hold nothing
+ *              and their runs allocate (the score table): only flash, flash-bf16,
+ *              decode and auto runs are allocation-free.
+ *   n_threads: the most threads a run may use, 0 = all available; a run's
+ *              d->n_threads 0 means the plan's
+ * A plan serves one run at a time (runs write its scratch); give each thread
+ * that calls concurrently its own.
+ *   qkv_attn_plan *plan;
+ *   qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, 0, &err);
+ *   for (...) qkv_attn_run(plan, o, lse, q, k, v, &desc, &err);  // no malloc
+ *   qkv_attn_plan_free(plan);
+ */
+typedef struct qkv_attn_plan qkv_attn_plan;
+
+/* Bytes of memory a plan needs, at any alignment (qkv_attn_plan_init_in);
+ * 0 if the arguments are invalid (qkv_attn_plan_init says why). */
+size_t qkv_attn_workspace_size(const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads);
+
+/* A plan in memory it allocates itself; release with qkv_attn_plan_free.
+ * QKV_ERR_INVALID for a bad max_desc, kernel or n_threads; QKV_ERR_NOMEM. */
+qkv_status qkv_attn_plan_init(qkv_attn_plan **out, const qkv_attn_desc *max_desc, qkv_kernel kernel,
+                              int n_threads, qkv_error *err);
+
+/* A plan that lives in the caller's memory, which it never frees:
+ *   workspace: [bytes] any alignment, bytes >= qkv_attn_workspace_size(...);
+ *              it must outlive the plan and not be used for anything else meanwhile.
+ * *out points into workspace; qkv_attn_plan_free on it does nothing. */
+qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t bytes,
+                                 const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads,
+                                 qkv_error *err);
+void qkv_attn_plan_free(qkv_attn_plan *plan);  /* NULL is fine */
+
+/* qkv_attention with the plan's kernel and memory (same o, lse, q, k, v
+ * shapes, same results bit for bit); never allocates unless the plan's
+ * kernel is REFERENCE. */
+qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k,
+                        const void *v, const qkv_attn_desc *d, qkv_error *err);
 
 /* The instruction set the flash and decode kernels run on this CPU: "avx512",
  * "avx2" or "scalar" (QKV_ISA=avx512|avx2|scalar in the environment narrows
@@ -258,6 +314,10 @@ const void *qkv_kv_cache_v(const qkv_kv_cache *c);
  *   o:   [Hq, Lq, D], lse: [Hq, Lq] or NULL, q: [Hq, Lq, D] */
 qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
                                 const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+/* The same through a plan (qkv_attn_run): d->kv_len becomes the cache's
+ * length, so a plan for a cache has max kv_len = its capacity. */
+qkv_status qkv_attn_run_cached(qkv_attn_plan *plan, float *o, float *lse, const float *q,
+                               const qkv_kv_cache *c, const qkv_attn_desc *d, qkv_error *err);
 
 
 /* --------------------------------------------------------------------- npy */
@@ -531,6 +591,7 @@ typedef struct {
     int tied_embeddings;    /* 1: lm_head is token_embd.weight */
 } qkv_model_config;
 
+/* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
 typedef struct {
     int n_ctx;              /* positions the KV cache holds; 0 = min(n_ctx_train, 8192) */
     qkv_dtype kv_dtype;     /* KV cache storage, default f32 */
