@@ -635,16 +635,24 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
 
 /* ----------------------------------------------------------------- sampler */
 
+/* Zero is every field's default: (qkv_sampler_params){0} is greedy. */
 typedef struct {
     float temperature;      /* 0: greedy (argmax, lowest id on ties) */
     int top_k;              /* 0: off */
-    float top_p;            /* 1: off */
-    uint64_t seed;
-} qkv_sampler;
+    float top_p;            /* 0 or 1: off */
+    uint64_t seed;          /* of the splitmix64 stream the draws come from */
+} qkv_sampler_params;
 
-/* Picks a token from logits [V]; rng_state is advanced (start it at seed).
- * Greedy when temperature == 0. */
-int32_t qkv_sample(const float *logits, int n_vocab, const qkv_sampler *s, uint64_t *rng_state);
+/* A sampler owns its random stream and a [V] candidate buffer, so that
+ * qkv_sample never allocates. p NULL: greedy. QKV_ERR_INVALID for n_vocab < 1
+ * or a negative temperature, top_k or top_p; QKV_ERR_NOMEM. */
+typedef struct qkv_sampler qkv_sampler;
+qkv_status qkv_sampler_init(qkv_sampler **out, int n_vocab, const qkv_sampler_params *p, qkv_error *err);
+void qkv_sampler_free(qkv_sampler *s);   /* NULL is fine */
+
+/* Picks a token from logits: [V] f32 (V = the n_vocab of init), advancing the
+ * sampler's stream unless greedy. */
+int32_t qkv_sample(qkv_sampler *s, const float *logits);
 
 /* --------------------------------------------------------------- tokenizer */
 

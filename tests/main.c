@@ -182,6 +182,14 @@ char *test_read_file(const char *path, size_t *len) {
     return s;
 }
 
+const char *test_require_model(void) {
+    const char *p = getenv("QKV_MODEL");
+    if (!p) p = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (test_file_exists(p)) return p;
+    test_fail(__FILE__, __LINE__, "model missing: %s (run `make model`, or set QKV_MODEL)", p);
+    return NULL;
+}
+
 const char *test_fixture_dir(void) {
     const char *d = getenv("QKV_FIXTURES");
     return d ? d : "tests/fixtures";

@@ -1,7 +1,7 @@
 /*
  * test_model_forward.c — properties of the forward pass on the real model
- * (models/SmolLM2-135M-Instruct.Q4_1.gguf; skipped when absent, CI fetches it
- * with `make model`): one prefill of n tokens gives the same logits as n
+ * (models/SmolLM2-135M-Instruct.Q4_1.gguf; a test fails when it is absent,
+ * `make model` fetches it): one prefill of n tokens gives the same logits as n
  * decode steps through the KV cache, the hook sees every layer with LSEs that
  * normalise the weights, exclusions change the output, and bad files are
  * refused with a message. The comparison against transformers is in
@@ -16,20 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *model_path(void) {
-    const char *p = getenv("QKV_MODEL");
-    return p ? p : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 static qkv_model *open_model(int n_ctx, qkv_dtype kv) {
-    if (!test_file_exists(model_path())) {
-        printf("  skipped: model missing (%s; run `make model`)\n", model_path());
-        return NULL;
-    }
-    qkv_model_params p = {n_ctx, kv, 2};
+    const char *path = test_require_model();
+    if (!path) return NULL;
+    qkv_model_params p = {.n_ctx = n_ctx, .kv_dtype = kv, .n_threads = 2};
     qkv_model *m = NULL;
     qkv_error err = {0};
-    CHECK(qkv_model_open(&m, model_path(), &p, &err) == QKV_OK, "open: %s", err.msg);
+    CHECK(qkv_model_open(&m, path, &p, &err) == QKV_OK, "open: %s", err.msg);
     return m;
 }
 

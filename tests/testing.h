@@ -66,6 +66,12 @@ int test_file_exists(const char *path);
 /* Reads a whole file (malloc'd, NUL-terminated) or returns NULL. */
 char *test_read_file(const char *path, size_t *len);
 
+/* The real model the model tests run: $QKV_MODEL, default
+ * models/SmolLM2-135M-Instruct.Q4_1.gguf. If the file is missing, records a
+ * failure saying so (run `make model`) and returns NULL: a model test never
+ * passes without its model. The one place that decides. */
+const char *test_require_model(void);
+
 /* Directory holding committed fixtures (tests/fixtures). */
 const char *test_fixture_dir(void);
 
