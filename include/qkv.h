@@ -13,7 +13,13 @@
  *     A fully masked row has O = 0 and LSE = -inf, never NaN.
  *   - Functions return qkv_status; on failure the optional qkv_error receives
  *     one line naming what was wrong. The library never prints, never exits,
- *     keeps no global state and is safe to call from several threads.
+ *     keeps no global state and is safe to call from several threads (an
+ *     object with scratch in it, a plan, model or sampler, serves one call at
+ *     a time).
+ *   - Parameter structs qkv_attn_desc, qkv_mask, qkv_model_params and
+ *     qkv_sampler_params: zero is every optional field's default, so a
+ *     designated initialiser names only what it sets (qkv_rope has
+ *     qkv_rope_default()).
  *   - Arguments: outputs first, then inputs, then sizes.
  */
 #ifndef QKV_H
@@ -180,7 +186,11 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
  *   n_threads: the most threads a run may use, 0 = all available; a run's
  *              d->n_threads 0 means the plan's
  * A plan serves one run at a time (runs write its scratch); give each thread
- * that calls concurrently its own.
+ * that calls concurrently its own. (The threads are libgomp's: it allocates
+ * its pool once, and a team whenever a parallel region's size differs from
+ * the last one's. A run on one thread opens no region; on 2 every region has
+ * 2 threads; above 2 the kernels trim their team to the work, so sizes can
+ * alternate.)
  *   qkv_attn_plan *plan;
  *   qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, 0, &err);
  *   for (...) qkv_attn_run(plan, o, lse, q, k, v, &desc, &err);  // no malloc
