@@ -45,7 +45,8 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 TEST_CLI_OBJ := $(BUILD)/cli/bench_roofline.o
 
 .PHONY: all test check demo clean model deps
-all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test
+all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
+     $(BUILD)/model_steps
 
 # Objects depend on the flags they were compiled with: switching NATIVE=1 in
 # the same build directory recompiles everything.
@@ -85,6 +86,10 @@ $(BUILD)/libqkv_render.a: $(RENDER_OBJ)
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS)
+
+# bench/model_steps.c: the model's forward alone, against libqkv only
+$(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a
+	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
 
 $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv
 	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS)

@@ -66,6 +66,7 @@ static int run(const run_args *a) {
     qkv_tokenizer *tok = NULL;
     int32_t *ids = NULL;
     float *logits = NULL;
+    qkv_sampler *sampler = NULL;
     int rc = 0;
     if (qkv_model_open(&m, a->model, &mp, &err)) return cli_model_fail(&err, a->model);
     if (qkv_tokenizer_load(&tok, qkv_model_gguf(m), &err)) { rc = cli_fail("%s", err.msg); goto done; }
@@ -91,11 +92,11 @@ static int run(const run_args *a) {
         if (qkv_npy_save_f32(a->logits, logits, 2, shape, &err)) { rc = cli_fail("%s", err.msg); goto done; }
     }
     const float *last = logits + (a->logits ? (size_t)(n_prompt - 1) * V : 0);
-    qkv_sampler s = {a->temp, a->top_k, a->top_p, a->seed};
-    uint64_t rng = a->seed;
+    const qkv_sampler_params sp = {.temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
+    if (qkv_sampler_init(&sampler, (int)V, &sp, &err)) { rc = cli_fail("%s", err.msg); goto done; }
     int n_done = 0;
     for (; n_done < a->n_gen; n_done++) {
-        int32_t next = qkv_sample(last, (int)V, &s, &rng);
+        int32_t next = qkv_sample(sampler, last);
         if (is_stop(tok, next)) break;
         if (a->print_ids) {
             printf("%s%d", n_done ? " " : "", next);
@@ -119,6 +120,7 @@ static int run(const run_args *a) {
 done:
     free(ids);
     free(logits);
+    qkv_sampler_free(sampler);
     qkv_tokenizer_free(tok);
     qkv_model_close(m);
     return rc;

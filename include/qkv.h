@@ -13,7 +13,13 @@
  *     A fully masked row has O = 0 and LSE = -inf, never NaN.
  *   - Functions return qkv_status; on failure the optional qkv_error receives
  *     one line naming what was wrong. The library never prints, never exits,
- *     keeps no global state and is safe to call from several threads.
+ *     keeps no global state and is safe to call from several threads (an
+ *     object with scratch in it, a plan, model or sampler, serves one call at
+ *     a time).
+ *   - Parameter structs qkv_attn_desc, qkv_mask, qkv_model_params and
+ *     qkv_sampler_params: zero is every optional field's default, so a
+ *     designated initialiser names only what it sets (qkv_rope has
+ *     qkv_rope_default()).
  *   - Arguments: outputs first, then inputs, then sizes.
  */
 #ifndef QKV_H
@@ -94,7 +100,8 @@ typedef enum {
 } qkv_mask_kind;
 
 /* p(i) = Lk - Lq + i. Key indices are rows of K (0 .. Lk-1). The exclusion
- * list removes keys from every row on top of the kind's rule (ablation). */
+ * list removes keys from every row on top of the kind's rule (ablation).
+ * Zero is the default: (qkv_mask){0} is no mask, no exclusions. */
 typedef struct {
     qkv_mask_kind kind;
     int window;            /* W >= 1 for WINDOW and SINK_WINDOW */
@@ -131,6 +138,11 @@ qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
  * (2^29 doubles = 4 GiB: Llama-3.1-8B heads at n = 4096). */
 #define QKV_REFERENCE_MAX_SCORES ((int64_t)1 << 29)
 
+/* The shape fields (n_q_head .. head_dim) are required; every other field's
+ * zero is its default (1/sqrt(D), no mask, f32, dense, all threads), so a
+ * designated initialiser names only what it sets:
+ *   qkv_attn_desc d = {.n_q_head = 32, .n_kv_head = 8, .q_len = n, .kv_len = n,
+ *                      .head_dim = 128, .mask = {.kind = QKV_MASK_CAUSAL}}; */
 typedef struct {
     int n_q_head;          /* Hq */
     int n_kv_head;         /* Hkv, Hq % Hkv == 0 */
@@ -161,6 +173,8 @@ qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
  */
 qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
                          const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+/* (One shot: a plan for this call is made, run and freed. A caller that
+ * attends repeatedly keeps a plan instead, below.) */
 
 /* The reference kernel with its weight matrix returned.
  *   weights: [Hq, Lq, Lk] f32 output (softmax probabilities; masked = 0); may be NULL
@@ -168,6 +182,58 @@ qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, co
 qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
                                    const void *k, const void *v, const qkv_attn_desc *d,
                                    qkv_error *err);
+
+/*
+ * A plan: every buffer the flash and decode kernels need (per-thread tile
+ * scratch, decode's split partials, the exclusion bitmap), sized once for the
+ * largest problem it will serve, so that qkv_attn_run never allocates. A call
+ * fits a plan when its n_q_head, q_len, kv_len, head_dim and n_threads are at
+ * most the plan's (anything else may differ: n_kv_head, mask, exclusions,
+ * dtype, strides, scale); otherwise QKV_ERR_INVALID names the field.
+ *   max_desc:  the largest call (a valid descriptor; its n_threads is not read)
+ *   kernel:    the kernel every run uses; AUTO picks per call (qkv_attn_pick), so
+ *              its plan holds what flash and decode need. DECODE requires
+ *              max_desc->q_len <= QKV_DECODE_MAX_Q. REFERENCE plans hold nothing
+ *              and their runs allocate (the score table): only flash, flash-bf16,
+ *              decode and auto runs are allocation-free.
+ *   n_threads: the most threads a run may use, 0 = all available; a run's
+ *              d->n_threads 0 means the plan's
+ * A plan serves one run at a time (runs write its scratch); give each thread
+ * that calls concurrently its own. (The threads are libgomp's: it allocates
+ * its pool once, and a team whenever a parallel region's size differs from
+ * the last one's. A run on one thread opens no region; on 2 every region has
+ * 2 threads; above 2 the kernels trim their team to the work, so sizes can
+ * alternate.)
+ *   qkv_attn_plan *plan;
+ *   qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, 0, &err);
+ *   for (...) qkv_attn_run(plan, o, lse, q, k, v, &desc, &err);  // no malloc
+ *   qkv_attn_plan_free(plan);
+ */
+typedef struct qkv_attn_plan qkv_attn_plan;
+
+/* Bytes of memory a plan needs, at any alignment (qkv_attn_plan_init_in);
+ * 0 if the arguments are invalid (qkv_attn_plan_init says why). */
+size_t qkv_attn_workspace_size(const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads);
+
+/* A plan in memory it allocates itself; release with qkv_attn_plan_free.
+ * QKV_ERR_INVALID for a bad max_desc, kernel or n_threads; QKV_ERR_NOMEM. */
+qkv_status qkv_attn_plan_init(qkv_attn_plan **out, const qkv_attn_desc *max_desc, qkv_kernel kernel,
+                              int n_threads, qkv_error *err);
+
+/* A plan that lives in the caller's memory, which it never frees:
+ *   workspace: [bytes] any alignment, bytes >= qkv_attn_workspace_size(...);
+ *              it must outlive the plan and not be used for anything else meanwhile.
+ * *out points into workspace; qkv_attn_plan_free on it does nothing. */
+qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t bytes,
+                                 const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads,
+                                 qkv_error *err);
+void qkv_attn_plan_free(qkv_attn_plan *plan);  /* NULL is fine */
+
+/* qkv_attention with the plan's kernel and memory (same o, lse, q, k, v
+ * shapes, same results bit for bit); never allocates unless the plan's
+ * kernel is REFERENCE. */
+qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k,
+                        const void *v, const qkv_attn_desc *d, qkv_error *err);
 
 /* The instruction set the flash and decode kernels run on this CPU: "avx512",
  * "avx2" or "scalar" (QKV_ISA=avx512|avx2|scalar in the environment narrows
@@ -253,6 +319,10 @@ const void *qkv_kv_cache_v(const qkv_kv_cache *c);
  *   o:   [Hq, Lq, D], lse: [Hq, Lq] or NULL, q: [Hq, Lq, D] */
 qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
                                 const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+/* The same through a plan (qkv_attn_run): d->kv_len becomes the cache's
+ * length, so a plan for a cache has max kv_len = its capacity. */
+qkv_status qkv_attn_run_cached(qkv_attn_plan *plan, float *o, float *lse, const float *q,
+                               const qkv_kv_cache *c, const qkv_attn_desc *d, qkv_error *err);
 
 
 /* --------------------------------------------------------------------- npy */
@@ -549,6 +619,7 @@ typedef struct {
  * fills it from rope_freqs.weight. */
 qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
+/* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
 typedef struct {
     int n_ctx;              /* positions the KV cache holds; 0 = min(n_ctx_train, 8192) */
     qkv_dtype kv_dtype;     /* KV cache storage, default f32 */
@@ -592,16 +663,24 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
 
 /* ----------------------------------------------------------------- sampler */
 
+/* Zero is every field's default: (qkv_sampler_params){0} is greedy. */
 typedef struct {
     float temperature;      /* 0: greedy (argmax, lowest id on ties) */
     int top_k;              /* 0: off */
-    float top_p;            /* 1: off */
-    uint64_t seed;
-} qkv_sampler;
+    float top_p;            /* 0 or 1: off */
+    uint64_t seed;          /* of the splitmix64 stream the draws come from */
+} qkv_sampler_params;
 
-/* Picks a token from logits [V]; rng_state is advanced (start it at seed).
- * Greedy when temperature == 0. */
-int32_t qkv_sample(const float *logits, int n_vocab, const qkv_sampler *s, uint64_t *rng_state);
+/* A sampler owns its random stream and a [V] candidate buffer, so that
+ * qkv_sample never allocates. p NULL: greedy. QKV_ERR_INVALID for n_vocab < 1
+ * or a negative temperature, top_k or top_p; QKV_ERR_NOMEM. */
+typedef struct qkv_sampler qkv_sampler;
+qkv_status qkv_sampler_init(qkv_sampler **out, int n_vocab, const qkv_sampler_params *p, qkv_error *err);
+void qkv_sampler_free(qkv_sampler *s);   /* NULL is fine */
+
+/* Picks a token from logits: [V] f32 (V = the n_vocab of init), advancing the
+ * sampler's stream unless greedy. */
+int32_t qkv_sample(qkv_sampler *s, const float *logits);
 
 /* --------------------------------------------------------------- tokenizer */
 

@@ -57,8 +57,11 @@ static void check_shape(const shape *s, qkv_kernel kernel, test_rng *rng, float 
     qkv_convert_from_f32(vd, s->dtype, v, nkv);
     int excl[16];
     for (int e = 0; e < s->n_exclude; e++) excl[e] = test_rng_int(rng, 0, s->lk - 1);
-    qkv_attn_desc d = {s->hq, s->hkv, s->lq, s->lk, s->d, s->scale,
-                       {s->mask, s->window, s->sinks, excl, s->n_exclude}, s->dtype, 0, 2};
+    qkv_attn_desc d = {.n_q_head = s->hq, .n_kv_head = s->hkv, .q_len = s->lq, .kv_len = s->lk, .head_dim = s->d,
+                       .scale = s->scale,
+                       .mask = {.kind = s->mask, .window = s->window, .sinks = s->sinks, .exclude = excl,
+                                .n_exclude = s->n_exclude},
+                       .kv_dtype = s->dtype, .n_threads = 2};
     float *o_ref = malloc(nq * 4), *o = malloc(nq * 4);
     float *lse_ref = malloc((size_t)s->hq * s->lq * 4), *lse = malloc((size_t)s->hq * s->lq * 4);
     qkv_error err = {0};
@@ -177,8 +180,11 @@ static void check_bf16dot(const shape *s, test_rng *rng) {
     qkv_convert_from_f32(vd, s->dtype, v, nkv);
     int excl[16];
     for (int e = 0; e < s->n_exclude; e++) excl[e] = test_rng_int(rng, 0, s->lk - 1);
-    qkv_attn_desc d = {s->hq, s->hkv, s->lq, s->lk, s->d, s->scale,
-                       {s->mask, s->window, s->sinks, excl, s->n_exclude}, s->dtype, 0, 2};
+    qkv_attn_desc d = {.n_q_head = s->hq, .n_kv_head = s->hkv, .q_len = s->lq, .kv_len = s->lk, .head_dim = s->d,
+                       .scale = s->scale,
+                       .mask = {.kind = s->mask, .window = s->window, .sinks = s->sinks, .exclude = excl,
+                                .n_exclude = s->n_exclude},
+                       .kv_dtype = s->dtype, .n_threads = 2};
     qkv_error err = {0};
     CHECK(qkv_attention(o, lse, q, kd, vd, &d, QKV_KERNEL_FLASH_BF16, &err) == QKV_OK, "flash-bf16: %s", err.msg);
     const int rounded = attn_rows_bf16dot() != NULL && s->d % 2 == 0;
@@ -256,7 +262,8 @@ TEST(extreme_scores_are_exact_and_finite) {
 TEST(fully_masked_rows_give_zero_and_minus_inf) {
     /* every key excluded: all rows fully masked */
     int excl[5] = {0, 1, 2, 3, 4};
-    qkv_attn_desc d = {4, 2, 3, 5, 16, 0, {QKV_MASK_CAUSAL, 0, 0, excl, 5}, QKV_DTYPE_F32, 0, 1};
+    qkv_attn_desc d = {.n_q_head = 4, .n_kv_head = 2, .q_len = 3, .kv_len = 5, .head_dim = 16,
+                       .mask = {.kind = QKV_MASK_CAUSAL, .exclude = excl, .n_exclude = 5}, .n_threads = 1};
     float q[4 * 3 * 16], k[2 * 5 * 16], v[2 * 5 * 16], o[4 * 3 * 16], lse[12];
     test_rng r = {3};
     test_fill_normal(q, sizeof q / 4, &r, 1);
@@ -282,7 +289,8 @@ TEST(kv_storage_rounding_stays_within_its_bound) {
     test_fill_normal(q, nq, &r, 1);
     test_fill_normal(k, nkv, &r, 1);
     test_fill_normal(v, nkv, &r, 1);
-    qkv_attn_desc d = {hq, hkv, lq, lk, dd, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 2};
+    qkv_attn_desc d = {.n_q_head = hq, .n_kv_head = hkv, .q_len = lq, .kv_len = lk, .head_dim = dd,
+                       .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 2};
     qkv_attention(o32, NULL, q, k, v, &d, QKV_KERNEL_FLASH, NULL);
     const qkv_dtype types[2] = {QKV_DTYPE_BF16, QKV_DTYPE_F16};
     const double eps[2] = {1.0 / 256, 1.0 / 2048}; /* 2 ulps at bf16 / f16 precision */
@@ -309,7 +317,8 @@ TEST(kernel_names_round_trip) {
 }
 
 TEST(auto_picks_decode_for_short_queries) {
-    qkv_attn_desc d = {32, 8, 1, 4096, 128, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
+    qkv_attn_desc d = {.n_q_head = 32, .n_kv_head = 8, .q_len = 1, .kv_len = 4096, .head_dim = 128,
+                       .mask = {.kind = QKV_MASK_CAUSAL}};
     CHECK(qkv_attn_pick(&d) == QKV_KERNEL_DECODE, "Lq=1 Lk=4096 should use decode");
     d.q_len = 512;
     CHECK(qkv_attn_pick(&d) == QKV_KERNEL_FLASH, "Lq=512 should use flash");
@@ -318,7 +327,8 @@ TEST(auto_picks_decode_for_short_queries) {
 TEST(bad_descriptors_are_refused_with_a_message) {
     float x[4096];
     memset(x, 0, sizeof x);
-    qkv_attn_desc good = {4, 2, 2, 3, 16, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 1};
+    qkv_attn_desc good = {.n_q_head = 4, .n_kv_head = 2, .q_len = 2, .kv_len = 3, .head_dim = 16,
+                          .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 1};
     qkv_attn_desc bad[6];
     for (int i = 0; i < 6; i++) bad[i] = good;
     bad[0].n_q_head = 3;          /* not a multiple of 2 */
@@ -339,7 +349,8 @@ TEST(bad_descriptors_are_refused_with_a_message) {
 }
 
 TEST(reference_refuses_a_huge_score_table) {
-    qkv_attn_desc d = {32, 8, 32768, 32768, 128, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 1};
+    qkv_attn_desc d = {.n_q_head = 32, .n_kv_head = 8, .q_len = 32768, .kv_len = 32768, .head_dim = 128,
+                       .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 1};
     float x[16] = {0};
     qkv_error err = {0};
     qkv_status st = qkv_attention_reference(x, NULL, NULL, x, x, x, &d, &err);

@@ -18,7 +18,7 @@
 
 static qkv_model *open_model(int n_ctx, qkv_dtype kv) {
     if (!test_require_model()) return NULL;
-    qkv_model_params p = {n_ctx, kv, 2};
+    qkv_model_params p = {.n_ctx = n_ctx, .kv_dtype = kv, .n_threads = 2};
     qkv_model *m = NULL;
     qkv_error err = {0};
     CHECK(qkv_model_open(&m, test_model_path(), &p, &err) == QKV_OK, "open: %s", err.msg);

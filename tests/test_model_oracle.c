@@ -111,11 +111,11 @@ static void check_greedy(qkv_model *m, const char *dir, const char *name, int n_
     qkv_model_rewind(m, 0, NULL);
     qkv_error err = {0};
     CHECK(qkv_model_forward(m, lg, ids, (int)T, 0, &err) == QKV_OK, "%s", err.msg);
-    qkv_sampler greedy = {0, 0, 1, 0};
-    uint64_t rng = 0;
+    qkv_sampler *greedy = NULL;
+    CHECK(qkv_sampler_init(&greedy, V, NULL, &err) == QKV_OK, "%s", err.msg);
     int first_diff = -1;
-    for (int i = 0; i < n_new && i < G; i++) {
-        int32_t next = qkv_sample(lg, V, &greedy, &rng);
+    for (int i = 0; i < n_new && i < G && greedy; i++) {
+        int32_t next = qkv_sample(greedy, lg);
         if (next != want[i]) {
             first_diff = i;
             break;
@@ -127,6 +127,7 @@ static void check_greedy(qkv_model *m, const char *dir, const char *name, int n_
     }
     CHECK(first_diff < 0, "%s: greedy continuation differs from transformers at step %d", name, first_diff);
     if (first_diff < 0) printf("  greedy %-6s %d tokens identical to transformers\n", name, n_new);
+    qkv_sampler_free(greedy);
     free(lg); free(ids); free(want);
 }
 
@@ -155,7 +156,7 @@ static void check_tokens(const qkv_model *m, const char *dir, const char *name, 
 
 static qkv_model *open_at(const char *path, int n_ctx) {
     if (!test_require_file(path, "the model file: make model")) return NULL;
-    qkv_model_params p = {n_ctx, QKV_DTYPE_F32, 0};
+    qkv_model_params p = {.n_ctx = n_ctx};
     qkv_model *m = NULL;
     qkv_error err = {0};
     CHECK(qkv_model_open(&m, path, &p, &err) == QKV_OK, "%s", err.msg);

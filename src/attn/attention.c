@@ -1,7 +1,7 @@
 /*
- * attention.c — the one entry point, qkv_attention: checks the descriptor,
- * resolves defaults and hands the call to the reference, flash or decode
- * kernel. Also the pieces every kernel shares: scratch and thread counts.
+ * attention.c — the one-shot entry point, qkv_attention (a plan made for the
+ * call, run, freed), the descriptor's checks and defaults, and the pieces
+ * every kernel shares: scratch layout and thread counts.
  */
 #include "attn/internal.h"
 
@@ -81,7 +81,7 @@ int attn_threads(int requested) {
 }
 
 qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q,
-                             const void *k, const void *v, qkv_error *err) {
+                             const void *k, const void *v, uint64_t *excl_bits, qkv_error *err) {
     qkv_status st = qkv_attn_check(d, err);
     if (st) return st;
     if (!q || !k || !v) return qkv_fail(err, QKV_ERR_INVALID, "attention: q, k and v must not be NULL");
@@ -100,62 +100,47 @@ qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const floa
     P->v = v;
     P->kv_dtype = d->kv_dtype;
     P->kv_head_stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)d->kv_len * d->head_dim;
-    return attn_excl_init(&P->ex, &d->mask, d->kv_len, err);
+    if (excl_bits) attn_excl_build(&P->ex, excl_bits, &d->mask, d->kv_len);
+    return QKV_OK;
 }
 
-void attn_problem_free(attn_problem *P) { attn_excl_free(&P->ex); }
-
-qkv_status attn_scratch_init(attn_scratch *ws, int ld, qkv_error *err) {
-    /* sizes in floats, each rounded up to 16 (64 bytes) */
+/* sizes in floats, each rounded up to 16 (64 bytes) */
 #define SCRATCH_ROUND(n) (((size_t)(n) + 15) & ~(size_t)15)
+
+size_t attn_scratch_floats(int ld) {
     const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_ROWS * ld), n_s = SCRATCH_ROUND(ATTN_MAX_ROWS * ATTN_BK),
-                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_acc = n_q, n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
+                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
                  n_part = SCRATCH_ROUND(ATTN_PART);
-#undef SCRATCH_ROUND
-    const size_t total = n_q + n_s + 2 * n_tile + n_acc + 4 * n_row + n_part;
-    float *mem = aligned_alloc(64, total * sizeof(float));
-    if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention: cannot allocate %zu bytes of scratch", total * 4);
-    ws->mem = mem;
+    return 2 * n_q + n_s + 2 * n_tile + 4 * n_row + n_part;
+}
+
+void attn_scratch_bind(attn_scratch *ws, int ld, float *mem) {
+    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_ROWS * ld), n_s = SCRATCH_ROUND(ATTN_MAX_ROWS * ATTN_BK),
+                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS);
     ws->q = mem;
     ws->s = ws->q + n_q;
     ws->kt = ws->s + n_s;
     ws->vt = ws->kt + n_tile;
     ws->acc = ws->vt + n_tile;
-    ws->m = ws->acc + n_acc;
+    ws->m = ws->acc + n_q;
     ws->l = ws->m + n_row;
     ws->alpha = ws->l + n_row;
     ws->pos = (int32_t *)(void *)(ws->alpha + n_row);
     ws->part = ws->alpha + 2 * n_row;
-    return QKV_OK;
 }
-
-void attn_scratch_free(attn_scratch *ws) {
-    free(ws->mem);
-    ws->mem = NULL;
-}
+#undef SCRATCH_ROUND
 
 qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
                          const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
     if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
     if (kernel == QKV_KERNEL_REFERENCE) return qkv_attention_reference(o, lse, NULL, q, k, v, d, err);
-    attn_problem P;
-    qkv_status st = attn_problem_init(&P, d, q, k, v, err);
+    qkv_status st = qkv_attn_check(d, err);
     if (st) return st;
+    /* a plan for exactly this call, and for the one kernel AUTO picks */
     if (kernel == QKV_KERNEL_AUTO) kernel = qkv_attn_pick(d);
-    int threads = attn_threads(d->n_threads);
-    if (kernel == QKV_KERNEL_DECODE) {
-        if (d->q_len > QKV_DECODE_MAX_Q)
-            st = qkv_fail(err, QKV_ERR_INVALID, "attention: the decode kernel takes q_len <= %d, got %d",
-                          QKV_DECODE_MAX_Q, d->q_len);
-        else
-            st = attn_decode(o, lse, &P, threads, err);
-    } else if (kernel == QKV_KERNEL_FLASH) {
-        st = attn_flash(o, lse, &P, threads, NULL, err);
-    } else if (kernel == QKV_KERNEL_FLASH_BF16) {
-        st = attn_flash(o, lse, &P, threads, attn_rows_bf16dot(), err);
-    } else {
-        st = qkv_fail(err, QKV_ERR_INVALID, "attention: unknown kernel %d", (int)kernel);
-    }
-    attn_problem_free(&P);
+    qkv_attn_plan *plan;
+    if ((st = qkv_attn_plan_init(&plan, d, kernel, d->n_threads, err))) return st;
+    st = qkv_attn_run(plan, o, lse, q, k, v, d, err);
+    qkv_attn_plan_free(plan);
     return st;
 }

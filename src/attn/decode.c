@@ -18,78 +18,104 @@
  * on a loaded machine, waiting for a descheduled worker). */
 #define DECODE_MIN_BYTES_PER_THREAD (256 << 10)
 
-qkv_status attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, qkv_error *err) {
-    const attn_isa *isa = attn_isa_best();
-    const int D = P->head_dim, ld = P->ld, Lq = P->q_len;
-    int nh = ATTN_MAX_ROWS / Lq;
-    if (nh > P->group) nh = P->group;
-    const int n_hchunk = (P->group + nh - 1) / nh;
-    const int n_groups = P->n_kv_head * n_hchunk;
+/* How a call is cut: groups of rows (query heads of one KV head x Lq) times
+ * splits of the keys. */
+typedef struct {
+    int nh, n_hchunk, n_groups, key_end, n_threads, n_split, split_len, rows_max;
+} decode_layout;
+
+static void layout_of(decode_layout *L, const attn_problem *P, int n_threads) {
+    const int Lq = P->q_len;
+    L->nh = ATTN_MAX_ROWS / Lq;
+    if (L->nh > P->group) L->nh = P->group;
+    L->n_hchunk = (P->group + L->nh - 1) / L->nh;
+    L->n_groups = P->n_kv_head * L->n_hchunk;
+    L->rows_max = L->nh * Lq;
 
     /* keys any row can see: [0, key_end) */
-    const int key_end = attn_key_end(P->mask, P->kv_len, P->kv_len - 1);
-    const double kv_bytes = 2.0 * P->n_kv_head * key_end * D * qkv_dtype_size(P->kv_dtype);
+    L->key_end = attn_key_end(P->mask, P->kv_len, P->kv_len - 1);
+    const double kv_bytes = 2.0 * P->n_kv_head * L->key_end * P->head_dim * qkv_dtype_size(P->kv_dtype);
     int max_threads = (int)(kv_bytes / DECODE_MIN_BYTES_PER_THREAD);
     if (n_threads > max_threads) n_threads = max_threads > 1 ? max_threads : 1;
+    L->n_threads = n_threads;
     /* Splits: at least 4 items per thread, in a multiple of the thread count
      * (so dynamic scheduling ends with every thread busy), none shorter than
      * the minimum. Llama-3.1-8B (8 KV heads) on 2 threads: 8 items, one per
      * KV head; SmolLM2 (3): 4 splits each, 12 items. */
-    int n_split = (4 * n_threads + n_groups - 1) / n_groups;
-    while ((n_groups * n_split) % n_threads) n_split++;
-    int max_split = (key_end + DECODE_MIN_SPLIT - 1) / DECODE_MIN_SPLIT;
+    int n_split = (4 * n_threads + L->n_groups - 1) / L->n_groups;
+    while ((L->n_groups * n_split) % n_threads) n_split++;
+    int max_split = (L->key_end + DECODE_MIN_SPLIT - 1) / DECODE_MIN_SPLIT;
     if (n_split > max_split) n_split = max_split;
     if (n_split < 1) n_split = 1;
-    int split_len = (key_end + n_split - 1) / n_split;
+    int split_len = (L->key_end + n_split - 1) / n_split;
     split_len = (split_len + ATTN_BK - 1) / ATTN_BK * ATTN_BK;
     if (split_len < ATTN_BK) split_len = ATTN_BK;
-    n_split = key_end > 0 ? (key_end + split_len - 1) / split_len : 1;
+    L->split_len = split_len;
+    L->n_split = L->key_end > 0 ? (L->key_end + split_len - 1) / split_len : 1;
+}
 
-    /* partials: [n_groups, n_split, rows] of (m, l, acc[ld]) */
-    const int rows_max = nh * Lq;
+size_t attn_decode_part_floats(const attn_problem *P, int n_threads) {
+    decode_layout L;
+    layout_of(&L, P, n_threads);
+    return (size_t)L.n_groups * L.n_split * L.rows_max * ((size_t)P->ld + 2);
+}
+
+/* A bound for layout_of over every problem within the maxima: groups x rows
+ * per group = Hkv * ceil(G / nh) * nh * Lq < 2 * Hq * Lq; splits <= the
+ * minimum count's, ceil(Lk / DECODE_MIN_SPLIT), and <= 5 * threads (4 per
+ * thread, then at most threads - 1 more to reach a multiple). */
+size_t attn_decode_part_bound(int max_q_head, int max_q_len, int max_kv_len, int ld, int n_threads) {
+    const size_t Lq = max_q_len < QKV_DECODE_MAX_Q ? (size_t)max_q_len : QKV_DECODE_MAX_Q;
+    size_t splits = ((size_t)max_kv_len + DECODE_MIN_SPLIT - 1) / DECODE_MIN_SPLIT;
+    if (splits > 5 * (size_t)n_threads) splits = 5 * (size_t)n_threads;
+    if (splits < 1) splits = 1;
+    return 2 * (size_t)max_q_head * Lq * splits * ((size_t)ld + 2);
+}
+
+typedef struct {
+    const attn_problem *P;
+    const decode_layout *L;
+    const attn_isa *isa;
+    attn_scratch *ws;   /* [threads] */
+    float *part;        /* [n_groups, n_split, rows_max] of (m, l, acc[ld]) */
+} decode_call;
+
+static void decode_item(void *ctx, int64_t it, int thread) {
+    const decode_call *c = ctx;
+    const attn_problem *P = c->P;
+    const decode_layout *L = c->L;
+    const int Lq = P->q_len, ld = P->ld;
     const size_t stride = (size_t)ld + 2;
-    float *part = malloc((size_t)n_groups * n_split * rows_max * stride * sizeof(float));
-    if (!part) return qkv_fail(err, QKV_ERR_NOMEM, "decode attention: cannot allocate split partials");
-    const int64_t n_items = (int64_t)n_groups * n_split;
-    int failed = 0;
+    attn_scratch *ws = &c->ws[thread];
+    int g = (int)(it / L->n_split), s = (int)(it % L->n_split);
+    attn_rows rows;
+    rows.kvh = g / L->n_hchunk;
+    rows.h0 = (g % L->n_hchunk) * L->nh;
+    rows.nh = P->group - rows.h0 < L->nh ? P->group - rows.h0 : L->nh;
+    rows.i0 = 0;
+    rows.nq = Lq;
+    int j0 = s * L->split_len, j1 = j0 + L->split_len < L->key_end ? j0 + L->split_len : L->key_end;
+    c->isa->rows(P, &rows, j0, j1, ws);
+    float *dst = c->part + ((size_t)g * L->n_split + s) * L->rows_max * stride;
+    for (int r = 0; r < rows.nh * Lq; r++) {
+        dst[r * stride] = ws->m[r];
+        dst[r * stride + 1] = ws->l[r];
+        memcpy(dst + r * stride + 2, ws->acc + (size_t)r * ld, (size_t)ld * sizeof(float));
+    }
+}
 
-#pragma omp parallel num_threads(n_threads)
-    {
-        attn_scratch ws;
-        int ok = attn_scratch_init(&ws, ld, NULL) == QKV_OK;
-        if (!ok) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < n_items; it++) {
-            if (!ok) continue;
-            int g = (int)(it / n_split), s = (int)(it % n_split);
-            attn_rows rows;
-            rows.kvh = g / n_hchunk;
-            rows.h0 = (g % n_hchunk) * nh;
-            rows.nh = P->group - rows.h0 < nh ? P->group - rows.h0 : nh;
-            rows.i0 = 0;
-            rows.nq = Lq;
-            int j0 = s * split_len, j1 = j0 + split_len < key_end ? j0 + split_len : key_end;
-            isa->rows(P, &rows, j0, j1, &ws);
-            float *dst = part + ((size_t)g * n_split + s) * rows_max * stride;
-            for (int r = 0; r < rows.nh * Lq; r++) {
-                dst[r * stride] = ws.m[r];
-                dst[r * stride + 1] = ws.l[r];
-                memcpy(dst + r * stride + 2, ws.acc + (size_t)r * ld, (size_t)ld * sizeof(float));
-            }
-        }
-        if (ok) attn_scratch_free(&ws);
-    }
-    if (failed) {
-        free(part);
-        return qkv_fail(err, QKV_ERR_NOMEM, "decode attention: cannot allocate per-thread scratch");
-    }
+void attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, attn_scratch *ws, float *part) {
+    const int D = P->head_dim, Lq = P->q_len;
+    decode_layout L;
+    layout_of(&L, P, n_threads);
+    const int nh = L.nh, n_split = L.n_split, rows_max = L.rows_max;
+    const size_t stride = (size_t)P->ld + 2;
+    decode_call c = {.P = P, .L = &L, .isa = attn_isa_best(), .ws = ws, .part = part};
+    qkv_parallel_for((int64_t)L.n_groups * n_split, L.n_threads, 1, decode_item, &c);
 
     /* merge the splits of every row by LSE */
-    for (int g = 0; g < n_groups; g++) {
-        int kvh = g / n_hchunk, h0 = (g % n_hchunk) * nh;
+    for (int g = 0; g < L.n_groups; g++) {
+        int kvh = g / L.n_hchunk, h0 = (g % L.n_hchunk) * nh;
         int nhg = P->group - h0 < nh ? P->group - h0 : nh;
         for (int r = 0; r < nhg * Lq; r++) {
             int h = kvh * P->group + h0 + r / Lq, i = r % Lq;
@@ -117,6 +143,4 @@ qkv_status attn_decode(float *o, float *lse, const attn_problem *P, int n_thread
             if (lse) lse[row] = M + logf(l);
         }
     }
-    free(part);
-    return QKV_OK;
 }

@@ -55,45 +55,40 @@ static void write_rows(float *o, float *lse, const attn_problem *P, const attn_r
     }
 }
 
-qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows_fn,
-                      qkv_error *err) {
-    if (!rows_fn) rows_fn = attn_isa_best()->rows;
-    int nh, nq;
-    block_shape(P->group, P->q_len, &nh, &nq);
-    const int n_hchunk = (P->group + nh - 1) / nh;
-    const int n_qblock = (P->q_len + nq - 1) / nq;
-    const int64_t n_items = (int64_t)P->n_kv_head * n_hchunk * n_qblock;
-    int failed = 0;
+typedef struct {
+    float *o, *lse;
+    const attn_problem *P;
+    attn_rows_fn rows_fn;
+    attn_scratch *ws;       /* [threads] */
+    int nh, nq, n_hchunk, n_qblock;
+} flash_call;
+
+static void flash_item(void *ctx, int64_t it, int thread) {
+    const flash_call *c = ctx;
+    const attn_problem *P = c->P;
+    /* last query blocks first: under a causal mask they cost the most */
+    int qb = c->n_qblock - 1 - (int)(it % c->n_qblock);
+    int64_t rest = it / c->n_qblock;
+    attn_rows rows;
+    rows.kvh = (int)(rest / c->n_hchunk);
+    rows.h0 = (int)(rest % c->n_hchunk) * c->nh;
+    rows.nh = P->group - rows.h0 < c->nh ? P->group - rows.h0 : c->nh;
+    rows.i0 = qb * c->nq;
+    rows.nq = P->q_len - rows.i0 < c->nq ? P->q_len - rows.i0 : c->nq;
+    c->rows_fn(P, &rows, 0, P->kv_len, &c->ws[thread]);
+    write_rows(c->o, c->lse, P, &rows, &c->ws[thread]);
+}
+
+void attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows_fn,
+                attn_scratch *ws) {
+    flash_call c = {.o = o, .lse = lse, .P = P, .rows_fn = rows_fn ? rows_fn : attn_isa_best()->rows, .ws = ws};
+    block_shape(P->group, P->q_len, &c.nh, &c.nq);
+    c.n_hchunk = (P->group + c.nh - 1) / c.nh;
+    c.n_qblock = (P->q_len + c.nq - 1) / c.nq;
+    const int64_t n_items = (int64_t)P->n_kv_head * c.n_hchunk * c.n_qblock;
     /* no more threads than items, and none for less than FLASH_MIN_FLOPS of work */
     const double flops = 4.0 * P->head_dim * P->n_q_head * (double)P->q_len * P->kv_len;
     if (n_threads > n_items) n_threads = (int)n_items;
     if (n_threads > 1 && flops / n_threads < FLASH_MIN_FLOPS) n_threads = flops / FLASH_MIN_FLOPS > 1 ? (int)(flops / FLASH_MIN_FLOPS) : 1;
-
-#pragma omp parallel num_threads(n_threads)
-    {
-        attn_scratch ws;
-        int ok = attn_scratch_init(&ws, P->ld, NULL) == QKV_OK;
-        if (!ok) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t it = 0; it < n_items; it++) {
-            if (!ok) continue;
-            /* last query blocks first: under a causal mask they cost the most */
-            int qb = n_qblock - 1 - (int)(it % n_qblock);
-            int64_t rest = it / n_qblock;
-            attn_rows rows;
-            rows.kvh = (int)(rest / n_hchunk);
-            rows.h0 = (int)(rest % n_hchunk) * nh;
-            rows.nh = P->group - rows.h0 < nh ? P->group - rows.h0 : nh;
-            rows.i0 = qb * nq;
-            rows.nq = P->q_len - rows.i0 < nq ? P->q_len - rows.i0 : nq;
-            rows_fn(P, &rows, 0, P->kv_len, &ws);
-            write_rows(o, lse, P, &rows, &ws);
-        }
-        if (ok) attn_scratch_free(&ws);
-    }
-    if (failed) return qkv_fail(err, QKV_ERR_NOMEM, "flash attention: cannot allocate per-thread scratch");
-    return QKV_OK;
+    qkv_parallel_for(n_items, n_threads, 1, flash_item, &c);
 }

@@ -1,6 +1,7 @@
 /*
  * internal.h — what the attention kernels share inside src/attn: the tile
- * classifier, the exclusion bitmap, per-thread scratch and the ISA table.
+ * classifier, the exclusion bitmap, per-thread scratch, the plan that owns
+ * them and the ISA table.
  *
  * Legend: G = query heads per KV head, R = rows of a block (query heads x
  * positions), BK = keys per tile, ld = head_dim rounded up to 16 (row stride
@@ -11,6 +12,7 @@
 
 #include "qkv.h"
 #include "util/error.h"
+#include "util/parallel.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,8 +28,11 @@ typedef struct {
     int n_words;
 } attn_excl;
 
-qkv_status attn_excl_init(attn_excl *ex, const qkv_mask *m, int kv_len, qkv_error *err);
-void attn_excl_free(attn_excl *ex);
+/* Words of the bitmap over kv_len keys. */
+#define ATTN_EXCL_WORDS(kv_len) (((size_t)(kv_len) + 63) / 64)
+/* Builds the bitmap of m's exclusions in bits: [ATTN_EXCL_WORDS(kv_len)]
+ * (the caller's memory); ex->bits stays NULL when m excludes nothing. */
+void attn_excl_build(attn_excl *ex, uint64_t *bits, const qkv_mask *m, int kv_len);
 int attn_excl_any(const attn_excl *ex, int j0, int j1);
 static inline int attn_excl_has(const attn_excl *ex, int j) {
     return ex->bits && ((ex->bits[j >> 6] >> (j & 63)) & 1);
@@ -59,8 +64,8 @@ typedef struct {
     int kvh, h0, nh, i0, nq;
 } attn_rows;
 
-/* Per-thread scratch, allocated once per call per thread (O(tile), never O(n)).
- * Every buffer starts on a 64-byte boundary. */
+/* Per-thread scratch, O(tile), never O(n): one per thread of a plan, carved
+ * out of the plan's memory. Every buffer starts on a 64-byte boundary. */
 typedef struct {
     float *q;     /* [ATTN_MAX_ROWS * ld] scaled queries: rows [R, ld] or transposed [D, RP] */
     float *s;     /* [ATTN_MAX_ROWS * ATTN_BK] scores, then probabilities: [R, BK] or [BK, RP] */
@@ -72,12 +77,13 @@ typedef struct {
     float *alpha; /* [ATTN_MAX_ROWS] rescale factor of the current tile */
     int32_t *pos; /* [ATTN_MAX_ROWS] absolute position of each row */
     float *part;  /* [ATTN_PART] partial dot products of the few-row path */
-    void *mem;
 } attn_scratch;
 #define ATTN_PART (8 * 16 * 16)
 
-qkv_status attn_scratch_init(attn_scratch *ws, int ld, qkv_error *err);
-void attn_scratch_free(attn_scratch *ws);
+/* Floats of one thread's scratch for row stride ld (a multiple of 16). */
+size_t attn_scratch_floats(int ld);
+/* Points ws's buffers into mem: [attn_scratch_floats(ld)], 64-byte aligned. */
+void attn_scratch_bind(attn_scratch *ws, int ld, float *mem);
 
 /* Online softmax over keys [j0, j1) for one block of rows. Initialises
  * ws->m = -inf, ws->l = 0, ws->acc = 0, then folds in every visible key:
@@ -111,17 +117,35 @@ void attn_rows_avx512bf16(const attn_problem *P, const attn_rows *rows, int j0, 
  * where AVX512_BF16 is there (and QKV_ISA allows avx512), else NULL. */
 attn_rows_fn attn_rows_bf16dot(void);
 
-/* Resolves a descriptor into a problem (validates it; builds the exclusion bitmap). */
+/* Resolves a descriptor into a problem (validates it). The exclusion bitmap
+ * is built in excl_bits: [ATTN_EXCL_WORDS(d->kv_len)], or not at all when
+ * excl_bits is NULL (the reference kernel reads the mask by qkv_mask_visible). */
 qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q,
-                             const void *k, const void *v, qkv_error *err);
-void attn_problem_free(attn_problem *P);
+                             const void *k, const void *v, uint64_t *excl_bits, qkv_error *err);
 
 /* Thread count to use for a descriptor's n_threads (0 = all available). */
 int attn_threads(int requested);
 
-/* The kernels behind qkv_attention. */
-qkv_status attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows,
-                      qkv_error *err);
-qkv_status attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, qkv_error *err);
+/* Everything a call needs beyond its arguments, sized once (qkv_attn_plan_init). */
+struct qkv_attn_plan {
+    qkv_kernel kernel;       /* as given: AUTO picks per call */
+    int n_threads;           /* a call uses at most this many */
+    int max_q_head, max_q_len, max_kv_len, max_head_dim;
+    attn_scratch *ws;        /* [n_threads] per-thread tile scratch, row stride ld of max_head_dim */
+    float *part;             /* [n_part] decode split partials; NULL if the kernel never decodes */
+    size_t n_part;
+    uint64_t *excl;          /* [ATTN_EXCL_WORDS(max_kv_len)] exclusion bitmap */
+    void *owned;             /* what qkv_attn_plan_free releases; NULL for qkv_attn_plan_init_in */
+};
+
+/* The kernels behind qkv_attn_run. ws: [n_threads] scratch. */
+void attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows,
+                attn_scratch *ws);
+/* Floats of split partials a call of P on n_threads needs, and the most any
+ * call within the maxima can need (the plan reserves that). */
+size_t attn_decode_part_floats(const attn_problem *P, int n_threads);
+size_t attn_decode_part_bound(int max_q_head, int max_q_len, int max_kv_len, int ld, int n_threads);
+/* part: [attn_decode_part_floats(P, n_threads)]. */
+void attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, attn_scratch *ws, float *part);
 
 #endif /* QKV_ATTN_INTERNAL_H */

@@ -114,15 +114,29 @@ qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int star
     return QKV_OK;
 }
 
-qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
-                                const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
+/* d with the KV fields taken from the cache. */
+static qkv_status cached_desc(qkv_attn_desc *dd, const qkv_kv_cache *c, const qkv_attn_desc *d, qkv_error *err) {
     if (!c || !d) return qkv_fail(err, QKV_ERR_INVALID, "attention: cache or descriptor is NULL");
     if (c->len < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: the kv cache is empty");
-    qkv_attn_desc dd = *d;
-    dd.n_kv_head = c->n_kv_head;
-    dd.head_dim = c->head_dim;
-    dd.kv_len = c->len;
-    dd.kv_dtype = c->dtype;
-    dd.kv_head_stride = (int64_t)c->capacity * c->head_dim;
-    return qkv_attention(o, lse, q, c->k, c->v, &dd, kernel, err);
+    *dd = *d;
+    dd->n_kv_head = c->n_kv_head;
+    dd->head_dim = c->head_dim;
+    dd->kv_len = c->len;
+    dd->kv_dtype = c->dtype;
+    dd->kv_head_stride = (int64_t)c->capacity * c->head_dim;
+    return QKV_OK;
+}
+
+qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
+                                const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
+    qkv_attn_desc dd;
+    qkv_status st = cached_desc(&dd, c, d, err);
+    return st ? st : qkv_attention(o, lse, q, c->k, c->v, &dd, kernel, err);
+}
+
+qkv_status qkv_attn_run_cached(qkv_attn_plan *plan, float *o, float *lse, const float *q, const qkv_kv_cache *c,
+                               const qkv_attn_desc *d, qkv_error *err) {
+    qkv_attn_desc dd;
+    qkv_status st = cached_desc(&dd, c, d, err);
+    return st ? st : qkv_attn_run(plan, o, lse, q, c->k, c->v, &dd, err);
 }

@@ -5,6 +5,8 @@
  */
 #include "attn/internal.h"
 
+#include <string.h>
+
 int qkv_mask_visible(const qkv_mask *m, int q_len, int kv_len, int i, int j) {
     int p = kv_len - q_len + i; /* bottom-right aligned absolute position of row i */
     if (j < 0 || j >= kv_len) return 0;
@@ -81,24 +83,17 @@ int attn_rule_visible(const qkv_mask *m, int p, int j) { return rule_visible(m, 
 
 /* ------------------------------------------------------------ exclusions */
 
-qkv_status attn_excl_init(attn_excl *ex, const qkv_mask *m, int kv_len, qkv_error *err) {
+void attn_excl_build(attn_excl *ex, uint64_t *bits, const qkv_mask *m, int kv_len) {
     ex->bits = NULL;
     ex->n_words = 0;
-    if (m->n_exclude <= 0) return QKV_OK;
-    if (!m->exclude) return qkv_fail(err, QKV_ERR_INVALID, "mask: n_exclude > 0 but exclude is NULL");
-    ex->n_words = (kv_len + 63) / 64;
-    ex->bits = calloc((size_t)ex->n_words, sizeof *ex->bits);
-    if (!ex->bits) return qkv_fail(err, QKV_ERR_NOMEM, "mask: cannot allocate exclusion bitmap");
+    if (m->n_exclude <= 0) return;
+    ex->n_words = (int)ATTN_EXCL_WORDS(kv_len);
+    ex->bits = bits;
+    memset(bits, 0, (size_t)ex->n_words * sizeof *bits);
     for (int e = 0; e < m->n_exclude; e++) {
         int j = m->exclude[e];
-        if (j >= 0 && j < kv_len) ex->bits[j >> 6] |= 1ull << (j & 63);
+        if (j >= 0 && j < kv_len) bits[j >> 6] |= 1ull << (j & 63);
     }
-    return QKV_OK;
-}
-
-void attn_excl_free(attn_excl *ex) {
-    free(ex->bits);
-    ex->bits = NULL;
 }
 
 int attn_excl_any(const attn_excl *ex, int j0, int j1) {

@@ -23,23 +23,18 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
                                    qkv_error *err) {
     if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
     attn_problem P;
-    qkv_status st = attn_problem_init(&P, d, q, k, v, err);
+    qkv_status st = attn_problem_init(&P, d, q, k, v, NULL, err);
     if (st) return st;
     const int Hq = P.n_q_head, Lq = P.q_len, Lk = P.kv_len, D = P.head_dim;
     int64_t n_scores = (int64_t)Hq * Lq * Lk;
-    if (n_scores > QKV_REFERENCE_MAX_SCORES) {
-        attn_problem_free(&P);
+    if (n_scores > QKV_REFERENCE_MAX_SCORES)
         return qkv_fail(err, QKV_ERR_TOO_LARGE,
                         "reference attention: the score table [%d, %d, %d] would need %.1f GiB "
                         "(limit %.0f GiB); use the flash kernel",
                         Hq, Lq, Lk, (double)n_scores * 8 / (1 << 30),
                         (double)QKV_REFERENCE_MAX_SCORES * 8 / (1 << 30));
-    }
     double *scores = malloc((size_t)n_scores * sizeof(double)); /* [Hq, Lq, Lk] */
-    if (!scores) {
-        attn_problem_free(&P);
-        return qkv_fail(err, QKV_ERR_NOMEM, "reference attention: cannot allocate the score table");
-    }
+    if (!scores) return qkv_fail(err, QKV_ERR_NOMEM, "reference attention: cannot allocate the score table");
     const double scale = P.scale;
 
 #pragma omp parallel for num_threads(attn_threads(d->n_threads)) schedule(dynamic, 1)
@@ -90,6 +85,5 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
         }
     }
     free(scores);
-    attn_problem_free(&P);
     return QKV_OK;
 }

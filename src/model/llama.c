@@ -7,8 +7,9 @@
  *               h = rmsnorm(x) ; x += (silu(h Wgate) * (h Wup)) Wdown
  *   logits = rmsnorm(x) Wout                            [n, V]
  * State is split as in llama2.c: config (qkv_model_config), weights (pointers
- * into the GGUF mapping) and run state (activations and KV caches, allocated
- * once at open for n_ctx positions: forward never allocates).
+ * into the GGUF mapping) and run state (activations, KV caches, matmul scratch
+ * and one attention plan for every layer, allocated once at open for n_ctx
+ * positions: forward never allocates, tests/test_alloc.c counts).
  *
  * RoPE pairing: llama.cpp's converter permutes the rows of q and k weights so
  * that ggml's "normal" rope, which rotates adjacent pairs (2i, 2i+1), equals
@@ -39,6 +40,7 @@ struct qkv_model {
     float *rope_factors;     /* [D/2] or NULL */
     /* run state, sized for n_ctx tokens */
     qkv_kv_cache **cache;    /* [L] */
+    qkv_attn_plan *plan;     /* every layer's attention: up to n_ctx queries against n_ctx keys */
     float *x;                /* [n_ctx, E] residual stream */
     float *h;                /* [n_ctx, E] normed input of a sublayer */
     float *q;                /* [n_ctx, Hq*D] */
@@ -165,13 +167,16 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
         qkv_status st = qkv_kv_cache_init(&m->cache[l], c->n_kv_head, c->head_dim, m->n_ctx, p->kv_dtype, err);
         if (st) return st;
     }
-    return QKV_OK;
+    /* a forward call of n tokens at pos attends n rows to pos + n <= n_ctx keys */
+    const qkv_attn_desc max = {.n_q_head = c->n_head, .n_kv_head = c->n_kv_head, .q_len = m->n_ctx,
+                               .kv_len = m->n_ctx, .head_dim = c->head_dim};
+    return qkv_attn_plan_init(&m->plan, &max, QKV_KERNEL_AUTO, m->n_threads, err);
 }
 
 qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err) {
     if (!out) return qkv_fail(err, QKV_ERR_INVALID, "model: out is NULL");
     *out = NULL;
-    qkv_model_params defaults = {0, QKV_DTYPE_F32, 0};
+    const qkv_model_params defaults = {0}; /* zero is every field's default */
     if (!p) p = &defaults;
     if (p->n_ctx < 0 || p->n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx or n_threads");
     qkv_model *m = calloc(1, sizeof *m);
@@ -197,6 +202,7 @@ void qkv_model_close(qkv_model *m) {
     if (m->cache)
         for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_free(m->cache[l]);
     free(m->cache);
+    qkv_attn_plan_free(m->plan);
     free(m->layers); free(m->norm_w); free(m->rope_factors);
     free(m->x); free(m->h); free(m->q); free(m->k); free(m->v); free(m->qt); free(m->kt); free(m->vt);
     free(m->att); free(m->lse); free(m->o); free(m->gate); free(m->up); free(m->scratch); free(m->positions);
@@ -267,9 +273,10 @@ static qkv_status attention_layer(qkv_model *m, int l, int n, int pos0, qkv_erro
         (st = qkv_rope_apply(m->kt, m->positions, &c->rope, Hkv, n, D, err)) ||
         (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
         return st;
-    qkv_attn_desc desc = {Hq, Hkv, n, pos0 + n, D, 0, {QKV_MASK_CAUSAL, 0, 0, m->exclude, m->n_exclude},
-                          QKV_DTYPE_F32, 0, m->n_threads};
-    if ((st = qkv_attention_cached(m->att, m->lse, m->qt, m->cache[l], &desc, QKV_KERNEL_AUTO, err))) return st;
+    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
+                          .mask = {.kind = QKV_MASK_CAUSAL, .exclude = m->exclude, .n_exclude = m->n_exclude},
+                          .n_threads = m->n_threads};
+    if ((st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err))) return st;
     if (m->hook) {
         desc.kv_dtype = qkv_kv_cache_dtype(m->cache[l]);
         desc.kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D;

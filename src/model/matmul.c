@@ -8,6 +8,7 @@
  */
 #include "model/internal.h"
 #include "util/cpu.h"
+#include "util/parallel.h"
 
 #include <math.h>
 #include <omp.h>
@@ -71,17 +72,27 @@ const model_mm_isa *model_mm_isa_best(void) { return &mm_isas[cpu_isa_chosen()];
 
 /* ---------------------------------------------------------------- matmul */
 
+typedef struct {
+    float *out;
+    const float *x;
+    const qkv_gguf_tensor *w;
+    int n;
+    float *scratch;          /* [threads, MATMUL_ROWS, cols] */
+    model_mm_rows_fn rows_fn;
+} matmul_call;
+
+static void matmul_block(void *ctx, int64_t b, int thread) {
+    const matmul_call *c = ctx;
+    const int64_t rows = c->w->shape[0], cols = c->w->shape[1];
+    int64_t r0 = b * MATMUL_ROWS, r1 = r0 + MATMUL_ROWS < rows ? r0 + MATMUL_ROWS : rows;
+    c->rows_fn(c->out, c->x, c->w, c->n, r0, r1, c->scratch + (size_t)thread * MATMUL_ROWS * cols);
+}
+
 void model_matmul_isa(const model_mm_isa *isa, float *out, const float *x, const qkv_gguf_tensor *w, int n,
                       float *scratch, int n_threads) {
-    const int64_t rows = w->shape[0], cols = w->shape[1];
-    const int64_t n_blocks = (rows + MATMUL_ROWS - 1) / MATMUL_ROWS;
-    const model_mm_rows_fn rows_fn = isa->rows;
     if (n < 1) return;
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t b = 0; b < n_blocks; b++) {
-        int64_t r0 = b * MATMUL_ROWS, r1 = r0 + MATMUL_ROWS < rows ? r0 + MATMUL_ROWS : rows;
-        rows_fn(out, x, w, n, r0, r1, scratch + (size_t)omp_get_thread_num() * MATMUL_ROWS * cols);
-    }
+    matmul_call c = {.out = out, .x = x, .w = w, .n = n, .scratch = scratch, .rows_fn = isa->rows};
+    qkv_parallel_for((w->shape[0] + MATMUL_ROWS - 1) / MATMUL_ROWS, n_threads, 0, matmul_block, &c);
 }
 
 void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,

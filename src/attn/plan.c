@@ -1,0 +1,160 @@
+/*
+ * plan.c — the attention plan: every buffer the flash and decode kernels
+ * need (per-thread tile scratch, decode split partials, the exclusion
+ * bitmap), sized once for the largest problem a caller will run and laid out
+ * in one block of memory, the plan's own or the caller's. qkv_attn_run checks
+ * that a call fits and never allocates. The reference kernel is not planned:
+ * it materialises its score table per call.
+ */
+#include "attn/internal.h"
+
+#include <string.h>
+
+#define PLAN_ALIGN 64
+
+static size_t round_up(size_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
+
+/* Byte offsets of the plan's parts from the aligned start of its memory. */
+typedef struct {
+    int n_threads, ld;
+    size_t ws, scratch, scratch_floats, part, n_part, excl, total;
+    size_t bytes; /* a workspace of any alignment needs this many */
+} plan_layout;
+
+static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel kernel, int n_threads,
+                            qkv_error *err) {
+    qkv_status st = qkv_attn_check(max, err);
+    if (st) return st;
+    if (n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: n_threads %d < 0", n_threads);
+    switch (kernel) {
+    case QKV_KERNEL_AUTO:
+    case QKV_KERNEL_REFERENCE:
+    case QKV_KERNEL_FLASH:
+    case QKV_KERNEL_FLASH_BF16: break;
+    case QKV_KERNEL_DECODE:
+        if (max->q_len > QKV_DECODE_MAX_Q)
+            return qkv_fail(err, QKV_ERR_INVALID, "attention: the decode kernel takes q_len <= %d, got %d",
+                            QKV_DECODE_MAX_Q, max->q_len);
+        break;
+    default: return qkv_fail(err, QKV_ERR_INVALID, "attention: unknown kernel %d", (int)kernel);
+    }
+    memset(L, 0, sizeof *L);
+    L->n_threads = attn_threads(n_threads);
+    L->ld = (max->head_dim + 15) & ~15;
+    L->ws = round_up(sizeof(qkv_attn_plan));
+    size_t end = L->ws;
+    if (kernel != QKV_KERNEL_REFERENCE) {
+        L->scratch = round_up(end + (size_t)L->n_threads * sizeof(attn_scratch));
+        L->scratch_floats = attn_scratch_floats(L->ld); /* a multiple of 16: every thread's starts aligned */
+        end = L->scratch + (size_t)L->n_threads * L->scratch_floats * sizeof(float);
+        if (kernel == QKV_KERNEL_AUTO || kernel == QKV_KERNEL_DECODE)
+            L->n_part = attn_decode_part_bound(max->n_q_head, max->q_len, max->kv_len, L->ld, L->n_threads);
+        L->part = round_up(end);
+        end = L->part + L->n_part * sizeof(float);
+        L->excl = round_up(end);
+        end = L->excl + ATTN_EXCL_WORDS(max->kv_len) * sizeof(uint64_t);
+    }
+    L->total = round_up(end);
+    L->bytes = L->total + PLAN_ALIGN - 1; /* room to align any start */
+    return QKV_OK;
+}
+
+size_t qkv_attn_workspace_size(const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads) {
+    plan_layout L = {0};
+    return layout_of(&L, max_desc, kernel, n_threads, NULL) ? 0 : L.bytes;
+}
+
+qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t bytes, const qkv_attn_desc *max_desc,
+                                 qkv_kernel kernel, int n_threads, qkv_error *err) {
+    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
+    *out = NULL;
+    plan_layout L;
+    qkv_status st = layout_of(&L, max_desc, kernel, n_threads, err);
+    if (st) return st;
+    if (!workspace) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: workspace is NULL");
+    if (bytes < L.bytes)
+        return qkv_fail(err, QKV_ERR_INVALID, "attention plan: workspace of %zu bytes, this plan needs %zu", bytes,
+                        L.bytes);
+    char *base = (char *)(((uintptr_t)workspace + PLAN_ALIGN - 1) & ~(uintptr_t)(PLAN_ALIGN - 1));
+    qkv_attn_plan *p = (qkv_attn_plan *)(void *)base;
+    memset(p, 0, sizeof *p);
+    p->kernel = kernel;
+    p->n_threads = L.n_threads;
+    p->max_q_head = max_desc->n_q_head;
+    p->max_q_len = max_desc->q_len;
+    p->max_kv_len = max_desc->kv_len;
+    p->max_head_dim = max_desc->head_dim;
+    if (kernel != QKV_KERNEL_REFERENCE) {
+        p->ws = (attn_scratch *)(void *)(base + L.ws);
+        for (int t = 0; t < L.n_threads; t++)
+            attn_scratch_bind(&p->ws[t], L.ld, (float *)(void *)(base + L.scratch) + (size_t)t * L.scratch_floats);
+        p->part = L.n_part ? (float *)(void *)(base + L.part) : NULL;
+        p->n_part = L.n_part;
+        p->excl = (uint64_t *)(void *)(base + L.excl);
+    }
+    *out = p;
+    return QKV_OK;
+}
+
+qkv_status qkv_attn_plan_init(qkv_attn_plan **out, const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads,
+                              qkv_error *err) {
+    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
+    *out = NULL;
+    plan_layout L;
+    qkv_status st = layout_of(&L, max_desc, kernel, n_threads, err);
+    if (st) return st;
+    void *mem = malloc(L.bytes);
+    if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention plan: cannot allocate %zu bytes", L.bytes);
+    st = qkv_attn_plan_init_in(out, mem, L.bytes, max_desc, kernel, n_threads, err);
+    if (st) {
+        free(mem);
+        return st;
+    }
+    (*out)->owned = mem;
+    return QKV_OK;
+}
+
+void qkv_attn_plan_free(qkv_attn_plan *plan) {
+    if (plan) free(plan->owned);
+}
+
+/* QKV_ERR_INVALID naming the first field of d beyond the plan's maxima. */
+static qkv_status check_fits(const qkv_attn_plan *p, const qkv_attn_desc *d, qkv_error *err) {
+    const struct {
+        const char *field;
+        int got, max;
+    } f[] = {
+        {"n_q_head", d->n_q_head, p->max_q_head}, {"q_len", d->q_len, p->max_q_len},
+        {"kv_len", d->kv_len, p->max_kv_len},     {"head_dim", d->head_dim, p->max_head_dim},
+        {"n_threads", d->n_threads, p->n_threads},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].got > f[i].max)
+            return qkv_fail(err, QKV_ERR_INVALID, "attention: %s %d exceeds the plan's %d", f[i].field, f[i].got,
+                            f[i].max);
+    return QKV_OK;
+}
+
+qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k, const void *v,
+                        const qkv_attn_desc *d, qkv_error *err) {
+    if (!plan) return qkv_fail(err, QKV_ERR_INVALID, "attention: plan is NULL");
+    if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
+    if (plan->kernel == QKV_KERNEL_REFERENCE) return qkv_attention_reference(o, lse, NULL, q, k, v, d, err);
+    qkv_status st = qkv_attn_check(d, err);
+    if (st || (st = check_fits(plan, d, err))) return st;
+    /* a decode plan has max_q_len <= QKV_DECODE_MAX_Q; AUTO picks decode only below it */
+    qkv_kernel kernel = plan->kernel == QKV_KERNEL_AUTO ? qkv_attn_pick(d) : plan->kernel;
+    attn_problem P;
+    if ((st = attn_problem_init(&P, d, q, k, v, plan->excl, err))) return st;
+    const int threads = d->n_threads > 0 ? d->n_threads : plan->n_threads;
+    switch (kernel) {
+    case QKV_KERNEL_DECODE:
+        if (attn_decode_part_floats(&P, threads) > plan->n_part) /* attn_decode_part_bound is wrong */
+            return qkv_fail(err, QKV_ERR_INVALID, "attention plan: decode partials beyond the bound (a bug)");
+        attn_decode(o, lse, &P, threads, plan->ws, plan->part);
+        break;
+    case QKV_KERNEL_FLASH_BF16: attn_flash(o, lse, &P, threads, attn_rows_bf16dot(), plan->ws); break;
+    default: attn_flash(o, lse, &P, threads, NULL, plan->ws); break;
+    }
+    return QKV_OK;
+}

@@ -1,0 +1,89 @@
+/*
+ * alloc_count.c — the allocation counter of alloc_count.h. Every allocating
+ * entry point of the C library is defined here and forwarded to glibc's
+ * __libc_* functions; free is forwarded unchanged. Counting is one atomic
+ * add when enabled, one relaxed load otherwise.
+ */
+#include "alloc_count.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+void *__libc_malloc(size_t size);
+void *__libc_calloc(size_t n, size_t size);
+void *__libc_realloc(void *p, size_t size);
+void *__libc_memalign(size_t align, size_t size);
+void __libc_free(void *p);
+
+/* Prototypes for the obsolete entry points <stdlib.h> may not declare. */
+void *memalign(size_t align, size_t size);
+void *valloc(size_t size);
+void *pvalloc(size_t size);
+
+static atomic_int g_enabled;
+static atomic_llong g_count;
+
+static void count(void) {
+    if (atomic_load_explicit(&g_enabled, memory_order_relaxed))
+        atomic_fetch_add_explicit(&g_count, 1, memory_order_relaxed);
+}
+
+void alloc_count_start(void) {
+    atomic_store(&g_count, 0);
+    atomic_store(&g_enabled, 1);
+}
+
+int64_t alloc_count_stop(void) {
+    atomic_store(&g_enabled, 0);
+    return atomic_load(&g_count);
+}
+
+void *malloc(size_t size) {
+    count();
+    return __libc_malloc(size);
+}
+
+void *calloc(size_t n, size_t size) {
+    count();
+    return __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t size) {
+    count();
+    return __libc_realloc(p, size);
+}
+
+void free(void *p) { __libc_free(p); }
+
+void *memalign(size_t align, size_t size) {
+    count();
+    return __libc_memalign(align, size);
+}
+
+void *aligned_alloc(size_t align, size_t size) {
+    count();
+    return __libc_memalign(align, size);
+}
+
+int posix_memalign(void **out, size_t align, size_t size) {
+    count();
+    if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
+    void *p = __libc_memalign(align, size);
+    if (!p && size) return ENOMEM;
+    *out = p;
+    return 0;
+}
+
+void *valloc(size_t size) {
+    count();
+    return __libc_memalign((size_t)sysconf(_SC_PAGESIZE), size);
+}
+
+void *pvalloc(size_t size) {
+    count();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return __libc_memalign(page, (size + page - 1) / page * page);
+}

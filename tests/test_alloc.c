@@ -1,0 +1,148 @@
+/*
+ * test_alloc.c — what must not allocate: a plan's attention runs, the
+ * model's forward pass after the first call, the sampler. Counted by the
+ * runner's allocator replacement (alloc_count.h); the first test proves the
+ * counter sees allocations at all, so the others cannot pass vacuously.
+ */
+#include "testing.h"
+
+#include "alloc_count.h"
+#include "qkv.h"
+
+#include <stdlib.h>
+
+/* Called through a volatile pointer: the compiler may not elide the pair. */
+static void *(*volatile g_malloc)(size_t) = malloc;
+
+TEST(alloc_counter_sees_allocations) {
+    alloc_count_start();
+    void *p = g_malloc(100);
+    int64_t n = alloc_count_stop();
+    free(p);
+    CHECK(n == 1, "a deliberate malloc counted %lld times, want 1", (long long)n);
+    /* libqkv's allocations (the library is linked in statically) */
+    qkv_kv_cache *c = NULL;
+    alloc_count_start();
+    qkv_status st = qkv_kv_cache_init(&c, 2, 16, 8, QKV_DTYPE_F32, NULL);
+    n = alloc_count_stop();
+    qkv_kv_cache_free(c);
+    CHECK(st == QKV_OK && n >= 3, "qkv_kv_cache_init's 3 allocations counted %lld times", (long long)n);
+    /* allocations on other threads */
+    alloc_count_start();
+#pragma omp parallel num_threads(2)
+    free(g_malloc(10));
+    n = alloc_count_stop();
+    CHECK(n >= 2, "two threads' mallocs counted %lld times", (long long)n);
+    alloc_count_start();
+    n = alloc_count_stop();
+    CHECK(n == 0, "nothing counted %lld times", (long long)n);
+}
+
+/* Runs of flash, flash-bf16, decode and auto plans (exclusions on, 1 and 2
+ * threads, f32 and bf16 KV) allocate nothing. The first run of each plan is
+ * outside the count: it may start libgomp's thread pool. */
+TEST(attn_plan_runs_allocate_nothing) {
+    const qkv_kernel kernels[] = {QKV_KERNEL_FLASH, QKV_KERNEL_FLASH_BF16, QKV_KERNEL_DECODE, QKV_KERNEL_AUTO};
+    const int excl[] = {1, 7, 100, 513};
+    const qkv_attn_desc max = {.n_q_head = 8, .n_kv_head = 2, .q_len = 8, .kv_len = 1024, .head_dim = 64};
+    const size_t nq = (size_t)8 * 8 * 64, nkv = (size_t)2 * 1024 * 64;
+    float *q = malloc(nq * 4), *kv = malloc(nkv * 4), *o = malloc(nq * 4), *lse = malloc(8 * 8 * 4);
+    test_rng rng = {7};
+    test_fill_normal(q, nq, &rng, 1);
+    test_fill_normal(kv, nkv, &rng, 1);
+    qkv_error err = {0};
+    for (size_t ki = 0; ki < sizeof kernels / sizeof kernels[0]; ki++) {
+        qkv_attn_plan *plan = NULL;
+        CHECK(qkv_attn_plan_init(&plan, &max, kernels[ki], 2, &err) == QKV_OK, "%s", err.msg);
+        if (!plan) continue;
+        int64_t n_alloc = 0, runs = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass) alloc_count_start();
+            /* decode rows (Lq 1, 8) against long KV, AUTO's flash side (short KV), threads 1 and 2 */
+            const int lqs[] = {1, 8, 3}, lks[] = {1024, 700, 200};
+            for (int i = 0; i < 3; i++)
+                for (int t = 1; t <= 2; t++) {
+                    qkv_attn_desc d = {.n_q_head = 8, .n_kv_head = 2, .q_len = lqs[i], .kv_len = lks[i],
+                                       .head_dim = 64, .n_threads = t, .kv_dtype = t == 2 ? QKV_DTYPE_BF16 : QKV_DTYPE_F32,
+                                       .mask = {.kind = QKV_MASK_CAUSAL, .exclude = excl, .n_exclude = 4}};
+                    CHECK(qkv_attn_run(plan, o, lse, q, kv, kv, &d, &err) == QKV_OK, "%s", err.msg);
+                    runs += pass;
+                }
+            if (pass) n_alloc = alloc_count_stop();
+        }
+        CHECK(n_alloc == 0, "%s: %lld allocations in %lld runs", qkv_kernel_name(kernels[ki]), (long long)n_alloc,
+              (long long)runs);
+        qkv_attn_plan_free(plan);
+    }
+    free(q); free(kv); free(o); free(lse);
+}
+
+/* Temperature, top-k and top-p draws allocate nothing (the candidates are the sampler's). */
+TEST(sampler_draws_allocate_nothing) {
+    enum { V = 49152 };
+    float *logits = malloc(V * sizeof(float));
+    test_rng rng = {3};
+    test_fill_normal(logits, V, &rng, 3);
+    const qkv_sampler_params p = {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 1};
+    qkv_sampler *s = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_sampler_init(&s, V, &p, &err) == QKV_OK, "%s", err.msg);
+    if (s) {
+        alloc_count_start();
+        for (int i = 0; i < 8; i++) qkv_sample(s, logits);
+        int64_t n = alloc_count_stop();
+        CHECK(n == 0, "8 draws allocated %lld times", (long long)n);
+    }
+    qkv_sampler_free(s);
+    free(logits);
+}
+
+static const int32_t story[12] = {504, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 7627, 314};
+
+/* The real model: a prompt in two chunks (the second allocates nothing), then
+ * 64 greedy tokens, nothing allocated between the first and the last decode
+ * step. The prompt (a 12-token sentence repeated to 200 tokens) takes the
+ * cache past 256 keys during generation, so AUTO runs both flash and decode. */
+TEST(model_forward_allocates_nothing_after_the_first_call) {
+    if (!test_require_model()) return;
+    const char *path = test_model_path();
+    enum { N_PROMPT = 200, N_GEN = 64 };
+    const qkv_model_params mp = {.n_ctx = 512, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_sampler *greedy = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, path, &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    const int V = qkv_model_get_config(m)->n_vocab;
+    CHECK(qkv_sampler_init(&greedy, V, NULL, &err) == QKV_OK, "%s", err.msg);
+    int32_t prompt[N_PROMPT];
+    for (int i = 0; i < N_PROMPT; i++) prompt[i] = story[i % 12];
+    float *logits = malloc((size_t)V * sizeof(float));
+    const int excl[] = {3};
+    CHECK(qkv_model_set_exclude(m, excl, 1, &err) == QKV_OK, "%s", err.msg);
+
+    /* chunk 1, then chunk 2 counted (exclusions on: the bitmap is the plan's) */
+    CHECK(qkv_model_forward(m, logits, prompt, 150, 0, &err) == QKV_OK, "%s", err.msg);
+    alloc_count_start();
+    qkv_status st = qkv_model_forward(m, logits, prompt + 150, N_PROMPT - 150, 0, &err);
+    int64_t n_chunk = alloc_count_stop();
+    CHECK(st == QKV_OK, "%s", err.msg);
+    CHECK(n_chunk == 0, "the second prefill chunk allocated %lld times", (long long)n_chunk);
+    qkv_model_set_exclude(m, NULL, 0, NULL);
+
+    int64_t n_gen = 0;
+    int steps = 0;
+    for (int i = 0; i < N_GEN && st == QKV_OK; i++) {
+        int32_t next = qkv_sample(greedy, logits);
+        st = qkv_model_forward(m, logits, &next, 1, 0, &err);
+        CHECK(st == QKV_OK, "step %d: %s", i, err.msg);
+        steps++;
+        if (i == 0) alloc_count_start();
+    }
+    n_gen = alloc_count_stop();
+    CHECK(steps == N_GEN && qkv_model_pos(m) == N_PROMPT + N_GEN, "%d steps, at %d", steps, qkv_model_pos(m));
+    CHECK(n_gen == 0, "%d decode steps allocated %lld times", N_GEN - 1, (long long)n_gen);
+    free(logits);
+    qkv_sampler_free(greedy);
+    qkv_model_close(m);
+}
