@@ -194,8 +194,11 @@ static int attend(attend_args *a) {
     if (!kd || !vd || !o || !lse) { rc = cli_fail("attend: out of memory"); goto done; }
     qkv_convert_from_f32(kd, (qkv_dtype)a->kv_dtype, k.data, nkv);
     qkv_convert_from_f32(vd, (qkv_dtype)a->kv_dtype, v.data, nkv);
-    qkv_attn_desc desc = {(int)hq, (int)hkv, (int)lq, (int)lk, (int)d, a->scale,
-                          {a->mask, a->window, a->sinks, a->exclude.v, a->exclude.n}, (qkv_dtype)a->kv_dtype, 0, a->threads};
+    qkv_attn_desc desc = {.n_q_head = (int)hq, .n_kv_head = (int)hkv, .q_len = (int)lq, .kv_len = (int)lk,
+                          .head_dim = (int)d, .scale = a->scale,
+                          .mask = {.kind = a->mask, .window = a->window, .sinks = a->sinks, .exclude = a->exclude.v,
+                                   .n_exclude = a->exclude.n},
+                          .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads};
     qkv_status st;
     if (a->weights) {
         int64_t n_w = hq * lq * lk;

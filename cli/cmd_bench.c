@@ -140,8 +140,10 @@ static void flush_caches(void) {
  * decode step of a whole model). Returns 0, or 2 after printing one line
  * (allocation failure, refused shape). */
 static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline *roof) {
-    qkv_mask mask = {r->window ? QKV_MASK_WINDOW : r->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE, r->window, 0, NULL, 0};
-    qkv_attn_desc desc = {r->hq, r->hkv, r->lq, r->lk, r->d, 0, mask, r->dt, 0, r->threads};
+    const qkv_mask mask = {.kind = r->window ? QKV_MASK_WINDOW : r->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE,
+                           .window = r->window};
+    qkv_attn_desc desc = {.n_q_head = r->hq, .n_kv_head = r->hkv, .q_len = r->lq, .kv_len = r->lk, .head_dim = r->d,
+                          .mask = mask, .kv_dtype = r->dt, .n_threads = r->threads};
     qkv_error err = {0};
     if (qkv_attn_check(&desc, &err)) return cli_fail("%s", err.msg);
     if (r->kernel == QKV_KERNEL_AUTO) r->kernel = qkv_attn_pick(&desc);

@@ -37,12 +37,14 @@ static int engine_demo(int n) {
     fill_normal(q, nq, 1);
     fill_normal(k, nkv, 2);
     fill_normal(v, nkv, 3);
-    qkv_rope rope = {QKV_ROPE_HALF, 500000.0f, QKV_ROPE_SCALING_LLAMA3, 8, 1, 4, 8192, NULL};
+    qkv_rope rope = {.pairing = QKV_ROPE_HALF, .theta = 500000.0f, .scaling = QKV_ROPE_SCALING_LLAMA3, .factor = 8,
+                     .low_freq_factor = 1, .high_freq_factor = 4, .original_max_position = 8192};
     int64_t *pos = malloc((size_t)n * sizeof *pos);
     for (int i = 0; i < n; i++) pos[i] = i;
     qkv_rope_apply(q, pos, &rope, hq, n, d, NULL);
     qkv_rope_apply(k, pos, &rope, hkv, n, d, NULL);
-    qkv_attn_desc desc = {hq, hkv, n, n, d, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_F32, 0, 0};
+    qkv_attn_desc desc = {.n_q_head = hq, .n_kv_head = hkv, .q_len = n, .kv_len = n, .head_dim = d,
+                          .mask = {.kind = QKV_MASK_CAUSAL}};
     qkv_error err = {0};
     double flops = 4.0 * hq * d * ((double)n * (n + 1) / 2); /* causal: QK^T and PV over visible pairs */
     double t0 = cli_now_s();
@@ -68,7 +70,8 @@ static int engine_demo(int n) {
     if (qkv_kv_cache_init(&cache, hkv, d, n + 1, QKV_DTYPE_BF16, &err) ||
         qkv_kv_cache_append(cache, k, v, n, &err))
         return cli_fail("%s", err.msg);
-    qkv_attn_desc dd = {hq, hkv, 1, 0, d, 0, {QKV_MASK_CAUSAL, 0, 0, NULL, 0}, QKV_DTYPE_BF16, 0, 0};
+    qkv_attn_desc dd = {.n_q_head = hq, .n_kv_head = hkv, .q_len = 1, .head_dim = d, .mask = {.kind = QKV_MASK_CAUSAL},
+                        .kv_dtype = QKV_DTYPE_BF16};
     const float *q_last = q; /* head 0's first row stands in for a new query: shape [32, 1, 128] below */
     float *q1 = malloc((size_t)hq * d * 4), *o1 = malloc((size_t)hq * d * 4);
     for (int h = 0; h < hq; h++) memcpy(q1 + (size_t)h * d, q_last + ((size_t)h * n + n - 1) * d, (size_t)d * 4);

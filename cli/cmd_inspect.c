@@ -136,7 +136,7 @@ int cmd_inspect(int argc, char **argv) {
     qkv_inspect *in = NULL;
     int *layers = NULL, *heads = NULL, nl = 0, nh = 0;
     inspect_out o = {0};
-    qkv_model_params mp = {pr.n, QKV_DTYPE_F32, threads};
+    qkv_model_params mp = {.n_ctx = pr.n, .n_threads = threads};
     /* the model's context is the prompt: its run state and KV cache are O(n) */
     if (qkv_model_open(&m, model, &mp, &err)) {
         rc = cli_fail("%s", err.msg);
@@ -201,7 +201,8 @@ int cmd_inspect(int argc, char **argv) {
     snprintf(subtitle, sizeof subtitle,
              "qkv %s inspect; weights recomputed from q, K and the kernel's LSE: w = exp(q\xC2\xB7k/\xE2\x88\x9A%d - lse)",
              QKV_VERSION, cfg->head_dim);
-    qkv_maps_info info = {title, subtitle, n, (const char *const *)pr.labels, pr.ids, layers, nl, heads, nh};
+    qkv_maps_info info = {.title = title, .subtitle = subtitle, .n_tok = n, .labels = (const char *const *)pr.labels,
+                          .ids = pr.ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh};
     if (npy) {
         int64_t shape[4] = {nl, nh, n, n};
         if (qkv_npy_writer_open(&o.npy, npy, 4, shape, &err)) {
@@ -214,7 +215,7 @@ int cmd_inspect(int argc, char **argv) {
         goto done;
     }
     if (png) {
-        qkv_png_params pp = {log_scale, 0, NULL};
+        qkv_png_params pp = {.log_scale = log_scale};
         if (qkv_png_maps_init(&o.png, &info, &pp, &err)) {
             rc = cli_fail("--png: %s", err.msg);
             goto done;
@@ -237,7 +238,8 @@ int cmd_inspect(int argc, char **argv) {
         printf("],\n  \"maps\": [\n");
     }
 
-    qkv_inspect_params ip = {layers, nl, heads, nh, n_first, on_row, &o};
+    qkv_inspect_params ip = {.layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh, .n_first = n_first,
+                             .row = on_row, .user = &o};
     if (qkv_inspect_init(&in, cfg, &ip, &err)) {
         rc = cli_fail("%s", err.msg);
         goto done;

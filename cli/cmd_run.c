@@ -61,7 +61,7 @@ static int is_stop(const qkv_tokenizer *tok, int32_t id) {
 
 static int run(const run_args *a) {
     qkv_error err = {0};
-    qkv_model_params mp = {a->ctx, (qkv_dtype)a->kv_dtype, a->threads};
+    qkv_model_params mp = {.n_ctx = a->ctx, .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads};
     qkv_model *m = NULL;
     qkv_tokenizer *tok = NULL;
     int32_t *ids = NULL;

@@ -93,7 +93,7 @@ int cmd_sinks(int argc, char **argv) {
     pa.max_tokens = 2048;
     const char *model = CLI_DEFAULT_MODEL, *svg = NULL;
     int json = 0, threads = 0, verbose = 0, every = 0;
-    qkv_sinks_params sp = {4, 16, 1, 0};
+    qkv_sinks_params sp = qkv_sinks_params_default(); /* every: set below from the row count unless given */
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
         CLI_FLAGS_PROMPT(&pa),
@@ -129,7 +129,7 @@ int cmd_sinks(int argc, char **argv) {
     qkv_error err = {0};
     qkv_model *m = NULL;
     qkv_sinks *s = NULL;
-    qkv_model_params mp = {n, QKV_DTYPE_F32, threads};
+    qkv_model_params mp = {.n_ctx = n, .n_threads = threads};
     if (qkv_model_open(&m, model, &mp, &err)) {
         rc = cli_fail("%s", err.msg);
         goto done;

@@ -16,8 +16,7 @@
 #include <math.h>
 
 qkv_rope qkv_rope_default(void) {
-    qkv_rope r = {QKV_ROPE_HALF, 10000.0f, QKV_ROPE_SCALING_NONE, 0, 0, 0, 0, NULL};
-    return r;
+    return (qkv_rope){.pairing = QKV_ROPE_HALF, .theta = 10000.0f, .scaling = QKV_ROPE_SCALING_NONE};
 }
 
 static qkv_status rope_check(const qkv_rope *r, int head_dim, qkv_error *err) {
