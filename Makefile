@@ -63,7 +63,7 @@ $(BUILD)/render/page.o: render/page.S render/inspect_page.html
 	@mkdir -p $(dir $@)
 	@echo "as $<"
 	@$(CC) -c $< -o $@ -Wa,-I,$(CURDIR)
-$(BUILD)/render/%.o $(BUILD)/cli/cmd_inspect.o $(BUILD)/tests/test_inspect.o: ALL_CFLAGS += -Irender
+$(BUILD)/render/%.o $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += -Irender
 
 # The SIMD inner loops may fuse a*b+c into FMA; nothing else does (no -ffast-math:
 # masks rely on -INFINITY).

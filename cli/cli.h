@@ -9,6 +9,7 @@
 #define QKV_CLI_H
 
 #include "qkv.h"
+#include "qkv_render.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -173,8 +174,8 @@ typedef struct {
 } cli_outfile;
 FILE *cli_outfile_open(cli_outfile *o, const char *path);
 int cli_outfile_close(cli_outfile *o);
-/* s as a JSON string, quotes included. */
-void cli_json_string(FILE *f, const char *s);
+/* s as a JSON string, quotes included (render/json.c: the one writer). */
+#define cli_json_string(f, s) qkv_json_string((f), (s), 0)
 /* The last component of a path. */
 const char *cli_basename(const char *path);
 double cli_status_mib(const char *key);  /* a /proc/self/status field ("VmRSS") in MiB, or -1 */

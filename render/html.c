@@ -55,17 +55,6 @@ static void page_parts(const char **title, const char **title_end, const char **
     assert(*data && "render/inspect_page.html has the data mark");
 }
 
-/* s as a JSON string, safe inside <script>: <, >, & and controls escaped. */
-static void put_json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == '<' || *p == '>' || *p == '&') fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 /* s as HTML text. */
 static void put_html_text(FILE *f, const char *s) {
     for (const char *p = s ? s : ""; *p; p++) {
@@ -153,9 +142,9 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
     put_html_text(f, info->title);
     fwrite(title_end, 1, (size_t)(data - title_end), f);
     fputs("<script id=\"qkv-meta\" type=\"application/json\">\n{\"title\": ", f);
-    put_json_string(f, info->title);
+    qkv_json_string(f, info->title, 1);
     fputs(", \"subtitle\": ", f);
-    put_json_string(f, info->subtitle);
+    qkv_json_string(f, info->subtitle, 1);
     fprintf(f, ", \"n\": %d, \"lmin\": %.1f,\n\"layers\": [", n, LMIN);
     for (int i = 0; i < nl; i++) fprintf(f, "%s%d", i ? ", " : "", info->layers[i]);
     fputs("], \"heads\": [", f);
@@ -163,7 +152,7 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
     fputs("],\n\"labels\": [", f);
     for (int i = 0; i < n; i++) {
         if (i) fputs(", ", f);
-        put_json_string(f, info->labels[i]);
+        qkv_json_string(f, info->labels[i], 1);
     }
     fputs("],\n\"ids\": ", f);
     if (info->ids) {

@@ -10,9 +10,16 @@
 
 #include "qkv.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* s (UTF-8, NULL as "") as a JSON string, quotes included: " and \ escaped,
+ * controls as \n or \u00XX; in_script also escapes <, > and & so the string
+ * can stand inside an HTML <script> block. */
+void qkv_json_string(FILE *f, const char *s, int in_script);
 
 /* A set of causal maps for the writers below: n_layers x n_heads maps of
  * [n_tok, n_tok] (query rows, key columns). */
