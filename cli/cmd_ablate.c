@@ -121,7 +121,7 @@ static int write_positions_svg(const char *path, const char *title, const qkv_ab
         const int x0 = 40, pw = n * 28 > 700 ? n * 28 : 700, ph = 160, W = x0 + pw + 20, H = 2 * ph + 200;
         svg_head(f, W, H, title);
         svg_bars(f, mean, mx, n, max_of(mx, n), x0, 60, pw, ph, "#1f5fbf",
-                 "attention of the last position, mean over layers and heads (ticks: max)");
+                 "attention of the last position, mean over the ablated layers and heads (ticks: max)");
         svg_bars(f, kl, NULL, n, max_of(kl, n), x0, 60 + ph + 40, pw, ph, "#e8590c",
                  "KL(p_full || p_ablated), nats, when the position is ablated");
         for (int j = 0; j < n; j++) {
@@ -142,7 +142,7 @@ static int write_heads_svg(const char *path, const char *title, const qkv_ablate
     cli_outfile out;
     FILE *f = cli_outfile_open(&out, path);
     if (!f) return CLI_EXIT_BAD_INPUT;
-    const int cw = 56, ch = 18, x0 = 60, y0 = 60, W = x0 + nh * cw + 40, H = y0 + nl * ch + 60;
+    const int cw = 56, ch = 18, x0 = 60, y0 = 60, W = x0 + nh * cw + 40 > 640 ? x0 + nh * cw + 40 : 640, H = y0 + nl * ch + 60;
     double mx = 0;
     for (int i = 0; i < nl * nh; i++)
         if (e[i].kl > mx) mx = e[i].kl;
