@@ -13,9 +13,10 @@
  *     part where hiding a key changes the distribution a lot (measured:
  *     at most 1e-5);
  *   - bad input to `qkv ablate` (one line, exit 2, no output file) and its
- *     JSON and SVG.
+ *     JSON and SVG, per position and per head (--heads).
  */
 #include "qkv.h"
+#include "clitext.h"
 #include "testing.h"
 
 #include <math.h>
@@ -339,6 +340,29 @@ TEST(ablate_cli_json_and_svg) {
         CHECK(strstr(out, keys[i]), "JSON has %s", keys[i]);
     char *s = test_read_file(svg, NULL);
     CHECK(s && strstr(s, "<svg") && strstr(s, "</svg>") && strstr(s, "France"), "SVG written whole");
+    free(s);
+    free(out);
+    free(err);
+}
+
+TEST(ablate_cli_heads_json_and_svg) {
+    if (!test_require_model()) return;
+    char svg[512];
+    snprintf(svg, sizeof svg, "%s/h.svg", test_tmpdir());
+    /* 3 tokens: 270 forwards of 3 tokens each */
+    const char *argv[] = {"ablate", "-p", "Paris is in", "--heads", "--json", "--svg", svg, "--threads", "2", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = test_run_cli(argv, NULL, &out, &err);
+    CHECK(rc == 0, "exit %d: %s", rc, err);
+    static const char *const keys[] = {"\"target\": {\"id\": ", "\"n_layer\": 30", "\"n_head\": 9", "\"kl\": [",
+                                       "\"dp_target\": [", "\"top_after\": ["};
+    for (size_t i = 0; out && i < sizeof keys / sizeof keys[0]; i++) CHECK(strstr(out, keys[i]), "JSON has %s", keys[i]);
+    double kl[300];
+    int n = out ? cli_json_numbers(out, "\"kl\"", kl, 300) : 0;
+    CHECK(n == 270, "kl: %d numbers, want 30 x 9", n);
+    for (int i = 0; i < n; i++) CHECK(kl[i] >= 0 && isfinite(kl[i]), "kl[%d] = %g", i, kl[i]);
+    char *s = test_read_file(svg, NULL);
+    CHECK(s && strstr(s, "layer 29") && strstr(s, "</svg>"), "heads SVG written whole");
     free(s);
     free(out);
     free(err);
