@@ -6,7 +6,8 @@
  * target's probability, the new top token, beside the attention the last
  * row gave j. Then the Spearman correlation of attention and KL: a large
  * weight is not a large influence. --heads zero-ablates each (layer, head)
- * instead (qkv_ablate_heads). Prints a table or JSON, draws an SVG.
+ * instead (qkv_ablate_heads). Prints a table or JSON, draws an SVG (and an
+ * HTML page with the plot and the table).
  */
 #include "cli.h"
 
@@ -104,49 +105,52 @@ static double max_of(const double *v, int n) {
     return m;
 }
 
-/* Attention (mean bars, max ticks) and KL per position, tokens below. */
-static int write_positions_svg(const char *path, const char *title, const qkv_ablate_row *rows, char **labels,
-                               int n) {
+/* What the plots and the page show. */
+typedef struct {
+    const char *title;
+    const qkv_ablate_row *rows;         /* [n], or NULL under --heads */
+    const qkv_ablate_effect *effects;   /* [nl, nh] under --heads */
+    char **labels, **after;             /* [n] the tokens, the top token after hiding each */
+    int n, nl, nh;
+} report;
+
+/* Attention (mean bars, max ticks) and KL per position, tokens below; 0 or 2. */
+static int plot_positions(FILE *f, const report *r) {
+    const int n = r->n;
     double *mean = malloc((size_t)n * sizeof(double)), *mx = malloc((size_t)n * sizeof(double)),
            *kl = malloc((size_t)n * sizeof(double));
     if (!mean || !mx || !kl) {
         free(mean), free(mx), free(kl);
         return cli_fail("out of memory");
     }
-    for (int j = 0; j < n; j++) mean[j] = rows[j].attn_mean, mx[j] = rows[j].attn_max, kl[j] = rows[j].effect.kl;
-    cli_outfile out;
-    FILE *f = cli_outfile_open(&out, path);
-    int rc = CLI_EXIT_BAD_INPUT;
-    if (f) {
-        const int x0 = 40, pw = n * 28 > 700 ? n * 28 : 700, ph = 160, W = x0 + pw + 20, H = 2 * ph + 200;
-        svg_head(f, W, H, title);
-        svg_bars(f, mean, mx, n, max_of(mx, n), x0, 60, pw, ph, "#1f5fbf",
-                 "attention of the last position, mean over the ablated layers and heads (ticks: max)");
-        svg_bars(f, kl, NULL, n, max_of(kl, n), x0, 60 + ph + 40, pw, ph, "#e8590c",
-                 "KL(p_full || p_ablated), nats, when the position is ablated");
-        for (int j = 0; j < n; j++) {
-            fprintf(f, "<text transform=\"translate(%.1f %d) rotate(60)\" fill=\"#333\">", x0 + (j + 0.5) * pw / n,
-                    60 + 2 * ph + 52);
-            svg_text(f, labels[j]);
-            fputs("</text>\n", f);
-        }
-        fputs("</svg>\n", f);
-        rc = cli_outfile_close(&out);
+    for (int j = 0; j < n; j++)
+        mean[j] = r->rows[j].attn_mean, mx[j] = r->rows[j].attn_max, kl[j] = r->rows[j].effect.kl;
+    const int x0 = 40, pw = n * 28 > 700 ? n * 28 : 700, ph = 160, W = x0 + pw + 20, H = 2 * ph + 200;
+    svg_head(f, W, H, r->title);
+    svg_bars(f, mean, mx, n, max_of(mx, n), x0, 60, pw, ph, "#1f5fbf",
+             "attention of the last position, mean over the ablated layers and heads (ticks: max)");
+    svg_bars(f, kl, NULL, n, max_of(kl, n), x0, 60 + ph + 40, pw, ph, "#e8590c",
+             "KL(p_full || p_ablated), nats, when the position is ablated");
+    for (int j = 0; j < n; j++) {
+        fprintf(f, "<text transform=\"translate(%.1f %d) rotate(60)\" fill=\"#333\">", x0 + (j + 0.5) * pw / n,
+                60 + 2 * ph + 52);
+        svg_text(f, r->labels[j]);
+        fputs("</text>\n", f);
     }
+    fputs("</svg>\n", f);
     free(mean), free(mx), free(kl);
-    return rc;
+    return 0;
 }
 
 /* The layer x head KL map: one cell per head, darker = larger KL (sqrt scale). */
-static int write_heads_svg(const char *path, const char *title, const qkv_ablate_effect *e, int nl, int nh) {
-    cli_outfile out;
-    FILE *f = cli_outfile_open(&out, path);
-    if (!f) return CLI_EXIT_BAD_INPUT;
-    const int cw = 56, ch = 18, x0 = 60, y0 = 60, W = x0 + nh * cw + 40 > 640 ? x0 + nh * cw + 40 : 640, H = y0 + nl * ch + 60;
+static int plot_heads(FILE *f, const report *r) {
+    const int nl = r->nl, nh = r->nh;
+    const int cw = 56, ch = 18, x0 = 60, y0 = 60, W = x0 + nh * cw + 40 > 640 ? x0 + nh * cw + 40 : 640,
+              H = y0 + nl * ch + 60;
     double mx = 0;
     for (int i = 0; i < nl * nh; i++)
-        if (e[i].kl > mx) mx = e[i].kl;
-    svg_head(f, W, H, title);
+        if (r->effects[i].kl > mx) mx = r->effects[i].kl;
+    svg_head(f, W, H, r->title);
     for (int h = 0; h < nh; h++)
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">h%d</text>\n", x0 + h * cw + cw / 2,
                 y0 - 6, h);
@@ -154,7 +158,7 @@ static int write_heads_svg(const char *path, const char *title, const qkv_ablate
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#333\">layer %d</text>\n", x0 - 6,
                 y0 + l * ch + 13, l);
         for (int h = 0; h < nh; h++) {
-            const double kl = e[(size_t)l * nh + h].kl, t = mx > 0 ? sqrt(kl / mx) : 0;
+            const double kl = r->effects[(size_t)l * nh + h].kl, t = mx > 0 ? sqrt(kl / mx) : 0;
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(%d,%d,%d)\"/>\n", x0 + h * cw,
                     y0 + l * ch, cw - 1, ch - 1, (int)(255 - 223 * t), (int)(255 - 160 * t), (int)(255 - 64 * t));
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\" fill=\"%s\">%.3f</text>\n",
@@ -164,6 +168,49 @@ static int write_heads_svg(const char *path, const char *title, const qkv_ablate
     fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">KL(p_full || p_ablated) in nats when the head's output is "
                "zeroed; colour: sqrt(KL / %.3g)</text>\n</svg>\n",
             x0, y0 + nl * ch + 30, mx);
+    return 0;
+}
+
+/* The plot alone (svg) or in a self-contained page with the table (html). */
+static int write_output(const char *path, const report *r, int html) {
+    cli_outfile out;
+    FILE *f = cli_outfile_open(&out, path);
+    if (!f) return CLI_EXIT_BAD_INPUT;
+    if (html) {
+        fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qkv ablate</title><style>body{font-family:"
+              "sans-serif;margin:24px}h1{font-size:18px}table{border-collapse:collapse}td,th{padding:2px 10px;text-align:right}"
+              "td.t{text-align:left;font-family:monospace}span.b{display:inline-block;height:10px}</style></head>"
+              "<body>\n<h1>",
+              f);
+        svg_text(f, r->title);
+        fputs("</h1>\n", f);
+    }
+    int rc = r->rows ? plot_positions(f, r) : plot_heads(f, r);
+    if (html && r->rows) {
+        double kmax = 0;
+        for (int j = 0; j < r->n; j++)
+            if (r->rows[j].effect.kl > kmax) kmax = r->rows[j].effect.kl;
+        fputs("<table>\n<tr><th>pos</th><th>token</th><th>attn mean</th><th>attn max</th><th>KL (nats)</th><th></th>"
+              "<th>dp target</th><th>top after</th></tr>\n",
+              f);
+        for (int j = 0; j < r->n; j++) {
+            const qkv_ablate_row *x = &r->rows[j];
+            fprintf(f, "<tr><td>%d</td><td class=\"t\">", j);
+            svg_text(f, r->labels[j]);
+            fprintf(f, "</td><td>%.3f</td><td>%.3f</td><td>%.4f</td><td class=\"t\"><span class=\"b\" "
+                       "style=\"width:%.0fpx;background:#e8590c\"></span></td><td>%+.4f</td><td class=\"t\">",
+                    x->attn_mean, x->attn_max, x->effect.kl, kmax > 0 ? 200 * x->effect.kl / kmax : 0, x->effect.dp_target);
+            svg_text(f, r->after[j]);
+            fputs("</td></tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
+    if (html) fputs("</body></html>\n", f);
+    if (rc) { /* no partial file: drop the temporary */
+        fclose(out.f);
+        remove(out.tmp);
+        return rc;
+    }
     return cli_outfile_close(&out);
 }
 
@@ -250,7 +297,7 @@ static void json_heads(const qkv_ablate_effect *e, const qkv_ablate_summary *s, 
 
 int cmd_ablate(int argc, char **argv) {
     cli_prompt_args pa = {0};
-    const char *model = CLI_DEFAULT_MODEL, *svg = NULL, *target_s = NULL;
+    const char *model = CLI_DEFAULT_MODEL, *svg = NULL, *html = NULL, *target_s = NULL;
     int json = 0, threads = 0, verbose = 0, heads = 0, scope = QKV_ABLATE_ALL, layer = -1, head = -1;
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
@@ -266,6 +313,7 @@ int cmd_ablate(int argc, char **argv) {
         CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
         CLI_FLAG("--svg", NULL, CLI_STRING, &svg, 0, 0, "FILE",
                  "plot: attention and KL per position (--heads: the layer x head KL map)"),
+        CLI_FLAG("--html", NULL, CLI_STRING, &html, 0, 0, "FILE", "a self-contained page: the plot and the table"),
         CLI_FLAG_THREADS(&threads),
         CLI_FLAG_VERBOSE(&verbose),
         {0},
@@ -342,10 +390,9 @@ int cmd_ablate(int argc, char **argv) {
     else
         snprintf(title, sizeof title, "%s, %d tokens, scope %s (%s): target %s (p = %.3f)", cli_basename(model), n,
                  scopes[scope], where, target_label, sum.p_target);
-    if (svg) {
-        rc = heads ? write_heads_svg(svg, title, effects, nl, nh) : write_positions_svg(svg, title, rows, pr.labels, n);
-        if (rc) goto done;
-    }
+    const report rep = {.title = title, .rows = rows, .effects = effects, .labels = pr.labels, .after = after,
+                        .n = n, .nl = nl, .nh = nh};
+    if ((svg && (rc = write_output(svg, &rep, 0))) || (html && (rc = write_output(html, &rep, 1)))) goto done;
     if (json && heads) json_heads(effects, &sum, target_label, nl, nh);
     else if (json) json_positions(rows, &sum, target_label, pr.labels, after, n, scope, layer, head);
     else {
@@ -354,6 +401,7 @@ int cmd_ablate(int argc, char **argv) {
         else print_positions(rows, &sum, pr.labels, after, n);
     }
     if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
+    if (html) fprintf(json ? stderr : stdout, "wrote %s\n", html);
     if (verbose)
         fprintf(stderr, "qkv ablate: %d tokens, %.2f s, peak RSS %.1f MiB\n", n, t1 - t0, cli_peak_rss_mib());
 done:

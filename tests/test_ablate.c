@@ -312,7 +312,7 @@ TEST(ablate_cli_bad_input) {
     CHECK_BAD_CLI(head, "--head");
     const char *scope[] = {"ablate", "-p", p, "--scope", "bogus", "--svg", svg, NULL};
     CHECK_BAD_CLI(scope, "--scope");
-    const char *empty[] = {"ablate", "-p", "", "--svg", svg, NULL};
+    const char *empty[] = {"ablate", "-p", "", "--svg", svg, "--html", svg, NULL};
     CHECK_BAD_CLI(empty, "no tokens");
     const char *one[] = {"ablate", "-p", "Hello", "--svg", svg, NULL};
     CHECK_BAD_CLI(one, "at least 2");
@@ -327,8 +327,10 @@ TEST(ablate_cli_json_and_svg) {
     if (!test_require_model()) return;
     char svg[512];
     snprintf(svg, sizeof svg, "%s/a.svg", test_tmpdir());
+    char html[512];
+    snprintf(html, sizeof html, "%s/a.html", test_tmpdir());
     const char *argv[] = {"ablate", "-p", "The capital of France is", "--target", " Paris", "--scope", "last",
-                          "--json", "--svg", svg, "--threads", "2", NULL};
+                          "--json", "--svg", svg, "--html", html, "--threads", "2", NULL};
     char *out = NULL, *err = NULL;
     int rc = test_run_cli(argv, NULL, &out, &err);
     CHECK(rc == 0, "exit %d: %s", rc, err);
@@ -340,6 +342,10 @@ TEST(ablate_cli_json_and_svg) {
         CHECK(strstr(out, keys[i]), "JSON has %s", keys[i]);
     char *s = test_read_file(svg, NULL);
     CHECK(s && strstr(s, "<svg") && strstr(s, "</svg>") && strstr(s, "France"), "SVG written whole");
+    free(s);
+    s = test_read_file(html, NULL);
+    CHECK(s && strstr(s, "<svg") && strstr(s, "<td class=\"t\">·France</td>") && strstr(s, "</html>"),
+          "HTML page with the plot and the table");
     free(s);
     free(out);
     free(err);
