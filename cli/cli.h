@@ -193,5 +193,6 @@ int cmd_cost(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_sinks(int argc, char **argv);
+int cmd_ablate(int argc, char **argv);
 
 #endif /* QKV_CLI_H */

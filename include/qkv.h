@@ -652,6 +652,20 @@ void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
 /* Masks keys at these absolute positions in every layer and head for the
  * following forward calls (an intervention; NULL/0 clears). Copied. */
 qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err);
+/* The same, scoped: only in layer `layer` and only for query head `head`
+ * (-1: every layer / every head). A head-scoped exclusion reruns that head's
+ * attention with the exclusion after the layer's call; the hook's desc then
+ * carries no exclusion (its LSE for that head is the rerun's). Setting a new
+ * exclusion (or clearing it) replaces the scope. QKV_ERR_INVALID for a layer
+ * or head out of range. */
+qkv_status qkv_model_set_exclude_in(qkv_model *m, const int *positions, int n, int layer, int head,
+                                    qkv_error *err);
+/* Zero-ablation of one head: its attention output is set to 0 before the
+ * output projection (Wo), for every row of the following forward calls, in
+ * layer `layer` only. layer = head = -1 clears it; QKV_ERR_INVALID if out of
+ * range. The hook still sees the head's q and LSE (its pattern, not its
+ * contribution, is what remains). */
+qkv_status qkv_model_set_zero_head(qkv_model *m, int layer, int head, qkv_error *err);
 
 /* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache) and
  * writes logits: [n, V] if all_logits, else [1, V] for the last token only.
@@ -929,6 +943,86 @@ const char *qkv_sinks_error(const qkv_sinks *s);
 /* The means so far for (layer, head); NULL if out of range. Valid until the
  * next call for the same pair or qkv_sinks_free. */
 const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
+
+/* ----------------------------------------------------------- probe: ablate */
+
+/*
+ * Weight against influence: a key's attention weight says how much a row
+ * reads it, not how much the answer depends on it. Ablating position j hides
+ * key j through the engine's exclusion mask (qkv_model_set_exclude_in, never
+ * a dense mask) and measures how the next-token distribution of the last
+ * position moves: KL(p_full || p_ablated) in nats.
+ *   QKV_ABLATE_ALL   key j leaves every query row (in the scoped layers and
+ *                    heads). Rows before j cannot see j anyway, so their KV
+ *                    cache is kept: rewind to j, forward tokens j .. n-1.
+ *                    Cost: n partial forwards, n(n+1)/2 token-steps.
+ *   QKV_ABLATE_LAST  only the final row loses key j (the direct effect):
+ *                    tokens 0 .. n-2 once, then per j the last token alone.
+ * Row j loses its own key; a row left with no visible key has O = 0 (the
+ * kernels' definition), e.g. row 0 when j = 0 under ALL.
+ */
+typedef enum { QKV_ABLATE_ALL = 0, QKV_ABLATE_LAST = 1 } qkv_ablate_scope;
+
+/* KL(softmax(p) || softmax(q)) in nats, in double; >= 0.
+ *   p_logits, q_logits: [n] */
+double qkv_kl_logits(const float *p_logits, const float *q_logits, int n);
+
+/* Spearman's rank correlation of x and y: the Pearson correlation of their
+ * ranks, tied values sharing their mean rank. NaN if n < 2 or either is
+ * constant.   x, y: [n] */
+double qkv_spearman(const double *x, const double *y, int n);
+
+/* How an ablated distribution differs from the full one. */
+typedef struct {
+    double kl;              /* KL(p_full || p_ablated), nats */
+    double dp_target;       /* p_ablated(target) - p_full(target) */
+    int32_t top;            /* the ablated distribution's top token (lowest id on ties) */
+} qkv_ablate_effect;
+
+/* e <- the effect of logits against full_logits, both [n_vocab]. */
+void qkv_ablate_effect_of(qkv_ablate_effect *e, const float *full_logits, const float *logits, int n_vocab,
+                          int32_t target);
+
+typedef struct {
+    qkv_ablate_scope scope;
+    int layer;              /* ablate in this layer only; -1: every layer */
+    int head;               /* and this query head only; -1: every head */
+    int32_t target;         /* token whose probability is followed; -1: the full run's top token */
+} qkv_ablate_params;
+
+/* What ablating one position did. */
+typedef struct {
+    double attn_mean;       /* full run: the last row's weight on the key, mean over the scoped (layer, head) */
+    double attn_max;        /* ... and its largest */
+    qkv_ablate_effect effect;
+} qkv_ablate_row;
+
+typedef struct {
+    int32_t target;         /* as followed (params' or the full run's top) */
+    double p_target;        /* its probability in the full run */
+    int32_t top_full;       /* the full run's top token */
+    double spearman_attn_kl;/* Spearman(attn_mean, kl) over the positions */
+} qkv_ablate_summary;
+
+/* Ablates every position 0 .. n-1 of tokens in turn (p NULL: ALL, every
+ * layer and head, the top token).
+ *   rows:   [n] output, rows[j] for position j
+ *   tokens: [n] the sequence from position 0, 2 <= n <= qkv_model_n_ctx(m)
+ * Uses the model's hook slot and exclusion; on return both are cleared and
+ * the KV cache is empty. QKV_ERR_INVALID for n < 2, a layer, head or target
+ * out of range, or a token id outside the vocabulary. */
+qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, qkv_model *m,
+                                const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err);
+
+/* Head importance: zero-ablates each (layer, head) in turn
+ * (qkv_model_set_zero_head), a full forward of tokens each.
+ *   effects: [L, Hq] output     tokens: [n], 1 <= n <= qkv_model_n_ctx(m)
+ * target as in qkv_ablate_params (-1: the full run's top). sum gets the
+ * target, its p and the top token (spearman_attn_kl NaN). Cost: L x Hq
+ * forwards of n tokens. On return the zeroed head is cleared and the KV
+ * cache empty. */
+qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
+                            const int32_t *tokens, int32_t target, int n, qkv_error *err);
 
 /* Readable labels for token pieces (bytes, as qkv_token_piece gives them):
  * a space is shown as "·", a newline "↵", a tab "→", other controls as

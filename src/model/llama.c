@@ -55,6 +55,8 @@ struct qkv_model {
     int64_t *positions;      /* [n_ctx] */
     int *exclude;            /* [n_exclude] */
     int n_exclude;
+    int exclude_layer, exclude_head; /* where the exclusion applies; -1: every layer / head */
+    int zero_layer, zero_head;       /* the head whose attention output is zeroed; -1: none */
     qkv_attn_hook hook;
     void *hook_user;
 };
@@ -181,6 +183,7 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     if (p->n_ctx < 0 || p->n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx or n_threads");
     qkv_model *m = calloc(1, sizeof *m);
     if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    m->exclude_layer = m->exclude_head = m->zero_layer = m->zero_head = -1;
     qkv_status st = qkv_gguf_open(&m->gguf, path, err);
     if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
     if (!st) st = load_weights(m, err);
@@ -229,14 +232,61 @@ void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user) {
 }
 
 qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err) {
+    return qkv_model_set_exclude_in(m, positions, n, -1, -1, err);
+}
+
+qkv_status qkv_model_set_exclude_in(qkv_model *m, const int *positions, int n, int layer, int head,
+                                    qkv_error *err) {
+    if (layer < -1 || layer >= m->cfg.n_layer || head < -1 || head >= m->cfg.n_head)
+        return qkv_fail(err, QKV_ERR_INVALID, "model: exclusion scope layer %d head %d outside [-1, %d) x [-1, %d)",
+                        layer, head, m->cfg.n_layer, m->cfg.n_head);
     free(m->exclude);
     m->exclude = NULL;
     m->n_exclude = 0;
+    m->exclude_layer = m->exclude_head = -1;
     if (n <= 0 || !positions) return QKV_OK;
     m->exclude = malloc((size_t)n * sizeof(int));
     if (!m->exclude) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     memcpy(m->exclude, positions, (size_t)n * sizeof(int));
     m->n_exclude = n;
+    m->exclude_layer = layer;
+    m->exclude_head = head;
+    return QKV_OK;
+}
+
+qkv_status qkv_model_set_zero_head(qkv_model *m, int layer, int head, qkv_error *err) {
+    if ((layer < 0) != (head < 0) || layer < -1 || layer >= m->cfg.n_layer || head < -1 || head >= m->cfg.n_head)
+        return qkv_fail(err, QKV_ERR_INVALID, "model: zeroed head layer %d head %d outside [0, %d) x [0, %d)", layer,
+                        head, m->cfg.n_layer, m->cfg.n_head);
+    m->zero_layer = layer;
+    m->zero_head = head;
+    return QKV_OK;
+}
+
+/* The interventions on one head of layer l, after the layer's attention call
+ * (desc: that call, run without exclusion when it is scoped to one head):
+ * a head-scoped exclusion reruns that head's rows with the exclusion, over
+ * its own KV head; a zeroed head gets O = 0 (before Wo) for every row. */
+static qkv_status intervene_heads(qkv_model *m, int l, int n, const qkv_attn_desc *desc, qkv_error *err) {
+    const int D = m->cfg.head_dim, h = m->exclude_head;
+    if (m->n_exclude && h >= 0 && (m->exclude_layer < 0 || m->exclude_layer == l)) {
+        const qkv_kv_cache *c = m->cache[l];
+        const size_t es = qkv_dtype_size(qkv_kv_cache_dtype(c));
+        const int64_t stride = (int64_t)qkv_kv_cache_capacity(c) * D;
+        const int kvh = h / (m->cfg.n_head / m->cfg.n_kv_head);
+        qkv_attn_desc one = *desc;
+        one.n_q_head = one.n_kv_head = 1;
+        one.mask.exclude = m->exclude;
+        one.mask.n_exclude = m->n_exclude;
+        one.kv_dtype = qkv_kv_cache_dtype(c);
+        one.kv_head_stride = stride;
+        const char *k = (const char *)qkv_kv_cache_k(c) + (size_t)kvh * stride * es;
+        const char *v = (const char *)qkv_kv_cache_v(c) + (size_t)kvh * stride * es;
+        qkv_status st = qkv_attn_run(m->plan, m->att + (size_t)h * n * D, m->lse + (size_t)h * n,
+                                     m->qt + (size_t)h * n * D, k, v, &one, err);
+        if (st) return st;
+    }
+    if (m->zero_layer == l) memset(m->att + (size_t)m->zero_head * n * D, 0, (size_t)n * D * sizeof(float));
     return QKV_OK;
 }
 
@@ -276,7 +326,10 @@ static qkv_status attention_layer(qkv_model *m, int l, int n, int pos0, qkv_erro
     qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
                           .mask = {.kind = QKV_MASK_CAUSAL, .exclude = m->exclude, .n_exclude = m->n_exclude},
                           .n_threads = m->n_threads};
-    if ((st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err))) return st;
+    if ((m->exclude_layer >= 0 && m->exclude_layer != l) || m->exclude_head >= 0) desc.mask.n_exclude = 0;
+    if ((st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err)) ||
+        (st = intervene_heads(m, l, n, &desc, err)))
+        return st;
     if (m->hook) {
         desc.kv_dtype = qkv_kv_cache_dtype(m->cache[l]);
         desc.kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D;

@@ -102,19 +102,31 @@ def save(out, name, arr):
     np.save(os.path.join(out, name), np.ascontiguousarray(arr))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default=MODEL)
-    ap.add_argument("--out", default="tests/fixtures/model/smollm2")
-    args = ap.parse_args()
+def load_reference(path):
+    """transformers' tokenizer and float32 eager model from the GGUF at path
+    (2 threads: float32 matmul sums depend a little on threading)."""
     torch.set_num_threads(2)
-    os.makedirs(args.out, exist_ok=True)
-    d, f = os.path.split(os.path.abspath(args.model))
-
+    d, f = os.path.split(os.path.abspath(path))
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32,
                                                  attn_implementation="eager")
     model.eval()
+    return tok, model
+
+
+def start(doc, out):
+    """A fixture script's start: --model and --out (default out) parsed, the
+    output directory made, the reference loaded. Returns args, tok, model."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--out", default=out)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    return (args, *load_reference(args.model))
+
+
+def main():
+    args, tok, model = start(__doc__, "tests/fixtures/model/smollm2")
     assert model.config.tie_word_embeddings
     print("bos", tok.bos_token, tok.bos_token_id, "eos", tok.eos_token, tok.eos_token_id,
           "add_bos_token", getattr(tok, "add_bos_token", None))

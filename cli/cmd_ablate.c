@@ -1,0 +1,419 @@
+/*
+ * cmd_ablate.c — `qkv ablate`: weight against influence. For every position
+ * j of a prompt, key j is hidden through the engine's exclusion mask
+ * (qkv_ablate_positions, src/probe/ablate.c) and the last position's
+ * next-token distribution is compared with the full run's: KL in nats, the
+ * target's probability, the new top token, beside the attention the last
+ * row gave j. Then the Spearman correlation of attention and KL: a large
+ * weight is not a large influence. --heads zero-ablates each (layer, head)
+ * instead (qkv_ablate_heads). Prints a table or JSON, draws an SVG (and an
+ * HTML page with the plot and the table).
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const scopes[] = {"all", "last", NULL}; /* qkv_ablate_scope order */
+
+/* A readable label of one token (qkv_token_labels), malloc'd; NULL if out of memory. */
+static char *token_label(const qkv_tokenizer *tok, int32_t id) {
+    size_t len = 0;
+    const char *piece = qkv_token_piece(tok, id, &len);
+    char *label = NULL;
+    if (qkv_token_labels(&label, &piece, &len, 1, NULL)) return NULL;
+    return label;
+}
+
+/* s left-aligned in width terminal columns (CJK counts 2). */
+static void put_left(const char *s, int width) {
+    fputs(s, stdout);
+    printf("%*s", width - qkv_text_width(s) > 0 ? width - qkv_text_width(s) : 0, "");
+}
+
+/* --target: a token id, or text that is exactly one token. */
+static int parse_target(int32_t *out, const char *s, const qkv_tokenizer *tok) {
+    const int V = qkv_tokenizer_n_vocab(tok);
+    char *end;
+    long id = strtol(s, &end, 10);
+    if (*s >= '0' && *s <= '9' && !*end) {
+        if (id >= V) return cli_fail("--target: token id %ld outside [0, %d)", id, V);
+        *out = (int32_t)id;
+        return 0;
+    }
+    int32_t ids[4];
+    int64_t n = 0;
+    qkv_error err = {0};
+    qkv_status st = qkv_tokenize(tok, s, strlen(s), 0, 0, ids, 4, &n, &err);
+    if ((st && st != QKV_ERR_FULL) || n != 1)
+        return cli_fail("--target: '%s' is %lld tokens, not one (give a token id instead)", s, (long long)n);
+    *out = ids[0];
+    return 0;
+}
+
+static void json_target(const qkv_ablate_summary *s, const char *label) {
+    printf("{\n  \"target\": {\"id\": %d, \"piece\": ", s->target);
+    cli_json_string(stdout, label);
+    printf(", \"p\": %.6g},\n", s->p_target);
+}
+
+static void json_scope_value(int v) {
+    if (v < 0) printf("null");
+    else printf("%d", v);
+}
+
+/* ------------------------------------------------------------- SVG plots */
+
+static void svg_text(FILE *f, const char *s) {
+    for (const char *p = s; *p; p++) fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+}
+
+static void svg_head(FILE *f, int w, int h, const char *title) {
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+               "<text x=\"20\" y=\"22\" font-size=\"14\" font-weight=\"bold\">",
+            w, h, w, h);
+    svg_text(f, title);
+    fputs("</text>\n", f);
+}
+
+/* One bar panel: values v[n] from y0 down ph pixels, scaled to vmax. */
+static void svg_bars(FILE *f, const double *v, const double *marks, int n, double vmax, int x0, int y0, int pw,
+                     int ph, const char *colour, const char *label) {
+    const double bw = (double)pw / n;
+    fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#999\"/>\n", x0, x0 + pw, y0 + ph, y0 + ph);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">", x0, y0 - 6);
+    svg_text(f, label);
+    fprintf(f, " (top of panel: %.3g)</text>\n", vmax);
+    for (int j = 0; j < n; j++) {
+        const double hgt = vmax > 0 ? v[j] / vmax * ph : 0;
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x0 + j * bw + 1,
+                y0 + ph - hgt, bw > 3 ? bw - 2 : bw, hgt, colour);
+        if (marks && vmax > 0)
+            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-width=\"2\"/>\n",
+                    x0 + j * bw + 1, x0 + (j + 1) * bw - 1, y0 + ph - (marks[j] < vmax ? marks[j] : vmax) / vmax * ph,
+                    y0 + ph - (marks[j] < vmax ? marks[j] : vmax) / vmax * ph);
+    }
+}
+
+static double max_of(const double *v, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        if (v[i] > m) m = v[i];
+    return m;
+}
+
+/* What the plots and the page show. */
+typedef struct {
+    const char *title;
+    const qkv_ablate_row *rows;         /* [n], or NULL under --heads */
+    const qkv_ablate_effect *effects;   /* [nl, nh] under --heads */
+    char **labels, **after;             /* [n] the tokens, the top token after hiding each */
+    int n, nl, nh;
+} report;
+
+/* Attention (mean bars, max ticks) and KL per position, tokens below; 0 or 2. */
+static int plot_positions(FILE *f, const report *r) {
+    const int n = r->n;
+    double *mean = malloc((size_t)n * sizeof(double)), *mx = malloc((size_t)n * sizeof(double)),
+           *kl = malloc((size_t)n * sizeof(double));
+    if (!mean || !mx || !kl) {
+        free(mean), free(mx), free(kl);
+        return cli_fail("out of memory");
+    }
+    for (int j = 0; j < n; j++)
+        mean[j] = r->rows[j].attn_mean, mx[j] = r->rows[j].attn_max, kl[j] = r->rows[j].effect.kl;
+    const int x0 = 40, pw = n * 28 > 700 ? n * 28 : 700, ph = 160, W = x0 + pw + 20, H = 2 * ph + 200;
+    svg_head(f, W, H, r->title);
+    svg_bars(f, mean, mx, n, max_of(mx, n), x0, 60, pw, ph, "#1f5fbf",
+             "attention of the last position, mean over the ablated layers and heads (ticks: max)");
+    svg_bars(f, kl, NULL, n, max_of(kl, n), x0, 60 + ph + 40, pw, ph, "#e8590c",
+             "KL(p_full || p_ablated), nats, when the position is ablated");
+    for (int j = 0; j < n; j++) {
+        fprintf(f, "<text transform=\"translate(%.1f %d) rotate(60)\" fill=\"#333\">", x0 + (j + 0.5) * pw / n,
+                60 + 2 * ph + 52);
+        svg_text(f, r->labels[j]);
+        fputs("</text>\n", f);
+    }
+    fputs("</svg>\n", f);
+    free(mean), free(mx), free(kl);
+    return 0;
+}
+
+/* The layer x head KL map: one cell per head, darker = larger KL (sqrt scale). */
+static int plot_heads(FILE *f, const report *r) {
+    const int nl = r->nl, nh = r->nh;
+    const int cw = 56, ch = 18, x0 = 60, y0 = 60, W = x0 + nh * cw + 40 > 640 ? x0 + nh * cw + 40 : 640,
+              H = y0 + nl * ch + 60;
+    double mx = 0;
+    for (int i = 0; i < nl * nh; i++)
+        if (r->effects[i].kl > mx) mx = r->effects[i].kl;
+    svg_head(f, W, H, r->title);
+    for (int h = 0; h < nh; h++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">h%d</text>\n", x0 + h * cw + cw / 2,
+                y0 - 6, h);
+    for (int l = 0; l < nl; l++) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#333\">layer %d</text>\n", x0 - 6,
+                y0 + l * ch + 13, l);
+        for (int h = 0; h < nh; h++) {
+            const double kl = r->effects[(size_t)l * nh + h].kl, t = mx > 0 ? sqrt(kl / mx) : 0;
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(%d,%d,%d)\"/>\n", x0 + h * cw,
+                    y0 + l * ch, cw - 1, ch - 1, (int)(255 - 223 * t), (int)(255 - 160 * t), (int)(255 - 64 * t));
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\" fill=\"%s\">%.3f</text>\n",
+                    x0 + h * cw + cw / 2, y0 + l * ch + 13, t > 0.6 ? "white" : "#333", kl);
+        }
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">KL(p_full || p_ablated) in nats when the head's output is "
+               "zeroed; colour: sqrt(KL / %.3g)</text>\n</svg>\n",
+            x0, y0 + nl * ch + 30, mx);
+    return 0;
+}
+
+/* The plot alone (svg) or in a self-contained page with the table (html). */
+static int write_output(const char *path, const report *r, int html) {
+    cli_outfile out;
+    FILE *f = cli_outfile_open(&out, path);
+    if (!f) return CLI_EXIT_BAD_INPUT;
+    if (html) {
+        fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qkv ablate</title><style>body{font-family:"
+              "sans-serif;margin:24px}h1{font-size:18px}table{border-collapse:collapse}td,th{padding:2px 10px;text-align:right}"
+              "td.t{text-align:left;font-family:monospace}span.b{display:inline-block;height:10px}</style></head>"
+              "<body>\n<h1>",
+              f);
+        svg_text(f, r->title);
+        fputs("</h1>\n", f);
+    }
+    int rc = r->rows ? plot_positions(f, r) : plot_heads(f, r);
+    if (html && r->rows) {
+        double kmax = 0;
+        for (int j = 0; j < r->n; j++)
+            if (r->rows[j].effect.kl > kmax) kmax = r->rows[j].effect.kl;
+        fputs("<table>\n<tr><th>pos</th><th>token</th><th>attn mean</th><th>attn max</th><th>KL (nats)</th><th></th>"
+              "<th>dp target</th><th>top after</th></tr>\n",
+              f);
+        for (int j = 0; j < r->n; j++) {
+            const qkv_ablate_row *x = &r->rows[j];
+            fprintf(f, "<tr><td>%d</td><td class=\"t\">", j);
+            svg_text(f, r->labels[j]);
+            fprintf(f, "</td><td>%.3f</td><td>%.3f</td><td>%.4f</td><td class=\"t\"><span class=\"b\" "
+                       "style=\"width:%.0fpx;background:#e8590c\"></span></td><td>%+.4f</td><td class=\"t\">",
+                    x->attn_mean, x->attn_max, x->effect.kl, kmax > 0 ? 200 * x->effect.kl / kmax : 0, x->effect.dp_target);
+            svg_text(f, r->after[j]);
+            fputs("</td></tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
+    if (html) fputs("</body></html>\n", f);
+    if (rc) { /* no partial file: drop the temporary */
+        fclose(out.f);
+        remove(out.tmp);
+        return rc;
+    }
+    return cli_outfile_close(&out);
+}
+
+/* ---------------------------------------------------------------- output */
+
+static void print_positions(const qkv_ablate_row *rows, const qkv_ablate_summary *s, char **labels, char **after,
+                            int n) {
+    int w = 5;
+    for (int j = 0; j < n; j++)
+        if (qkv_text_width(labels[j]) > w) w = qkv_text_width(labels[j]);
+    printf("  pos  ");
+    put_left("token", w);
+    printf("  attn mean  attn max         KL   dp target  top after\n");
+    for (int j = 0; j < n; j++) {
+        printf("%5d  ", j);
+        put_left(labels[j], w);
+        printf("     %6.3f    %6.3f  %9.4f  %+10.4f  %s\n", rows[j].attn_mean, rows[j].attn_max, rows[j].effect.kl,
+               rows[j].effect.dp_target, after[j]);
+    }
+    printf("\nSpearman rank correlation of attention (mean) and KL over the %d positions: %.3f\n", n,
+           s->spearman_attn_kl);
+}
+
+static void json_positions(const qkv_ablate_row *rows, const qkv_ablate_summary *s, const char *target_label,
+                           char **labels, char **after, int n, int scope, int layer, int head) {
+    json_target(s, target_label);
+    printf("  \"scope\": \"%s\",\n  \"layer\": ", scopes[scope]);
+    json_scope_value(layer);
+    printf(",\n  \"head\": ");
+    json_scope_value(head);
+    printf(",\n  \"positions\": [\n");
+    for (int j = 0; j < n; j++) {
+        printf("    {\"pos\": %d, \"piece\": ", j);
+        cli_json_string(stdout, labels[j]);
+        printf(", \"attn_mean\": %.6g, \"attn_max\": %.6g, \"kl\": %.6g, \"dp_target\": %.6g, "
+               "\"top_after\": {\"id\": %d, \"piece\": ",
+               rows[j].attn_mean, rows[j].attn_max, rows[j].effect.kl, rows[j].effect.dp_target, rows[j].effect.top);
+        cli_json_string(stdout, after[j]);
+        printf("}}%s\n", j + 1 < n ? "," : "");
+    }
+    printf("  ],\n  \"spearman_attn_kl\": ");
+    if (isnan(s->spearman_attn_kl)) printf("null\n}\n");
+    else printf("%.6f\n}\n", s->spearman_attn_kl);
+}
+
+static void print_heads(const qkv_ablate_effect *e, int nl, int nh) {
+    printf("KL(p_full || p_ablated) in nats when one head's attention output is zeroed\n\nlayer");
+    for (int h = 0; h < nh; h++) printf("      h%-2d", h);
+    printf("\n");
+    for (int l = 0; l < nl; l++) {
+        printf("%5d", l);
+        for (int h = 0; h < nh; h++) printf("  %7.4f", e[(size_t)l * nh + h].kl);
+        printf("\n");
+    }
+    int best = 0;
+    for (int i = 1; i < nl * nh; i++)
+        if (e[i].kl > e[best].kl) best = i;
+    printf("\nmost important: layer %d head %d (KL %.4f)\n", best / nh, best % nh, e[best].kl);
+}
+
+static void json_heads(const qkv_ablate_effect *e, const qkv_ablate_summary *s, const char *target_label, int nl,
+                       int nh) {
+    json_target(s, target_label);
+    printf("  \"n_layer\": %d,\n  \"n_head\": %d,\n", nl, nh);
+    static const char *const keys[] = {"kl", "dp_target", "top_after"};
+    for (int k = 0; k < 3; k++) {
+        printf("  \"%s\": [\n", keys[k]);
+        for (int l = 0; l < nl; l++) {
+            printf("    [");
+            for (int h = 0; h < nh; h++) {
+                const qkv_ablate_effect *x = &e[(size_t)l * nh + h];
+                if (k == 2) printf("%d", x->top);
+                else printf("%.6g", k == 0 ? x->kl : x->dp_target);
+                printf("%s", h + 1 < nh ? ", " : "");
+            }
+            printf("]%s\n", l + 1 < nl ? "," : "");
+        }
+        printf("  ]%s\n", k < 2 ? "," : "");
+    }
+    printf("}\n");
+}
+
+/* ------------------------------------------------------------------ main */
+
+int cmd_ablate(int argc, char **argv) {
+    cli_prompt_args pa = {0};
+    const char *model = CLI_DEFAULT_MODEL, *svg = NULL, *html = NULL, *target_s = NULL;
+    int json = 0, threads = 0, verbose = 0, heads = 0, scope = QKV_ABLATE_ALL, layer = -1, head = -1;
+    cli_flag flags[] = {
+        CLI_FLAG_MODEL(&model),
+        CLI_FLAGS_PROMPT(&pa),
+        CLI_FLAG("--layer", NULL, CLI_INT, &layer, 0, QKV_MODEL_MAX_LAYERS, "L", "ablate in layer L only (default: all)"),
+        CLI_FLAG("--head", NULL, CLI_INT, &head, 0, QKV_MODEL_MAX_HEADS, "H", "ablate in query head H only (default: all)"),
+        CLI_FLAG_CHOICE("--scope", CLI_CHOICE, &scope, scopes,
+                        "all: the key leaves every query row (default); last: only the\nfinal row's (the direct effect)"),
+        CLI_FLAG("--target", NULL, CLI_STRING, &target_s, 0, 0, "ID|TEXT",
+                 "follow this token's probability (default: the full run's top token)"),
+        CLI_FLAG("--heads", NULL, CLI_BOOL, &heads, 0, 0, NULL,
+                 "instead: zero each (layer, head)'s attention output in turn, KL per head"),
+        CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
+        CLI_FLAG("--svg", NULL, CLI_STRING, &svg, 0, 0, "FILE",
+                 "plot: attention and KL per position (--heads: the layer x head KL map)"),
+        CLI_FLAG("--html", NULL, CLI_STRING, &html, 0, 0, "FILE", "a self-contained page: the plot and the table"),
+        CLI_FLAG_THREADS(&threads),
+        CLI_FLAG_VERBOSE(&verbose),
+        {0},
+    };
+    const cli_command cmd = {
+        "ablate", "[-m MODEL] (-p TEXT | -f FILE | --tokens IDS) [flags]",
+        "Weight against influence: hides each position's key in turn (the engine's exclusion\n"
+        "mask) and measures how the last position's next-token distribution moves (KL, nats),\n"
+        "beside the attention the last position gave that key. Rows before the ablated key\n"
+        "are kept from the KV cache: n partial forwards, n(n+1)/2 token-steps.",
+        "JSON: {\"target\": {\"id\", \"piece\", \"p\"}, \"scope\", \"layer\", \"head\", \"positions\": [{\"pos\",\n"
+        "\"piece\", \"attn_mean\", \"attn_max\", \"kl\", \"dp_target\", \"top_after\": {\"id\", \"piece\"}}],\n"
+        "\"spearman_attn_kl\"}; pieces are readable labels (a space is ·); layer/head null for all.",
+        flags};
+    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    if (heads && (cli_given(&cmd, "--layer") || cli_given(&cmd, "--head") || cli_given(&cmd, "--scope")))
+        return cli_fail("--heads ablates every head in turn: it takes no --layer, --head or --scope");
+    int rc = cli_prompt_check(&pa);
+    if (rc) return rc;
+    qkv_gguf *g = NULL;
+    qkv_tokenizer *tok = NULL;
+    qkv_model *m = NULL;
+    cli_prompt pr = {0};
+    qkv_ablate_row *rows = NULL;
+    qkv_ablate_effect *effects = NULL;
+    char **after = NULL, *target_label = NULL;
+    int32_t target = -1;
+    int n = 0;
+    qkv_error err = {0};
+    if ((rc = cli_tokenizer_open(&g, &tok, model)) || (rc = cli_prompt_load(&pr, &pa, g, tok)) ||
+        (rc = cli_prompt_labels(&pr, tok)) || (target_s && (rc = parse_target(&target, target_s, tok))))
+        goto done;
+    n = pr.n;
+    if (n < 2 && !heads) {
+        rc = cli_fail("the prompt has %d token: ablating needs at least 2 (one to hide, one to predict)", n);
+        goto done;
+    }
+    qkv_model_params mp = {.n_ctx = n, .kv_dtype = QKV_DTYPE_F32, .n_threads = threads};
+    if (qkv_model_open(&m, model, &mp, &err)) {
+        rc = cli_model_fail(&err, model);
+        goto done;
+    }
+    const qkv_model_config *cfg = qkv_model_get_config(m);
+    const int nl = cfg->n_layer, nh = cfg->n_head;
+    if (layer >= nl) rc = cli_fail("--layer %d: the model has layers 0..%d", layer, nl - 1);
+    else if (head >= nh) rc = cli_fail("--head %d: the model has heads 0..%d", head, nh - 1);
+    else if (n > cfg->n_ctx_train) rc = cli_fail("%d tokens exceed the model's context of %d", n, cfg->n_ctx_train);
+    if (rc) goto done;
+    const double t0 = cli_now_s();
+    qkv_ablate_summary sum;
+    if (heads) {
+        effects = malloc((size_t)nl * nh * sizeof *effects);
+        if (!effects) rc = cli_fail("out of memory");
+        else if (qkv_ablate_heads(effects, &sum, m, pr.ids, target, n, &err)) rc = cli_fail("%s", err.msg);
+    } else {
+        const qkv_ablate_params ap = {.scope = scope, .layer = layer, .head = head, .target = target};
+        rows = malloc((size_t)n * sizeof *rows);
+        after = calloc((size_t)n, sizeof *after);
+        if (!rows || !after) rc = cli_fail("out of memory");
+        else if (qkv_ablate_positions(rows, &sum, m, pr.ids, &ap, n, &err)) rc = cli_fail("%s", err.msg);
+        for (int j = 0; !rc && j < n; j++)
+            if (!(after[j] = token_label(tok, rows[j].effect.top))) rc = cli_fail("out of memory");
+    }
+    if (!rc && !(target_label = token_label(tok, sum.target))) rc = cli_fail("out of memory");
+    if (rc) goto done;
+    const double t1 = cli_now_s();
+    char title[512], where[64] = "every layer and head";
+    if (layer >= 0 && head >= 0) snprintf(where, sizeof where, "layer %d head %d", layer, head);
+    else if (layer >= 0) snprintf(where, sizeof where, "layer %d, every head", layer);
+    else if (head >= 0) snprintf(where, sizeof where, "head %d of every layer", head);
+    if (heads)
+        snprintf(title, sizeof title, "%s, %d tokens: head importance for target %s (p = %.3f)", cli_basename(model), n,
+                 target_label, sum.p_target);
+    else
+        snprintf(title, sizeof title, "%s, %d tokens, scope %s (%s): target %s (p = %.3f)", cli_basename(model), n,
+                 scopes[scope], where, target_label, sum.p_target);
+    const report rep = {.title = title, .rows = rows, .effects = effects, .labels = pr.labels, .after = after,
+                        .n = n, .nl = nl, .nh = nh};
+    if ((svg && (rc = write_output(svg, &rep, 0))) || (html && (rc = write_output(html, &rep, 1)))) goto done;
+    if (json && heads) json_heads(effects, &sum, target_label, nl, nh);
+    else if (json) json_positions(rows, &sum, target_label, pr.labels, after, n, scope, layer, head);
+    else {
+        printf("qkv ablate: %s\n\n", title);
+        if (heads) print_heads(effects, nl, nh);
+        else print_positions(rows, &sum, pr.labels, after, n);
+    }
+    if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
+    if (html) fprintf(json ? stderr : stdout, "wrote %s\n", html);
+    if (verbose)
+        fprintf(stderr, "qkv ablate: %d tokens, %.2f s, peak RSS %.1f MiB\n", n, t1 - t0, cli_peak_rss_mib());
+done:
+    if (after)
+        for (int j = 0; j < n; j++) free(after[j]);
+    free(after);
+    free(target_label);
+    free(rows);
+    free(effects);
+    qkv_model_close(m);
+    cli_prompt_free(&pr);
+    qkv_tokenizer_free(tok);
+    qkv_gguf_close(g);
+    return rc;
+}
