@@ -196,13 +196,15 @@ def main(argv):
         print("usage: make-llama3-vocab.py WHEEL OUT.gguf", file=sys.stderr)
         return 1
     wheel, out = argv[1], argv[2]
+    tmp = out + ".tmp"
     try:
         data, n_merges = build(wheel)
-        tmp = out + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
         os.replace(tmp, out)
     except (Fail, OSError) as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
         print(f"make-llama3-vocab: {e}", file=sys.stderr)
         return 1
     print(f"{out}: {n_merges} merges, {len(data)} bytes")
