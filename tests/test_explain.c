@@ -222,6 +222,31 @@ TEST(explain_input_file_and_example_round_trip) {
     free(out);
 }
 
+/* The opening line: the article's sentence cut by the real Llama-3 tokenizer
+ * (models/llama3-vocab.gguf, from `make model`; ids from quicktok-v1 0.4.0). */
+TEST(explain_opens_with_llama3_tokens) {
+    const char *argv[] = {"explain", "--vocab", "no/such/vocab.gguf", NULL};
+    char *out = run_ok(argv, NULL);
+    const char *line = out ? strstr(out, "\n  Llama-3 no tokens: no/such/vocab.gguf") : NULL;
+    const char *hint = line ? strstr(line, "make model") : NULL;
+    CHECK(hint && hint < strchr(line + 1, '\n'),
+          "missing vocab: one line naming it: %s", out ? out : "");
+    CHECK(out && strstr(out, "= [1.648, 0.087]"), "the walk still runs without the vocab");
+    free(out);
+    const char *input[] = {"explain", "--input", "-", NULL};
+    out = run_ok(input, "tokens a b\nx\n1 0\n0 1\nw_q\n1\n1\nw_k\n1\n1\nw_v\n1\n1\n");
+    CHECK(out && !strstr(out, "Llama-3"), "no Llama-3 line for --input: %s", out ? out : "");
+    free(out);
+
+    if (!test_require_file("models/llama3-vocab.gguf", "the Llama-3 vocab GGUF: run `make model`")) return;
+    const char *dflt[] = {"explain", NULL};
+    out = run_ok(dflt, NULL);
+    CHECK(out && strstr(out, "\n\n  Llama-3 年假怎么申请？ = 年 假 怎么 申请 ？   (5 tokens, ids 8107 107099 "
+                             "104237 112838 11571; the example is the first 4)\n  tokens  年 假 怎么 申请"),
+          "explain opens with the Llama-3 tokens: %s", out ? out : "");
+    free(out);
+}
+
 TEST(explain_bad_input) {
     CHECK_BAD_INPUT("explain", "--bogus");
     CHECK_BAD_INPUT("explain", "--input");

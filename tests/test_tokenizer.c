@@ -346,6 +346,52 @@ TEST(tok_smollm2_matches_hf) {
     qkv_gguf_close(g);
 }
 
+/* ---------------------------------------------------------- Llama-3 vocab */
+
+#define LLAMA3_VOCAB "models/llama3-vocab.gguf"
+
+/* The real Llama-3 tokenizer (`make model` writes it from quicktok's data)
+ * against quicktok's own encoder, and its chat template. */
+TEST(tok_llama3_vocab_matches_quicktok) {
+    if (!test_require_file(LLAMA3_VOCAB, "the Llama-3 vocab GGUF: run `make model`")) return;
+    qkv_gguf *g;
+    qkv_tokenizer *t = load_tok(LLAMA3_VOCAB, &g);
+    if (!t) return;
+    CHECK(qkv_tokenizer_n_vocab(t) == 128256 && qkv_tokenizer_type(t) == QKV_VOCAB_BPE &&
+              qkv_tokenizer_pretok(t) == QKV_PRE_LLAMA3,
+          "128256 tokens, gpt2, llama3 split (%d)", qkv_tokenizer_n_vocab(t));
+    CHECK(qkv_tokenizer_bos(t) == 128000 && qkv_tokenizer_eos(t) == 128009 && qkv_tokenizer_add_bos(t) &&
+              !qkv_tokenizer_add_eos(t),
+          "bos 128000 (added), eos 128009 <|eot_id|> (%d %d)", qkv_tokenizer_bos(t), qkv_tokenizer_eos(t));
+    CHECK(qkv_token_type_of(t, 128009) == QKV_TOKEN_CONTROL && qkv_token_type_of(t, 128255) == QKV_TOKEN_CONTROL &&
+              qkv_token_type_of(t, 127999) == QKV_TOKEN_NORMAL,
+          "the 256 specials are control tokens");
+    size_t len;
+    const char *p = qkv_token_text(t, 1917, &len);
+    CHECK(p && len == 7 && !memcmp(p, "\xc4\xa0world", 7), "token 1917 is spelled 'Ġworld'");
+    int differs, n = check_ids_file(t, "llama3_vocab.txt", &differs);
+    printf("  %d Llama-3 cases identical to quicktok-v1 0.4.0\n", n);
+    CHECK(n >= 30, "only %d cases", n);
+    round_trip_file(t, "llama3_vocab.txt");
+
+    char *chat = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_chat_format(&chat, g, NULL, "年假怎么申请？", &err) == QKV_OK, "%s", err.msg);
+    const char *want = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\n年假怎么申请？<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    CHECK(chat && !strcmp(chat, want), "Llama-3 chat format: %s", chat ? chat : "(none)");
+    free(chat);
+    const char *argv[] = {"tokenize", "-m", LLAMA3_VOCAB, "-p", "年假怎么申请？", "--chat", "--json", NULL};
+    char *out = NULL, *errs = NULL;
+    int rc = test_run_cli(argv, NULL, &out, &errs);
+    CHECK(rc == 0 && out && strstr(out, "\"ids\": [128000, 128006, 882, 128007, 271, 8107, 107099, 104237, "
+                                        "112838, 11571, 128009, 128006, 78191, 128007, 271]"),
+          "--chat: one <|begin_of_text|>, quicktok's ids: %s %s", out, errs);
+    free(out), free(errs);
+    qkv_tokenizer_free(t);
+    qkv_gguf_close(g);
+}
+
 /* ------------------------------------------------------ synthetic vocabs */
 
 TEST(tok_llama_bpe_matches_hf) {
