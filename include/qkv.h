@@ -310,6 +310,17 @@ qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, 
 qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,
                              qkv_error *err);
 
+/* Evicts positions [from, from + n) (from + n <= length): the later rows move
+ * down by n, the length drops by n. rope NULL: the moved keys keep their
+ * rotation (their original positions; a mask over the rows then sees the
+ * same keys as before). rope non-NULL: the moved keys are rotated by -n, so
+ * that row r holds its key as if rotated at position r (positions re-indexed
+ * within the cache: StreamingLLM, llama.cpp's context shift). RoPE composes
+ * (R(a) R(b) = R(a + b)), so this equals rotating the unrotated keys at their
+ * new rows, up to float rounding (and the cache dtype's, once more). Never
+ * allocates. QKV_ERR_INVALID for a range outside [0, length) or a bad rope. */
+qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err);
+
 /* Raw storage for kernels: pointers to [Hkv, capacity, D] in the cache dtype. */
 const void *qkv_kv_cache_k(const qkv_kv_cache *c);
 const void *qkv_kv_cache_v(const qkv_kv_cache *c);
@@ -647,6 +658,21 @@ int qkv_model_n_ctx(const qkv_model *m);
 int qkv_model_pos(const qkv_model *m);
 /* Forgets every position from pos on (0: a fresh sequence). */
 qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err);
+/* The RoPE position the next token is rotated at: qkv_model_pos plus the
+ * positions evicted without a shift (qkv_model_evict); rewinding to 0 resets it. */
+int qkv_model_rope_pos(const qkv_model *m);
+/* The mask of every following forward call: QKV_MASK_CAUSAL (the default),
+ * QKV_MASK_WINDOW (window) or QKV_MASK_SINK_WINDOW (window, sinks), over the
+ * rows of the KV cache as qkv_mask defines it (p(i) = cache length - n + i).
+ * QKV_ERR_INVALID for another kind, window < 1 or sinks < 0. */
+qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int sinks, qkv_error *err);
+/* Evicts positions [from, from + n) of every layer's KV cache
+ * (qkv_kv_cache_shift). shift 0: the kept keys keep their original
+ * positions and so does every later token (qkv_model_rope_pos advances by
+ * n); shift 1: the kept keys are re-rotated to their new rows and later
+ * tokens continue from the cache length. QKV_ERR_INVALID for a range
+ * outside the cache. */
+qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
 /* Installs (or with NULL removes) the attention hook. */
 void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
 /* Masks keys at these absolute positions in every layer and head for the
