@@ -1050,6 +1050,61 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
 qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
                             const int32_t *tokens, int32_t target, int n, qkv_error *err);
 
+/* ----------------------------------------------------------- probe: stream */
+
+/*
+ * Perplexity of a long text under a bounded KV cache (StreamingLLM, Xiao et
+ * al., arXiv:2309.17453). The text is read in chunks of C tokens, each one
+ * forward call; token t+1 is scored once, NLL = -log p(tokens[t+1] | its
+ * context). The context, with W = window and S = sinks:
+ *   FULL       every earlier token (causal mask).
+ *   WINDOW     the last W keys, self included (QKV_MASK_WINDOW).
+ *   SINKS      the first S keys and the last W - S (QKV_MASK_SINK_WINDOW
+ *              with window W - S): W keys in all.
+ *   RECOMPUTE  the last W keys as WINDOW, but their states computed afresh
+ *              for each chunk: the cache is emptied, the W - 1 tokens before
+ *              the chunk are run again from position 0 (causal, so the first
+ *              of them sees only itself), then the chunk under the window
+ *              mask. With C = 1 this is the paper's "sliding window with
+ *              re-computation"; with C > 1 query k of a chunk sees the same W
+ *              keys as WINDOW, whose states had k more tokens of prefix.
+ * How WINDOW and SINKS hold their keys:
+ *   QKV_STREAM_MASK     a full cache, the mask alone (keys at their original
+ *                       positions; memory grows with the text).
+ *   QKV_STREAM_EVICT    before each chunk the cache is cut to W - 1 rows (the
+ *                       S sinks kept), so it never holds more than W - 1 + C;
+ *                       keys and queries keep their original positions.
+ *   QKV_STREAM_SHIFT    the same eviction, the kept keys re-rotated to their
+ *                       rows (qkv_model_evict with shift): positions
+ *                       re-indexed within the cache, as StreamingLLM does.
+ * MASK and EVICT see the same keys with the same rotations: their NLLs agree
+ * to float rounding (tests/test_stream.c).
+ */
+typedef enum { QKV_STREAM_FULL = 0, QKV_STREAM_WINDOW = 1, QKV_STREAM_SINKS = 2, QKV_STREAM_RECOMPUTE = 3 } qkv_stream_policy;
+typedef enum { QKV_STREAM_MASK = 0, QKV_STREAM_EVICT = 1, QKV_STREAM_SHIFT = 2 } qkv_stream_cache;
+
+typedef struct {
+    qkv_stream_policy policy;
+    qkv_stream_cache cache;     /* WINDOW and SINKS only */
+    int window;                 /* W >= 1 */
+    int sinks;                  /* S, 0 <= S < W (SINKS) */
+    int chunk;                  /* C >= 1 */
+} qkv_stream_params;
+
+/* KV cache rows the policy needs for n tokens (the n_ctx to open the model
+ * with): n for FULL and MASK, min(n, W - 1 + C) otherwise. */
+int qkv_stream_rows(const qkv_stream_params *p, int n);
+
+/* Scores tokens under p.
+ *   nll:    [n - 1] output, nll[t] for token t + 1
+ *   tokens: [n], 2 <= n
+ * *max_rows (may be NULL) gets the most KV rows held at once. Uses the
+ * model's mask and KV cache (on return the mask is causal and the cache
+ * empty); its n_ctx must be >= qkv_stream_rows(p, n). QKV_ERR_INVALID for
+ * bad parameters or a too small context. */
+qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32_t *tokens, int n,
+                            const qkv_stream_params *p, qkv_error *err);
+
 /* Readable labels for token pieces (bytes, as qkv_token_piece gives them):
  * a space is shown as "·", a newline "↵", a tab "→", other controls as
  * "\xNN"; a piece that holds only part of a UTF-8 character (byte-level BPE
