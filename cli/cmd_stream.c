@@ -55,7 +55,7 @@ static int write_svg(const char *path, const variant *vs, int n, int C, const ch
     for (int i = 0; i <= 4; i++) {
         const double v = hi * i / 4;
         fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x0, x0 + pw, Y(v), Y(v));
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666\">%.1f</text>\n", x0 - 6, Y(v) + 4, v);
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666\">%.2f</text>\n", x0 - 6, Y(v) + 4, v);
     }
     for (int i = 0; i <= 4; i++) {
         const int t = (int)((int64_t)(n - 1) * i / 4);
