@@ -194,7 +194,7 @@ TEST(stream_mask_equals_eviction) {
     CHECK(d < 2e-3, "window: re-indexed vs original positions differ by %g", d);
     d = max_diff(evict, full, N_TOK - 1);
     CHECK(d > 0.05, "a window of %d over %d tokens should change some NLL (max diff %g)", W, N_TOK, d);
-    /* the first W - 1 + 1 tokens see everything: identical to full there */
+    /* rows 0 .. W - 2 see every earlier key: identical to full there */
     d = max_diff(evict, full, W - 1);
     CHECK(d < 2e-3, "rows before the window fills differ from full by %g", d);
 
