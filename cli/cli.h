@@ -174,6 +174,10 @@ typedef struct {
 } cli_outfile;
 FILE *cli_outfile_open(cli_outfile *o, const char *path);
 int cli_outfile_close(cli_outfile *o);
+/* SVG: s as text content ('<' and '&' escaped); the opening <svg> of w x h
+ * pixels with a white background and title as a bold first line. */
+void cli_svg_text(FILE *f, const char *s);
+void cli_svg_head(FILE *f, int w, int h, const char *title);
 /* s as a JSON string, quotes included (render/json.c: the one writer). */
 #define cli_json_string(f, s) qkv_json_string((f), (s), 0)
 /* The last component of a path. */
@@ -194,5 +198,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_sinks(int argc, char **argv);
 int cmd_ablate(int argc, char **argv);
+int cmd_stream(int argc, char **argv);
 
 #endif /* QKV_CLI_H */

@@ -66,26 +66,13 @@ static void json_scope_value(int v) {
 
 /* ------------------------------------------------------------- SVG plots */
 
-static void svg_text(FILE *f, const char *s) {
-    for (const char *p = s; *p; p++) fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
-}
-
-static void svg_head(FILE *f, int w, int h, const char *title) {
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-               "<text x=\"20\" y=\"22\" font-size=\"14\" font-weight=\"bold\">",
-            w, h, w, h);
-    svg_text(f, title);
-    fputs("</text>\n", f);
-}
-
 /* One bar panel: values v[n] from y0 down ph pixels, scaled to vmax. */
 static void svg_bars(FILE *f, const double *v, const double *marks, int n, double vmax, int x0, int y0, int pw,
                      int ph, const char *colour, const char *label) {
     const double bw = (double)pw / n;
     fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#999\"/>\n", x0, x0 + pw, y0 + ph, y0 + ph);
     fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">", x0, y0 - 6);
-    svg_text(f, label);
+    cli_svg_text(f, label);
     fprintf(f, " (top of panel: %.3g)</text>\n", vmax);
     for (int j = 0; j < n; j++) {
         const double hgt = vmax > 0 ? v[j] / vmax * ph : 0;
@@ -126,7 +113,7 @@ static int plot_positions(FILE *f, const report *r) {
     for (int j = 0; j < n; j++)
         mean[j] = r->rows[j].attn_mean, mx[j] = r->rows[j].attn_max, kl[j] = r->rows[j].effect.kl;
     const int x0 = 40, pw = n * 28 > 700 ? n * 28 : 700, ph = 160, W = x0 + pw + 20, H = 2 * ph + 200;
-    svg_head(f, W, H, r->title);
+    cli_svg_head(f, W, H, r->title);
     svg_bars(f, mean, mx, n, max_of(mx, n), x0, 60, pw, ph, "#1f5fbf",
              "attention of the last position, mean over the ablated layers and heads (ticks: max)");
     svg_bars(f, kl, NULL, n, max_of(kl, n), x0, 60 + ph + 40, pw, ph, "#e8590c",
@@ -134,7 +121,7 @@ static int plot_positions(FILE *f, const report *r) {
     for (int j = 0; j < n; j++) {
         fprintf(f, "<text transform=\"translate(%.1f %d) rotate(60)\" fill=\"#333\">", x0 + (j + 0.5) * pw / n,
                 60 + 2 * ph + 52);
-        svg_text(f, r->labels[j]);
+        cli_svg_text(f, r->labels[j]);
         fputs("</text>\n", f);
     }
     fputs("</svg>\n", f);
@@ -150,7 +137,7 @@ static int plot_heads(FILE *f, const report *r) {
     double mx = 0;
     for (int i = 0; i < nl * nh; i++)
         if (r->effects[i].kl > mx) mx = r->effects[i].kl;
-    svg_head(f, W, H, r->title);
+    cli_svg_head(f, W, H, r->title);
     for (int h = 0; h < nh; h++)
         fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">h%d</text>\n", x0 + h * cw + cw / 2,
                 y0 - 6, h);
@@ -182,7 +169,7 @@ static int write_output(const char *path, const report *r, int html) {
               "td.t{text-align:left;font-family:monospace}span.b{display:inline-block;height:10px}</style></head>"
               "<body>\n<h1>",
               f);
-        svg_text(f, r->title);
+        cli_svg_text(f, r->title);
         fputs("</h1>\n", f);
     }
     int rc = r->rows ? plot_positions(f, r) : plot_heads(f, r);
@@ -196,11 +183,11 @@ static int write_output(const char *path, const report *r, int html) {
         for (int j = 0; j < r->n; j++) {
             const qkv_ablate_row *x = &r->rows[j];
             fprintf(f, "<tr><td>%d</td><td class=\"t\">", j);
-            svg_text(f, r->labels[j]);
+            cli_svg_text(f, r->labels[j]);
             fprintf(f, "</td><td>%.3f</td><td>%.3f</td><td>%.4f</td><td class=\"t\"><span class=\"b\" "
                        "style=\"width:%.0fpx;background:#e8590c\"></span></td><td>%+.4f</td><td class=\"t\">",
                     x->attn_mean, x->attn_max, x->effect.kl, kmax > 0 ? 200 * x->effect.kl / kmax : 0, x->effect.dp_target);
-            svg_text(f, r->after[j]);
+            cli_svg_text(f, r->after[j]);
             fputs("</td></tr>\n", f);
         }
         fputs("</table>\n", f);

@@ -21,6 +21,7 @@ static const command commands[] = {
     {"inspect", cmd_inspect, "attention maps of a real model on your text: HTML page, PNG, .npy, JSON"},
     {"sinks", cmd_sinks, "how much attention piles on the first tokens over long text, per layer and head"},
     {"ablate", cmd_ablate, "weight against influence: hide each token's key in turn, KL of the next-token distribution"},
+    {"stream", cmd_stream, "perplexity with a bounded KV cache: full, sliding window, attention sinks, recompute"},
     {"demo", cmd_demo, "the embedded default walk-through run by `make demo`"},
 };
 

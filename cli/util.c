@@ -144,3 +144,16 @@ double cli_now_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+
+void cli_svg_text(FILE *f, const char *s) {
+    for (const char *p = s; *p; p++) fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
+}
+
+void cli_svg_head(FILE *f, int w, int h, const char *title) {
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+               "<text x=\"20\" y=\"22\" font-size=\"14\" font-weight=\"bold\">",
+            w, h, w, h);
+    cli_svg_text(f, title);
+    fputs("</text>\n", f);
+}

@@ -310,6 +310,17 @@ qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, 
 qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,
                              qkv_error *err);
 
+/* Evicts positions [from, from + n) (from + n <= length): the later rows move
+ * down by n, the length drops by n. rope NULL: the moved keys keep their
+ * rotation (their original positions; a mask over the rows then sees the
+ * same keys as before). rope non-NULL: the moved keys are rotated by -n, so
+ * that row r holds its key as if rotated at position r (positions re-indexed
+ * within the cache: StreamingLLM, llama.cpp's context shift). RoPE composes
+ * (R(a) R(b) = R(a + b)), so this equals rotating the unrotated keys at their
+ * new rows, up to float rounding (and the cache dtype's, once more). Never
+ * allocates. QKV_ERR_INVALID for a range outside [0, length) or a bad rope. */
+qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err);
+
 /* Raw storage for kernels: pointers to [Hkv, capacity, D] in the cache dtype. */
 const void *qkv_kv_cache_k(const qkv_kv_cache *c);
 const void *qkv_kv_cache_v(const qkv_kv_cache *c);
@@ -647,6 +658,21 @@ int qkv_model_n_ctx(const qkv_model *m);
 int qkv_model_pos(const qkv_model *m);
 /* Forgets every position from pos on (0: a fresh sequence). */
 qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err);
+/* The RoPE position the next token is rotated at: qkv_model_pos plus the
+ * positions evicted without a shift (qkv_model_evict); rewinding to 0 resets it. */
+int qkv_model_rope_pos(const qkv_model *m);
+/* The mask of every following forward call: QKV_MASK_CAUSAL (the default),
+ * QKV_MASK_WINDOW (window) or QKV_MASK_SINK_WINDOW (window, sinks), over the
+ * rows of the KV cache as qkv_mask defines it (p(i) = cache length - n + i).
+ * QKV_ERR_INVALID for another kind, window < 1 or sinks < 0. */
+qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int sinks, qkv_error *err);
+/* Evicts positions [from, from + n) of every layer's KV cache
+ * (qkv_kv_cache_shift). shift 0: the kept keys keep their original
+ * positions and so does every later token (qkv_model_rope_pos advances by
+ * n); shift 1: the kept keys are re-rotated to their new rows and later
+ * tokens continue from the cache length. QKV_ERR_INVALID for a range
+ * outside the cache. */
+qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
 /* Installs (or with NULL removes) the attention hook. */
 void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
 /* Masks keys at these absolute positions in every layer and head for the
@@ -1023,6 +1049,61 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
  * cache empty. */
 qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
                             const int32_t *tokens, int32_t target, int n, qkv_error *err);
+
+/* ----------------------------------------------------------- probe: stream */
+
+/*
+ * Perplexity of a long text under a bounded KV cache (StreamingLLM, Xiao et
+ * al., arXiv:2309.17453). The text is read in chunks of C tokens, each one
+ * forward call; token t+1 is scored once, NLL = -log p(tokens[t+1] | its
+ * context). The context, with W = window and S = sinks:
+ *   FULL       every earlier token (causal mask).
+ *   WINDOW     the last W keys, self included (QKV_MASK_WINDOW).
+ *   SINKS      the first S keys and the last W - S (QKV_MASK_SINK_WINDOW
+ *              with window W - S): W keys in all.
+ *   RECOMPUTE  the last W keys as WINDOW, but their states computed afresh
+ *              for each chunk: the cache is emptied, the W - 1 tokens before
+ *              the chunk are run again from position 0 (causal, so the first
+ *              of them sees only itself), then the chunk under the window
+ *              mask. With C = 1 this is the paper's "sliding window with
+ *              re-computation"; with C > 1 query k of a chunk sees the same W
+ *              keys as WINDOW, whose states had k more tokens of prefix.
+ * How WINDOW and SINKS hold their keys:
+ *   QKV_STREAM_MASK     a full cache, the mask alone (keys at their original
+ *                       positions; memory grows with the text).
+ *   QKV_STREAM_EVICT    before each chunk the cache is cut to W - 1 rows (the
+ *                       S sinks kept), so it never holds more than W - 1 + C;
+ *                       keys and queries keep their original positions.
+ *   QKV_STREAM_SHIFT    the same eviction, the kept keys re-rotated to their
+ *                       rows (qkv_model_evict with shift): positions
+ *                       re-indexed within the cache, as StreamingLLM does.
+ * MASK and EVICT see the same keys with the same rotations: their NLLs agree
+ * to float rounding (tests/test_stream.c).
+ */
+typedef enum { QKV_STREAM_FULL = 0, QKV_STREAM_WINDOW = 1, QKV_STREAM_SINKS = 2, QKV_STREAM_RECOMPUTE = 3 } qkv_stream_policy;
+typedef enum { QKV_STREAM_MASK = 0, QKV_STREAM_EVICT = 1, QKV_STREAM_SHIFT = 2 } qkv_stream_cache;
+
+typedef struct {
+    qkv_stream_policy policy;
+    qkv_stream_cache cache;     /* WINDOW and SINKS only */
+    int window;                 /* W >= 1 */
+    int sinks;                  /* S, 0 <= S < W (SINKS) */
+    int chunk;                  /* C >= 1 */
+} qkv_stream_params;
+
+/* KV cache rows the policy needs for n tokens (the n_ctx to open the model
+ * with): n for FULL and MASK, min(n, W - 1 + C) otherwise. */
+int qkv_stream_rows(const qkv_stream_params *p, int n);
+
+/* Scores tokens under p.
+ *   nll:    [n - 1] output, nll[t] for token t + 1
+ *   tokens: [n], 2 <= n
+ * *max_rows (may be NULL) gets the most KV rows held at once. Uses the
+ * model's mask and KV cache (on return the mask is causal and the cache
+ * empty); its n_ctx must be >= qkv_stream_rows(p, n). QKV_ERR_INVALID for
+ * bad parameters or a too small context. */
+qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32_t *tokens, int n,
+                            const qkv_stream_params *p, qkv_error *err);
 
 /* Readable labels for token pieces (bytes, as qkv_token_piece gives them):
  * a space is shown as "·", a newline "↵", a tab "→", other controls as

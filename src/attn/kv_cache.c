@@ -2,7 +2,9 @@
  * kv_cache.c — one layer's keys (after RoPE) and values, [Hkv, capacity, D]
  * in f32, bf16 or f16. Appending converts once; the kernels read the storage
  * type directly (kv_head_stride = capacity * D). Valid because of the causal
- * mask: K and V of position j never change once written. Storage comes from
+ * mask: K and V of position j never change once written, unless evicted
+ * (qkv_kv_cache_shift moves the later rows down, re-rotating their keys
+ * when positions are re-indexed). Storage comes from
  * qkv_kv_alloc: 2 MiB aligned, transparent huge pages where offered.
  */
 #include "qkv.h"
@@ -111,6 +113,31 @@ qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int star
         if (k) qkv_convert_to_f32(k + h * row, (const char *)c->k + offset(c, h, start), c->dtype, row);
         if (v) qkv_convert_to_f32(v + h * row, (const char *)c->v + offset(c, h, start), c->dtype, row);
     }
+    return QKV_OK;
+}
+
+qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err) {
+    if (from < 0 || n < 0 || n > c->len - from)
+        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: cannot evict [%d, %d) of length %d", from, from + n, c->len);
+    if (rope && c->head_dim > QKV_HEAD_DIM_MAX)
+        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: head_dim %d > %d", c->head_dim, QKV_HEAD_DIM_MAX);
+    const int moved = c->len - from - n, D = c->head_dim;
+    const size_t es = qkv_dtype_size(c->dtype);
+    const int64_t back = -(int64_t)n; /* R(p) then R(-n) is R(p - n) */
+    for (int h = 0; h < c->n_kv_head; h++) {
+        memmove((char *)c->k + offset(c, h, from), (char *)c->k + offset(c, h, from + n), (size_t)moved * D * es);
+        memmove((char *)c->v + offset(c, h, from), (char *)c->v + offset(c, h, from + n), (size_t)moved * D * es);
+        if (!rope || n == 0) continue;
+        for (int r = from; r < from + moved; r++) {
+            float row[QKV_HEAD_DIM_MAX]; /* [D] one key, f32 */
+            char *dst = (char *)c->k + offset(c, h, r);
+            qkv_convert_to_f32(row, dst, c->dtype, (size_t)D);
+            qkv_status st = qkv_rope_apply(row, &back, rope, 1, 1, D, err);
+            if (st) return st;
+            qkv_convert_from_f32(dst, c->dtype, row, (size_t)D);
+        }
+    }
+    c->len -= n;
     return QKV_OK;
 }
 

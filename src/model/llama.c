@@ -59,6 +59,9 @@ struct qkv_model {
     int zero_layer, zero_head;       /* the head whose attention output is zeroed; -1: none */
     qkv_attn_hook hook;
     void *hook_user;
+    qkv_mask_kind mask_kind;         /* CAUSAL, WINDOW or SINK_WINDOW (qkv_model_set_mask) */
+    int mask_window, mask_sinks;
+    int rope_offset;                 /* positions evicted without a shift: RoPE position = row + offset */
 };
 
 /* ------------------------------------------------------------- loading */
@@ -184,6 +187,7 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     qkv_model *m = calloc(1, sizeof *m);
     if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     m->exclude_layer = m->exclude_head = m->zero_layer = m->zero_head = -1;
+    m->mask_kind = QKV_MASK_CAUSAL;
     qkv_status st = qkv_gguf_open(&m->gguf, path, err);
     if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
     if (!st) st = load_weights(m, err);
@@ -223,6 +227,32 @@ qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err) {
     if (pos < 0 || pos > qkv_model_pos(m))
         return qkv_fail(err, QKV_ERR_INVALID, "model: cannot rewind to %d (at %d)", pos, qkv_model_pos(m));
     for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], pos, NULL);
+    if (pos == 0) m->rope_offset = 0;
+    return QKV_OK;
+}
+
+int qkv_model_rope_pos(const qkv_model *m) { return qkv_model_pos(m) + m->rope_offset; }
+
+qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int sinks, qkv_error *err) {
+    if (kind != QKV_MASK_CAUSAL && kind != QKV_MASK_WINDOW && kind != QKV_MASK_SINK_WINDOW)
+        return qkv_fail(err, QKV_ERR_INVALID, "model: mask kind %d is not causal, window or sink-window", (int)kind);
+    if (kind != QKV_MASK_CAUSAL && (window < 1 || sinks < 0))
+        return qkv_fail(err, QKV_ERR_INVALID, "model: mask window %d must be >= 1 and sinks %d >= 0", window, sinks);
+    m->mask_kind = kind;
+    m->mask_window = window;
+    m->mask_sinks = sinks;
+    return QKV_OK;
+}
+
+qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err) {
+    const int len = qkv_model_pos(m);
+    if (from < 0 || n < 0 || n > len - from)
+        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot evict [%d, %d) of %d cached positions", from, from + n, len);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        qkv_status st = qkv_kv_cache_shift(m->cache[l], from, n, shift ? &m->cfg.rope : NULL, err);
+        if (st) return st;
+    }
+    if (!shift) m->rope_offset += n;
     return QKV_OK;
 }
 
@@ -324,7 +354,8 @@ static qkv_status attention_layer(qkv_model *m, int l, int n, int pos0, qkv_erro
         (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
         return st;
     qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
-                          .mask = {.kind = QKV_MASK_CAUSAL, .exclude = m->exclude, .n_exclude = m->n_exclude},
+                          .mask = {.kind = m->mask_kind, .window = m->mask_window, .sinks = m->mask_sinks,
+                                   .exclude = m->exclude, .n_exclude = m->n_exclude},
                           .n_threads = m->n_threads};
     if ((m->exclude_layer >= 0 && m->exclude_layer != l) || m->exclude_head >= 0) desc.mask.n_exclude = 0;
     if ((st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err)) ||
@@ -376,7 +407,7 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
         qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)m->tok_embd->data + (size_t)tokens[t] * emb_row,
                                        m->tok_embd->type, E, err);
         if (st) return st;
-        m->positions[t] = pos0 + t;
+        m->positions[t] = (int64_t)pos0 + m->rope_offset + t;
     }
     for (int l = 0; l < c->n_layer; l++) {
         qkv_status st = attention_layer(m, l, n, pos0, err);

@@ -1,0 +1,222 @@
+/*
+ * cmd_stream.c — `qkv stream`: the attention sink, tested. The perplexity of
+ * a long text, every token scored once (qkv_stream_score, src/probe/stream.c),
+ * under six ways of holding the KV cache:
+ *   full            every earlier token within --ctx
+ *   window/orig     the last W keys, evicted; keys at their original positions
+ *   window/shifted  the same, the kept keys re-rotated to their cache rows
+ *   sinks/orig      the first S keys and the last W - S, original positions
+ *   sinks/shifted   the same, re-indexed within the cache (StreamingLLM)
+ *   recompute       the last W tokens run afresh before each chunk
+ * Each variant runs on a model opened with just the KV rows it needs, so the
+ * KV bytes reported are what it holds. Prints a table or JSON and draws the
+ * mean NLL per chunk as an SVG.
+ */
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TEXT "/usr/share/common-licenses/GPL-3"
+#define N_VARIANTS 6
+
+typedef struct {
+    const char *name, *positions, *colour, *dash;
+    qkv_stream_params p;
+    float *nll;          /* [n - 1] */
+    double ppl, tokens_per_s;
+    int64_t kv_bytes;
+} variant;
+
+/* Mean NLL of chunk i of v: tokens [i C, min((i + 1) C, n - 1)) scored. */
+static double chunk_mean(const variant *v, int i, int C, int n) {
+    const int a = i * C, b = (i + 1) * C < n - 1 ? (i + 1) * C : n - 1;
+    double s = 0;
+    for (int t = a; t < b; t++) s += v->nll[t];
+    return s / (b - a);
+}
+
+static int write_svg(const char *path, const variant *vs, int n, int C, const char *title) {
+    cli_outfile out;
+    FILE *f = cli_outfile_open(&out, path);
+    if (!f) return CLI_EXIT_BAD_INPUT;
+    const int nc = (n - 1 + C - 1) / C, W = 820, H = 520, x0 = 60, y0 = 50, pw = 720, ph = 320;
+    double hi = 0;
+    for (int k = 0; k < N_VARIANTS; k++)
+        for (int i = 0; i < nc; i++)
+            if (chunk_mean(&vs[k], i, C, n) > hi) hi = chunk_mean(&vs[k], i, C, n);
+    hi = ceil(hi);
+    if (hi < 1) hi = 1;
+#define X(t) (x0 + (double)(t) * pw / (n - 1))
+#define Y(v) (y0 + ph - (v) / hi * ph)
+    cli_svg_head(f, W, H, title);
+    for (int i = 0; i <= 4; i++) {
+        const double v = hi * i / 4;
+        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x0, x0 + pw, Y(v), Y(v));
+        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666\">%.2f</text>\n", x0 - 6, Y(v) + 4, v);
+    }
+    for (int i = 0; i <= 4; i++) {
+        const int t = (int)((int64_t)(n - 1) * i / 4);
+        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%d</text>\n", X(t), y0 + ph + 16, t);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">token position (chunks of %d)</text>\n",
+            x0 + pw / 2.0, y0 + ph + 34, C);
+    fprintf(f, "<text transform=\"translate(16 %.1f) rotate(-90)\" text-anchor=\"middle\" fill=\"#333\">mean NLL "
+               "per chunk (nats)</text>\n",
+            y0 + ph / 2.0);
+    for (int k = 0; k < N_VARIANTS; k++) {
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" stroke-dasharray=\"%s\" points=\"",
+                vs[k].colour, vs[k].dash);
+        for (int i = 0; i < nc; i++) {
+            const int mid = i * C + (((i + 1) * C < n - 1 ? (i + 1) * C : n - 1) - i * C) / 2;
+            fprintf(f, "%.1f,%.1f ", X(mid), Y(chunk_mean(&vs[k], i, C, n)));
+        }
+        fputs("\"/>\n", f);
+        const int ly = y0 + ph + 54 + (k % 3) * 18, lx = x0 + (k / 3) * 360;
+        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
+                   "stroke-dasharray=\"%s\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#333\">",
+                lx, lx + 22, ly, ly, vs[k].colour, vs[k].dash, lx + 28, ly + 4);
+        cli_svg_text(f, vs[k].name);
+        fprintf(f, " (ppl %.2f)</text>\n", vs[k].ppl);
+    }
+    fputs("</svg>\n", f);
+#undef X
+#undef Y
+    return cli_outfile_close(&out);
+}
+
+/* Runs one variant on a model holding the rows it needs; 0 or 2. */
+static int run_variant(variant *v, const char *model, const int32_t *ids, int n, qkv_dtype dtype, int threads) {
+    qkv_error err = {0};
+    qkv_model *m = NULL;
+    const qkv_model_params mp = {.n_ctx = qkv_stream_rows(&v->p, n), .kv_dtype = dtype, .n_threads = threads};
+    if (qkv_model_open(&m, model, &mp, &err)) return cli_model_fail(&err, model);
+    const qkv_model_config *c = qkv_model_get_config(m);
+    int rows = 0;
+    const double t0 = cli_now_s();
+    qkv_status st = qkv_stream_score(v->nll, &rows, m, ids, n, &v->p, &err);
+    const double dt = cli_now_s() - t0;
+    qkv_model_close(m);
+    if (st) return cli_fail("%s: %s", v->name, err.msg);
+    double s = 0;
+    for (int t = 0; t < n - 1; t++) s += v->nll[t];
+    v->ppl = exp(s / (n - 1));
+    v->tokens_per_s = (n - 1) / (dt > 0 ? dt : 1e-9);
+    v->kv_bytes = (int64_t)rows * c->n_layer * 2 * c->n_kv_head * c->head_dim * (int64_t)qkv_dtype_size(dtype);
+    return 0;
+}
+
+int cmd_stream(int argc, char **argv) {
+    cli_prompt_args pa = {0};
+    const char *model = CLI_DEFAULT_MODEL, *svg = NULL;
+    int json = 0, threads = 0, window = 256, sinks = 4, chunk = 64, ctx = 0, via_mask = 0, dtype = QKV_DTYPE_F32;
+    cli_flag flags[] = {
+        CLI_FLAG_MODEL(&model),
+        CLI_FLAGS_PROMPT(&pa),
+        CLI_FLAG("--window", NULL, CLI_INT, &window, 1, 1 << 20, "W", "keys a row sees under window and sinks (default 256)"),
+        CLI_FLAG("--sinks", NULL, CLI_INT, &sinks, 0, 1 << 20, "S", "of those, the first S tokens kept (default 4; S < W)"),
+        CLI_FLAG("--chunk", NULL, CLI_INT, &chunk, 1, 1 << 20, "C", "tokens per forward call; eviction before each (default 64)"),
+        CLI_FLAG("--max-tokens", NULL, CLI_INT, &pa.max_tokens, 2, 1 << 24, "N", "score the first N tokens (default: all)"),
+        CLI_FLAG("--ctx", NULL, CLI_INT, &ctx, 2, 1 << 24, "N",
+                 "full: keys within the last N (default the model's n_ctx;\nbeyond it, evicted as window/orig)"),
+        CLI_FLAG("--via-mask", NULL, CLI_BOOL, &via_mask, 0, 0, NULL,
+                 "window/orig and sinks/orig by the mask over a full cache\ninstead of eviction (same NLLs, KV grows)"),
+        CLI_FLAG_KV_DTYPE(&dtype, "KV cache storage (default f32)"),
+        CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
+        CLI_FLAG("--svg", NULL, CLI_STRING, &svg, 0, 0, "FILE", "plot: mean NLL per chunk, one line per variant"),
+        CLI_FLAG_THREADS(&threads),
+        {0},
+    };
+    const cli_command cmd = {
+        "stream", "[-m MODEL] [-f FILE | -p TEXT | --tokens IDS] [flags]",
+        "Perplexity of a text (default " DEFAULT_TEXT ") with a bounded KV cache: full context,\n"
+        "a sliding window, attention sinks + window (StreamingLLM), the window recomputed per chunk;\n"
+        "window and sinks with keys at their original positions and re-indexed within the cache.",
+        NULL, flags};
+    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    if (sinks >= window) return cli_fail("--sinks %d must be below --window %d", sinks, window);
+    if (!pa.text && !pa.file && !pa.tokens) pa.file = DEFAULT_TEXT;
+    cli_prompt pr;
+    int rc = cli_prompt_load_from(&pr, &pa, model, 0);
+    if (rc) return rc;
+    const int n = pr.n;
+    variant vs[N_VARIANTS] = {
+        {.name = "full", .positions = "absolute", .colour = "#333333", .dash = "",
+         .p = {.policy = QKV_STREAM_FULL}},
+        {.name = "window/orig", .positions = "original", .colour = "#e8590c", .dash = "",
+         .p = {.policy = QKV_STREAM_WINDOW, .cache = via_mask ? QKV_STREAM_MASK : QKV_STREAM_EVICT}},
+        {.name = "window/shifted", .positions = "shifted", .colour = "#e8590c", .dash = "5 4",
+         .p = {.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_SHIFT}},
+        {.name = "sinks/orig", .positions = "original", .colour = "#1f5fbf", .dash = "",
+         .p = {.policy = QKV_STREAM_SINKS, .cache = via_mask ? QKV_STREAM_MASK : QKV_STREAM_EVICT}},
+        {.name = "sinks/shifted", .positions = "shifted", .colour = "#1f5fbf", .dash = "5 4",
+         .p = {.policy = QKV_STREAM_SINKS, .cache = QKV_STREAM_SHIFT}},
+        {.name = "recompute", .positions = "fresh", .colour = "#2b8a3e", .dash = "2 3",
+         .p = {.policy = QKV_STREAM_RECOMPUTE}},
+    };
+    if (n < 2) {
+        cli_prompt_free(&pr);
+        return cli_fail("the text has %d token%s; scoring needs at least 2", n, n == 1 ? "" : "s");
+    }
+    for (int k = 0; k < N_VARIANTS; k++) {
+        vs[k].p.window = window;
+        vs[k].p.sinks = sinks;
+        vs[k].p.chunk = chunk;
+        if (!(vs[k].nll = malloc((size_t)(n - 1) * sizeof(float)))) rc = cli_fail("out of memory");
+    }
+    qkv_error err = {0};
+    qkv_gguf *g = NULL;
+    qkv_model_config cfg;
+    if (!rc && (qkv_gguf_open(&g, model, &err) || qkv_model_config_read(&cfg, g, &err))) rc = cli_model_fail(&err, model);
+    qkv_gguf_close(g);
+    if (!rc) {
+        if (!ctx) ctx = cfg.n_ctx_train < 8192 ? cfg.n_ctx_train : 8192; /* qkv_model_params' default n_ctx */
+        if (n > ctx) /* full: keys within the last ctx, original positions */
+            vs[0].p = (qkv_stream_params){.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_EVICT, .window = ctx,
+                                          .chunk = chunk};
+    }
+    const double t_all = cli_now_s();
+    for (int k = 0; k < N_VARIANTS && !rc; k++) rc = run_variant(&vs[k], model, pr.ids, n, (qkv_dtype)dtype, threads);
+    if (rc) goto done;
+    const double seconds = cli_now_s() - t_all;
+    const char *base = cli_basename(model), *src = pa.file ? cli_basename(pa.file) : "the text";
+    char title[512];
+    snprintf(title, sizeof title, "%s on %s, %d tokens: mean NLL per chunk of %d, W = %d, S = %d", base, src, n,
+             chunk, window, sinks);
+    const int nc = (n - 1 + chunk - 1) / chunk;
+    if (json) {
+        printf("{\n  \"model\": ");
+        cli_json_string(stdout, base);
+        printf(",\n  \"n_tokens\": %d,\n  \"window\": %d,\n  \"sinks\": %d,\n  \"chunk\": %d,\n  \"ctx\": %d,\n"
+               "  \"kv_dtype\": \"%s\",\n  \"variants\": [\n",
+               n, window, sinks, chunk, ctx, qkv_dtype_name((qkv_dtype)dtype));
+        for (int k = 0; k < N_VARIANTS; k++)
+            printf("    {\"name\": \"%s\", \"positions\": \"%s\", \"ppl\": %.6g, \"tokens_per_s\": %.1f, "
+                   "\"kv_bytes\": %lld}%s\n",
+                   vs[k].name, vs[k].positions, vs[k].ppl, vs[k].tokens_per_s, (long long)vs[k].kv_bytes,
+                   k + 1 < N_VARIANTS ? "," : "");
+        printf("  ],\n  \"chunks\": [\n");
+        for (int i = 0; i < nc; i++) {
+            printf("    {\"start\": %d, \"nll\": [", i * chunk);
+            for (int k = 0; k < N_VARIANTS; k++) printf("%s%.5f", k ? ", " : "", chunk_mean(&vs[k], i, chunk, n));
+            printf("]}%s\n", i + 1 < nc ? "," : "");
+        }
+        printf("  ]\n}\n");
+    } else {
+        printf("%s on %s: %d tokens, %d scored; window W = %d, sinks S = %d, chunks of %d, KV %s\n\n", base, src, n,
+               n - 1, window, sinks, chunk, qkv_dtype_name((qkv_dtype)dtype));
+        printf("%-16s %-10s %12s %12s %14s\n", "variant", "positions", "perplexity", "tokens/s", "peak KV bytes");
+        for (int k = 0; k < N_VARIANTS; k++)
+            printf("%-16s %-10s %12.3f %12.1f %14lld\n", vs[k].name, vs[k].positions, vs[k].ppl, vs[k].tokens_per_s,
+                   (long long)vs[k].kv_bytes);
+        printf("\n%.1f s in all\n", seconds);
+    }
+    if (svg && (rc = write_svg(svg, vs, n, chunk, title))) goto done;
+    if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
+done:
+    for (int k = 0; k < N_VARIANTS; k++) free(vs[k].nll);
+    cli_prompt_free(&pr);
+    return rc;
+}

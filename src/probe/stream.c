@@ -1,0 +1,103 @@
+/*
+ * stream.c — perplexity under a bounded KV cache (qkv.h, "probe: stream"):
+ * full context, a sliding window, attention sinks plus a window
+ * (StreamingLLM, arXiv:2309.17453), and the window recomputed per chunk.
+ * The policies are the model's mask (qkv_model_set_mask) and eviction
+ * (qkv_model_evict); this file only decides, before each chunk, what the
+ * cache keeps, and scores the chunk's logits. It does not time anything or
+ * open models: the caller sizes the model with qkv_stream_rows.
+ */
+#include "qkv.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+int qkv_stream_rows(const qkv_stream_params *p, int n) {
+    if (p->policy == QKV_STREAM_FULL) return n;
+    if (p->policy != QKV_STREAM_RECOMPUTE && p->cache == QKV_STREAM_MASK) return n;
+    const int64_t rows = (int64_t)p->window - 1 + p->chunk;
+    return rows < n ? (int)rows : n;
+}
+
+static qkv_status check_params(const qkv_stream_params *p, qkv_error *err) {
+    if (p->policy < QKV_STREAM_FULL || p->policy > QKV_STREAM_RECOMPUTE)
+        return qkv_fail(err, QKV_ERR_INVALID, "stream: unknown policy %d", (int)p->policy);
+    if (p->cache < QKV_STREAM_MASK || p->cache > QKV_STREAM_SHIFT)
+        return qkv_fail(err, QKV_ERR_INVALID, "stream: unknown cache mode %d", (int)p->cache);
+    if (p->window < 1 || p->chunk < 1)
+        return qkv_fail(err, QKV_ERR_INVALID, "stream: window %d and chunk %d must be >= 1", p->window, p->chunk);
+    if (p->policy == QKV_STREAM_SINKS && (p->sinks < 0 || p->sinks >= p->window))
+        return qkv_fail(err, QKV_ERR_INVALID, "stream: sinks %d must be in [0, window %d)", p->sinks, p->window);
+    return QKV_OK;
+}
+
+/* -log softmax(logits)[target], in double.   logits: [V] */
+static double nll_of(const float *logits, int V, int32_t target) {
+    float mx = logits[0];
+    for (int i = 1; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp((double)logits[i] - mx);
+    return log(s) + mx - logits[target];
+}
+
+/* Before the chunk: what the cache keeps (WINDOW, SINKS with eviction) or
+ * recomputes (RECOMPUTE). The next chunk's rows then see, through the mask,
+ * exactly the keys the policy promises. */
+static qkv_status prepare_chunk(qkv_model *m, const int32_t *tokens, int t0, const qkv_stream_params *p,
+                                qkv_error *err) {
+    const int len = qkv_model_pos(m), keep = p->window - 1;
+    switch (p->policy) {
+    case QKV_STREAM_FULL: return QKV_OK;
+    case QKV_STREAM_RECOMPUTE: {
+        qkv_status st = qkv_model_rewind(m, 0, err);
+        const int start = t0 > keep ? t0 - keep : 0;
+        if (st || t0 == start) return st;
+        return qkv_model_forward(m, NULL, tokens + start, t0 - start, 0, err);
+    }
+    case QKV_STREAM_WINDOW:
+    case QKV_STREAM_SINKS:
+        if (p->cache == QKV_STREAM_MASK || len <= keep) return QKV_OK;
+        /* keep rows [0, S) and the last keep - S; S = 0 for a plain window */
+        return qkv_model_evict(m, p->policy == QKV_STREAM_SINKS ? p->sinks : 0, len - keep,
+                               p->cache == QKV_STREAM_SHIFT, err);
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32_t *tokens, int n,
+                            const qkv_stream_params *p, qkv_error *err) {
+    qkv_status st = check_params(p, err);
+    if (st) return st;
+    if (n < 2 || !tokens || !nll) return qkv_fail(err, QKV_ERR_INVALID, "stream: need at least 2 tokens");
+    if (qkv_model_n_ctx(m) < qkv_stream_rows(p, n))
+        return qkv_fail(err, QKV_ERR_INVALID, "stream: the model's context %d is below the %d rows needed",
+                        qkv_model_n_ctx(m), qkv_stream_rows(p, n));
+    const int V = qkv_model_get_config(m)->n_vocab;
+    const int C = p->chunk < n ? p->chunk : n;
+    float *logits = malloc((size_t)C * V * sizeof(float)); /* [C, V] */
+    if (!logits) return qkv_fail(err, QKV_ERR_NOMEM, "stream: out of memory");
+    if ((st = qkv_model_rewind(m, 0, err))) goto done;
+    if (p->policy == QKV_STREAM_WINDOW || p->policy == QKV_STREAM_RECOMPUTE)
+        st = qkv_model_set_mask(m, QKV_MASK_WINDOW, p->window, 0, err);
+    else if (p->policy == QKV_STREAM_SINKS)
+        st = qkv_model_set_mask(m, p->sinks ? QKV_MASK_SINK_WINDOW : QKV_MASK_WINDOW, p->window - p->sinks, p->sinks,
+                                err);
+    if (st) goto done;
+    int peak = 0;
+    for (int t0 = 0; t0 < n - 1 && !st; t0 += C) {
+        const int c = n - 1 - t0 < C ? n - 1 - t0 : C; /* the last token is never a query */
+        if ((st = prepare_chunk(m, tokens, t0, p, err)) ||
+            (st = qkv_model_forward(m, logits, tokens + t0, c, 1, err)))
+            break;
+        if (qkv_model_pos(m) > peak) peak = qkv_model_pos(m);
+        for (int k = 0; k < c; k++) nll[t0 + k] = (float)nll_of(logits + (size_t)k * V, V, tokens[t0 + k + 1]);
+    }
+    if (max_rows) *max_rows = peak;
+done:
+    free(logits);
+    qkv_model_set_mask(m, QKV_MASK_CAUSAL, 0, 0, NULL);
+    qkv_model_rewind(m, 0, NULL);
+    return st;
+}
