@@ -1061,13 +1061,14 @@ qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum,
  *   WINDOW     the last W keys, self included (QKV_MASK_WINDOW).
  *   SINKS      the first S keys and the last W - S (QKV_MASK_SINK_WINDOW
  *              with window W - S): W keys in all.
- *   RECOMPUTE  the last W keys as WINDOW, but their states computed afresh
- *              for each chunk: the cache is emptied, the W - 1 tokens before
- *              the chunk are run again from position 0 (causal, so the first
- *              of them sees only itself), then the chunk under the window
- *              mask. With C = 1 this is the paper's "sliding window with
- *              re-computation"; with C > 1 query k of a chunk sees the same W
- *              keys as WINDOW, whose states had k more tokens of prefix.
+ *   RECOMPUTE  sliding-window re-computation at a stride of C: before each
+ *              chunk the cache is emptied and the W - C tokens before the
+ *              chunk are run again from position 0, then the chunk, so row k
+ *              of a chunk sees the W - C + k + 1 most recent keys (W for the
+ *              last row), all computed from a fresh start whose first token
+ *              (position 0 again) every row sees. With C = 1 this is the
+ *              paper's "sliding window with re-computation"; C >= W runs
+ *              no prefix and each row sees its last W keys.
  * How WINDOW and SINKS hold their keys:
  *   QKV_STREAM_MASK     a full cache, the mask alone (keys at their original
  *                       positions; memory grows with the text).

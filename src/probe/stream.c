@@ -51,8 +51,13 @@ static qkv_status prepare_chunk(qkv_model *m, const int32_t *tokens, int t0, con
     switch (p->policy) {
     case QKV_STREAM_FULL: return QKV_OK;
     case QKV_STREAM_RECOMPUTE: {
+        /* a fresh start W - C tokens before the chunk: the chunk's last row
+         * then sees exactly W keys, and every row of it the fresh first token
+         * (position 0 again, the sink) — sliding-window re-computation at a
+         * stride of C. C >= W: no prefix, each row its last W keys. */
         qkv_status st = qkv_model_rewind(m, 0, err);
-        const int start = t0 > keep ? t0 - keep : 0;
+        const int prefix = p->window > p->chunk ? p->window - p->chunk : 0;
+        const int start = t0 > prefix ? t0 - prefix : 0;
         if (st || t0 == start) return st;
         return qkv_model_forward(m, NULL, tokens + start, t0 - start, 0, err);
     }
