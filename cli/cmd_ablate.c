@@ -306,15 +306,15 @@ int cmd_ablate(int argc, char **argv) {
         {0},
     };
     const cli_command cmd = {
-        "ablate", "[-m MODEL] (-p TEXT | -f FILE | --tokens IDS) [flags]",
-        "Weight against influence: hides each position's key in turn (the engine's exclusion\n"
+        .name = "ablate", .usage = "[-m MODEL] (-p TEXT | -f FILE | --tokens IDS) [flags]",
+        .about = "Weight against influence: hides each position's key in turn (the engine's exclusion\n"
         "mask) and measures how the last position's next-token distribution moves (KL, nats),\n"
         "beside the attention the last position gave that key. Rows before the ablated key\n"
         "are kept from the KV cache: n partial forwards, n(n+1)/2 token-steps.",
-        "JSON: {\"target\": {\"id\", \"piece\", \"p\"}, \"scope\", \"layer\", \"head\", \"positions\": [{\"pos\",\n"
+        .notes = "JSON: {\"target\": {\"id\", \"piece\", \"p\"}, \"scope\", \"layer\", \"head\", \"positions\": [{\"pos\",\n"
         "\"piece\", \"attn_mean\", \"attn_max\", \"kl\", \"dp_target\", \"top_after\": {\"id\", \"piece\"}}],\n"
         "\"spearman_attn_kl\"}; pieces are readable labels (a space is ·); layer/head null for all.",
-        flags};
+        .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     if (heads && (cli_given(&cmd, "--layer") || cli_given(&cmd, "--head") || cli_given(&cmd, "--scope")))
         return cli_fail("--heads ablates every head in turn: it takes no --layer, --head or --scope");

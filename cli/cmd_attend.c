@@ -92,8 +92,8 @@ static int parse_args(attend_args *a, int argc, char **argv) {
         CLI_FLAG("--pos-offset", NULL, CLI_I64, &a->pos_offset, 0, 0x1p40, "P", "positions P, P+1, ... (default 0)"),
         {0},
     };
-    const cli_command cmd = {"attend", "--q q.npy --k k.npy --v v.npy --out o.npy [flags]",
-                             "q: [Hq, Lq, D], k, v: [Hkv, Lk, D] float32 .npy (leading batch dim 1 allowed)", NULL, flags};
+    const cli_command cmd = {.name = "attend", .usage = "--q q.npy --k k.npy --v v.npy --out o.npy [flags]",
+                             .about = "q: [Hq, Lq, D], k, v: [Hkv, Lk, D] float32 .npy (leading batch dim 1 allowed)", .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc) return rc;
     a->have_sinks = cli_given(&cmd, "--sinks");

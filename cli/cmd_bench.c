@@ -565,14 +565,14 @@ int cmd_bench(int argc, char **argv) {
         {0},
     };
     const cli_command cmd = {
-        "bench", "[shape flags] [--roofline] | --sweep LIST [sweep flags]  [--threads N] [--repeat R] [--json]",
-        "One shape (default: Llama-3.1-8B heads, n = 1024, causal, auto kernel), or sweeps.",
-        "Sweeps: roofline (fp32 FMA, bf16 dot, DRAM read), prefill (n = 512..16384), chunk\n"
+        .name = "bench", .usage = "[shape flags] [--roofline] | --sweep LIST [sweep flags]  [--threads N] [--repeat R] [--json]",
+        .about = "One shape (default: Llama-3.1-8B heads, n = 1024, causal, auto kernel), or sweeps.",
+        .notes = "Sweeps: roofline (fp32 FMA, bf16 dot, DRAM read), prefill (n = 512..16384), chunk\n"
         "(Lq = 512, Lk = 1K..16K), decode (Lq = 1, KV = 1K..128K, cold cache), ref (n = 256, 512),\n"
         "for Llama-3.1-8B (32/8, D 128) and SmolLM2 (9/3, D 64) heads and f32/bf16/f16 KV\n"
         "(bf16 KV prefill and chunk also through flash-bf16, against the bf16 dot peak).\n"
         "GFLOP/s counts 4·D FLOPs per visible (query, key) pair and head (the causal half).",
-        flags};
+        .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     static const char *const shape_flags[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--kernel", "--kv-dtype",
                                               "--no-causal", "--window", "--preset", "--layers", NULL};

@@ -327,12 +327,12 @@ int cmd_cost(int argc, char **argv) {
         CLI_FLAG_JSON(&json, "the same figures as JSON, units in the key names"),
         {0},
     };
-    const cli_command cmd = {"cost", "[--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--json]",
-                             "What attention costs next to the weight matmuls, from a model configuration.",
-                             "Weight matmuls per token = 2 x the weights a token is multiplied by: per layer\n"
+    const cli_command cmd = {.name = "cost", .usage = "[--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--json]",
+                             .about = "What attention costs next to the weight matmuls, from a model configuration.",
+                             .notes = "Weight matmuls per token = 2 x the weights a token is multiplied by: per layer\n"
                              "q,k,v,o and gate,up,down, plus the lm_head (the embedding is a lookup). For\n"
                              "Llama-3.1-8B that is 7.50 B weights, 15.0 GFLOPs.",
-                             flags};
+                             .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     const cli_flag *sz = &flags[2]; /* --layers .. --vocab, in size[] order */
     if (preset && model) return cli_fail("cost: --preset and --model exclude each other");

@@ -125,10 +125,10 @@ int cmd_demo(int argc, char **argv) {
         CLI_FLAG("--out-dir", NULL, CLI_STRING, &out_dir, 0, 0, "DIR", "where the attention pages go (default build)"),
         {0},
     };
-    const cli_command cmd = {"demo", "[--n N] [--out-dir DIR]",
-                             "The article's example, one Llama-3.1-8B layer (flash vs reference), then SmolLM2\n"
+    const cli_command cmd = {.name = "demo", .usage = "[--n N] [--out-dir DIR]",
+                             .about = "The article's example, one Llama-3.1-8B layer (flash vs reference), then SmolLM2\n"
                              "on 年假怎么申请？ and its attention pages in DIR.",
-                             NULL, flags};
+                             .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     printf("== The article's worked example (qkv explain) ==\n\n");
     fflush(stdout);

@@ -707,11 +707,11 @@ int cmd_explain(int argc, char **argv) {
                  "the GGUF whose tokenizer cuts the article's sentence (default " LLAMA3_VOCAB ")"),
         {0},
     };
-    const cli_command cmd = {"explain", "[--no-mask] [--no-scale] [--json] [--input FILE | --example]",
-                             "Walks one attention head through the article's example (年 假 怎么 申请): Q, K, V,\n"
+    const cli_command cmd = {.name = "explain", .usage = "[--no-mask] [--no-scale] [--json] [--input FILE | --example]",
+                             .about = "Walks one attention head through the article's example (年 假 怎么 申请): Q, K, V,\n"
                              "the last row's scores, exponentials and weights, the weighted sum of v, and\n"
                              "the whole weight matrix, computed by the library's reference kernel.",
-                             input_format, flags};
+                             .notes = input_format, .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     if (print_example) {
         if (input) return cli_fail("explain: --example and --input exclude each other");

@@ -121,10 +121,10 @@ int cmd_inspect(int argc, char **argv) {
         CLI_FLAG_VERBOSE(&verbose),
         {0},
     };
-    const cli_command cmd = {"inspect", "[-m MODEL] (-p TEXT | -f FILE | --tokens IDS) [outputs] [flags]",
-                             "Attention maps of a real model on your text: every layer x head, each row\n"
+    const cli_command cmd = {.name = "inspect", .usage = "[-m MODEL] (-p TEXT | -f FILE | --tokens IDS) [outputs] [flags]",
+                             .about = "Attention maps of a real model on your text: every layer x head, each row\n"
                              "recomputed from the layer's q, K and the flash kernel's LSE.",
-                             "Without outputs, prints the mean weight on token 0 of every layer and head.", flags};
+                             .notes = "Without outputs, prints the mean weight on token 0 of every layer and head.", .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     cli_prompt pr;
     int rc = cli_prompt_load_from(&pr, &pa, model, 1);

@@ -40,10 +40,10 @@ static int parse_args(run_args *a, int argc, char **argv) {
         CLI_FLAG("--print-ids", NULL, CLI_BOOL, &a->print_ids, 0, 0, NULL, "print the generated token ids instead of text"),
         {0},
     };
-    const cli_command cmd = {"run", "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
-                             "A GGUF Llama model reads the prompt in one prefill call, then generates one token per\n"
+    const cli_command cmd = {.name = "run", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
+                             .about = "A GGUF Llama model reads the prompt in one prefill call, then generates one token per\n"
                              "decode call; tokens stream to stdout, a stats line goes to stderr.",
-                             NULL, flags};
+                             .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
     a->seed = (uint64_t)seed;
     return rc ? rc : cli_prompt_check(&a->prompt);

@@ -281,13 +281,13 @@ int cmd_scaling(int argc, char **argv) {
         CLI_FLAG_JSON(&json, "the same figures as JSON"),
         {0},
     };
-    const cli_command cmd = {"scaling", "[--d LIST] [--positions N] [--trials N] [--seed N] [--json]",
-                             "Why attention divides q.k by sqrt(d): draws q and k with independent N(0, 1)\n"
+    const cli_command cmd = {.name = "scaling", .usage = "[--d LIST] [--positions N] [--trials N] [--seed N] [--json]",
+                             .about = "Why attention divides q.k by sqrt(d): draws q and k with independent N(0, 1)\n"
                              "components, measures the spread of q.k and the average largest softmax weight\n"
                              "over N positions without and with the 1/sqrt(d) factor (reference kernel).",
-                             "Intervals are 95% (1.96 standard errors; for std(q.k) by the delta method over\n"
+                             .notes = "Intervals are 95% (1.96 standard errors; for std(q.k) by the delta method over\n"
                              "per-trial means of (q.k)^2, since one query's dot products share q).",
-                             flags};
+                             .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
     int ds[MAX_D] = {2, 128}, n_d = 2;
     if (!rc && d_list.n > MAX_D) rc = cli_fail("--d: at most %d values", MAX_D);

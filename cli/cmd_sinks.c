@@ -110,10 +110,10 @@ int cmd_sinks(int argc, char **argv) {
         CLI_FLAG_VERBOSE(&verbose),
         {0},
     };
-    const cli_command cmd = {"sinks", "[-m MODEL] (-f FILE | -p TEXT | --tokens IDS) [flags]",
-                             "How much attention piles on the first tokens (the attention sink), per layer and head,\n"
+    const cli_command cmd = {.name = "sinks", .usage = "[-m MODEL] (-f FILE | -p TEXT | --tokens IDS) [flags]",
+                             .about = "How much attention piles on the first tokens (the attention sink), per layer and head,\n"
                              "over long text: each row's weight on token 0 taken from the kernel's LSE.",
-                             NULL, flags};
+                             .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     cli_prompt pr;
     int rc = cli_prompt_load_from(&pr, &pa, model, 0);

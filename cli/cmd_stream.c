@@ -130,11 +130,11 @@ int cmd_stream(int argc, char **argv) {
         {0},
     };
     const cli_command cmd = {
-        "stream", "[-m MODEL] [-f FILE | -p TEXT | --tokens IDS] [flags]",
-        "Perplexity of a text (default " DEFAULT_TEXT ") with a bounded KV cache: full context,\n"
+        .name = "stream", .usage = "[-m MODEL] [-f FILE | -p TEXT | --tokens IDS] [flags]",
+        .about = "Perplexity of a text (default " DEFAULT_TEXT ") with a bounded KV cache: full context,\n"
         "a sliding window, attention sinks + window (StreamingLLM), the window recomputed per chunk;\n"
         "window and sinks with keys at their original positions and re-indexed within the cache.",
-        NULL, flags};
+        .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     if (sinks >= window) return cli_fail("--sinks %d must be below --window %d", sinks, window);
     if (!pa.text && !pa.file && !pa.tokens) pa.file = DEFAULT_TEXT;
@@ -172,7 +172,7 @@ int cmd_stream(int argc, char **argv) {
     if (!rc && (qkv_gguf_open(&g, model, &err) || qkv_model_config_read(&cfg, g, &err))) rc = cli_model_fail(&err, model);
     qkv_gguf_close(g);
     if (!rc) {
-        if (!ctx) ctx = cfg.n_ctx_train < 8192 ? cfg.n_ctx_train : 8192; /* qkv_model_params' default n_ctx */
+        if (!ctx) ctx = cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX;
         if (n > ctx) /* full: keys within the last ctx, original positions */
             vs[0].p = (qkv_stream_params){.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_EVICT, .window = ctx,
                                           .chunk = chunk};

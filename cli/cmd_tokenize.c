@@ -72,10 +72,10 @@ int cmd_tokenize(int argc, char **argv) {
         CLI_FLAG_JSON(&json, "{\"ids\": [...], \"pieces\": [...], ...} on one line"),
         {0},
     };
-    const cli_command cmd = {"tokenize", "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
-                             "The token ids the model's own tokenizer (from the GGUF) gives a text (any bytes;\n"
+    const cli_command cmd = {.name = "tokenize", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
+                             .about = "The token ids the model's own tokenizer (from the GGUF) gives a text (any bytes;\n"
                              "invalid UTF-8 is tokenised byte for byte), one row per token with its piece.",
-                             NULL, flags};
+                             .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     int rc = cli_prompt_check(&pa);
     if (rc) return rc;

@@ -631,8 +631,10 @@ typedef struct {
 qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
+/* The KV cache's default size: min(n_ctx_train, QKV_MODEL_DEFAULT_CTX). */
+#define QKV_MODEL_DEFAULT_CTX 8192
 typedef struct {
-    int n_ctx;              /* positions the KV cache holds; 0 = min(n_ctx_train, 8192) */
+    int n_ctx;              /* positions the KV cache holds; 0 = min(n_ctx_train, QKV_MODEL_DEFAULT_CTX) */
     qkv_dtype kv_dtype;     /* KV cache storage, default f32 */
     int n_threads;          /* 0 = all cores */
 } qkv_model_params;

@@ -209,6 +209,15 @@ qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float
     return QKV_OK;
 }
 
+/* The writer's memory (its file already closed or removed). */
+static void writer_free(qkv_html_writer *h) {
+    free(h->path);
+    free(h->tmp);
+    free(h->sink);
+    free(h->entropy);
+    free(h);
+}
+
 qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err) {
     if (!h) return QKV_OK;
     qkv_status st = QKV_OK;
@@ -234,11 +243,7 @@ qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err) {
         st = qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", h->path, strerror(errno));
         unlink(h->tmp);
     }
-    free(h->path);
-    free(h->tmp);
-    free(h->sink);
-    free(h->entropy);
-    free(h);
+    writer_free(h);
     return st;
 }
 
@@ -248,9 +253,5 @@ void qkv_html_abort(qkv_html_writer *h) {
         fclose(h->f);
         unlink(h->tmp);
     }
-    free(h->path);
-    free(h->tmp);
-    free(h->sink);
-    free(h->entropy);
-    free(h);
+    writer_free(h);
 }

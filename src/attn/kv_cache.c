@@ -116,6 +116,8 @@ qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int star
     return QKV_OK;
 }
 
+#define SHIFT_ROWS 16 /* keys re-rotated per call: 16 KiB of stack at D = 256 */
+
 qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err) {
     if (from < 0 || n < 0 || n > c->len - from)
         return qkv_fail(err, QKV_ERR_INVALID, "kv cache: cannot evict [%d, %d) of length %d", from, from + n, c->len);
@@ -128,13 +130,16 @@ qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *
         memmove((char *)c->k + offset(c, h, from), (char *)c->k + offset(c, h, from + n), (size_t)moved * D * es);
         memmove((char *)c->v + offset(c, h, from), (char *)c->v + offset(c, h, from + n), (size_t)moved * D * es);
         if (!rope || n == 0) continue;
-        for (int r = from; r < from + moved; r++) {
-            float row[QKV_HEAD_DIM_MAX]; /* [D] one key, f32 */
+        /* SHIFT_ROWS moved keys at a time, as qkv_rope_apply's "heads" of one
+         * position: the angles of -n are computed once per block */
+        for (int r = from; r < from + moved; r += SHIFT_ROWS) {
+            const int nr = from + moved - r < SHIFT_ROWS ? from + moved - r : SHIFT_ROWS;
+            float rows[SHIFT_ROWS * QKV_HEAD_DIM_MAX]; /* [nr, D] keys, f32 */
             char *dst = (char *)c->k + offset(c, h, r);
-            qkv_convert_to_f32(row, dst, c->dtype, (size_t)D);
-            qkv_status st = qkv_rope_apply(row, &back, rope, 1, 1, D, err);
+            qkv_convert_to_f32(rows, dst, c->dtype, (size_t)nr * D);
+            qkv_status st = qkv_rope_apply(rows, &back, rope, nr, 1, D, err);
             if (st) return st;
-            qkv_convert_from_f32(dst, c->dtype, row, (size_t)D);
+            qkv_convert_from_f32(dst, c->dtype, rows, (size_t)nr * D);
         }
     }
     c->len -= n;

@@ -193,7 +193,8 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     if (!st) st = load_weights(m, err);
     if (!st) {
         m->n_threads = p->n_threads > 0 ? p->n_threads : omp_get_max_threads();
-        m->n_ctx = p->n_ctx > 0 ? p->n_ctx : (m->cfg.n_ctx_train < 8192 ? m->cfg.n_ctx_train : 8192);
+        m->n_ctx = p->n_ctx > 0 ? p->n_ctx
+                                : (m->cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? m->cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX);
         st = alloc_state(m, p, err);
     }
     if (st) {

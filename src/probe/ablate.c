@@ -9,6 +9,7 @@
  * rank correlation. It does not render or print anything.
  */
 #include "qkv.h"
+#include "probe/internal.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -17,18 +18,9 @@
 
 /* ------------------------------------------------------------ statistics */
 
-/* log sum exp of x[n], in double (max subtracted first). */
-static double log_sum_exp(const float *x, int n) {
-    double mx = -INFINITY, s = 0;
-    for (int i = 0; i < n; i++)
-        if (x[i] > mx) mx = x[i];
-    for (int i = 0; i < n; i++) s += exp((double)x[i] - mx);
-    return mx + log(s);
-}
-
 double qkv_kl_logits(const float *p_logits, const float *q_logits, int n) {
     /* KL = sum_i p_i (log p_i - log q_i), log p_i = p_logits[i] - lse_p */
-    const double lp = log_sum_exp(p_logits, n), lq = log_sum_exp(q_logits, n);
+    const double lp = probe_log_sum_exp(p_logits, n), lq = probe_log_sum_exp(q_logits, n);
     double kl = 0;
     for (int i = 0; i < n; i++) {
         const double a = (double)p_logits[i] - lp;
@@ -47,8 +39,8 @@ static int32_t argmax(const float *x, int n) {
 void qkv_ablate_effect_of(qkv_ablate_effect *e, const float *full_logits, const float *logits, int n_vocab,
                           int32_t target) {
     e->kl = qkv_kl_logits(full_logits, logits, n_vocab);
-    e->dp_target = exp((double)logits[target] - log_sum_exp(logits, n_vocab)) -
-                   exp((double)full_logits[target] - log_sum_exp(full_logits, n_vocab));
+    e->dp_target = exp((double)logits[target] - probe_log_sum_exp(logits, n_vocab)) -
+                   exp((double)full_logits[target] - probe_log_sum_exp(full_logits, n_vocab));
     e->top = argmax(logits, n_vocab);
 }
 
@@ -138,7 +130,7 @@ static qkv_status check_target(int32_t target, const qkv_model_config *c, qkv_er
 static void summarise(qkv_ablate_summary *sum, const float *full, int n_vocab, int32_t target) {
     sum->top_full = argmax(full, n_vocab);
     sum->target = target >= 0 ? target : sum->top_full;
-    sum->p_target = exp((double)full[sum->target] - log_sum_exp(full, n_vocab));
+    sum->p_target = exp((double)full[sum->target] - probe_log_sum_exp(full, n_vocab));
     sum->spearman_attn_kl = NAN;
 }
 

@@ -8,9 +8,9 @@
  * open models: the caller sizes the model with qkv_stream_rows.
  */
 #include "qkv.h"
+#include "probe/internal.h"
 #include "util/error.h"
 
-#include <math.h>
 #include <stdlib.h>
 
 int qkv_stream_rows(const qkv_stream_params *p, int n) {
@@ -34,12 +34,7 @@ static qkv_status check_params(const qkv_stream_params *p, qkv_error *err) {
 
 /* -log softmax(logits)[target], in double.   logits: [V] */
 static double nll_of(const float *logits, int V, int32_t target) {
-    float mx = logits[0];
-    for (int i = 1; i < V; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double s = 0;
-    for (int i = 0; i < V; i++) s += exp((double)logits[i] - mx);
-    return log(s) + mx - logits[target];
+    return probe_log_sum_exp(logits, V) - logits[target];
 }
 
 /* Before the chunk: what the cache keeps (WINDOW, SINKS with eviction) or
