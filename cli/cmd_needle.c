@@ -29,6 +29,9 @@ typedef struct {
     char *answer;           /* the reply's text */
     double mass_max, mass_mean;
     double *by_layer_max, *by_layer_mean;  /* [L] */
+    int answer_step;        /* the reply token where the answer starts; -1 if it is not there */
+    double answer_mass_max, answer_mass_mean;
+    double *answer_by_layer;               /* [L] that token's row: max over heads */
     double seconds;
 } cell;
 
@@ -53,7 +56,8 @@ static void print_row_values(const grid *g, const char *title, int which) {
         for (int d = 0; d < g->depths->n; d++) {
             const cell *c = at(g, l, d);
             if (which == 0) printf("  %6s", c->correct ? "yes" : "no");
-            else printf("  %6.3f", which == 1 ? c->mass_max : c->mass_mean);
+            else if (which == 3 && c->answer_step < 0) printf("  %6s", "-");
+            else printf("  %6.3f", which == 1 ? c->mass_max : which == 2 ? c->mass_mean : c->answer_mass_max);
         }
         printf("\n");
     }
@@ -82,6 +86,7 @@ static void print_grid(const grid *g, const int *rank) {
     print_row_values(g, "correct (the answer is in the greedy reply), by prompt length (tokens) and needle depth", 0);
     print_row_values(g, "needle mass of the first answer token: the largest over layers and heads", 1);
     print_row_values(g, "needle mass of the first answer token: the mean over layers and heads", 2);
+    print_row_values(g, "needle mass of the reply token that starts the answer: the largest over layers and heads", 3);
     printf("\n%d of %d correct. Replies:\n", n_right, g->lengths->n * g->depths->n);
     for (int l = 0; l < g->lengths->n; l++)
         for (int d = 0; d < g->depths->n; d++) {
@@ -129,6 +134,15 @@ static void print_json(const grid *g, const int *rank) {
         json_doubles(c->by_layer_max, g->n_layer);
         printf(", \"needle_mass_mean_by_layer\": ");
         json_doubles(c->by_layer_mean, g->n_layer);
+        if (c->answer_step >= 0) {
+            printf(", \"answer_step\": %d, \"answer_mass_max\": %.6g, \"answer_mass_mean\": %.6g, "
+                   "\"answer_mass_by_layer\": ",
+                   c->answer_step, c->answer_mass_max, c->answer_mass_mean);
+            json_doubles(c->answer_by_layer, g->n_layer);
+        } else {
+            printf(", \"answer_step\": null, \"answer_mass_max\": null, \"answer_mass_mean\": null, "
+                   "\"answer_mass_by_layer\": null");
+        }
         printf(", \"seconds\": %.3f}%s\n", c->seconds, i + 1 < nc ? "," : "");
     }
     printf("  ],\n  \"retrieval_heads\": [\n");
@@ -148,12 +162,18 @@ static void blue(char *rgb, size_t n, double t) {
     snprintf(rgb, n, "rgb(%d,%d,%d)", (int)(247 - 239 * t), (int)(251 - 203 * t), (int)(255 - 148 * t));
 }
 
-/* One length x depth panel at (x0, y0): which 0 correct, 1 mass max, 2 mean. */
+/* The value panel `which` shows: 1 the first answer token's needle mass
+ * (max), 2 the token starting the answer's (max; -1 when absent). */
+static double panel_value(const cell *c, int which) {
+    return which == 1 ? c->mass_max : c->answer_step >= 0 ? c->answer_mass_max : -1;
+}
+
+/* One length x depth panel at (x0, y0): which 0 correct, else panel_value. */
 static void svg_panel(FILE *f, const grid *g, int which, int x0, int y0, const char *label) {
     const int cw = 52, ch = 26;
     double hi = 0;
     for (int i = 0; i < g->lengths->n * g->depths->n; i++) {
-        const double v = which == 1 ? g->cells[i].mass_max : g->cells[i].mass_mean;
+        const double v = panel_value(&g->cells[i], which);
         if (v > hi) hi = v;
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">", x0, y0 - 26);
@@ -170,10 +190,12 @@ static void svg_panel(FILE *f, const grid *g, int which, int x0, int y0, const c
         for (int d = 0; d < g->depths->n; d++) {
             const cell *c = at(g, l, d);
             char fill[32], text[16];
-            const double v = which == 1 ? c->mass_max : c->mass_mean;
+            const double v = panel_value(c, which);
             if (which == 0) snprintf(fill, sizeof fill, "%s", c->correct ? "#2f9e44" : "#e03131");
+            else if (v < 0) snprintf(fill, sizeof fill, "#e9ecef");
             else blue(fill, sizeof fill, hi > 0 ? v / hi : 0);
             if (which == 0) snprintf(text, sizeof text, "%s", c->correct ? "yes" : "no");
+            else if (v < 0) snprintf(text, sizeof text, "-");
             else snprintf(text, sizeof text, "%.3f", v);
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", x0 + d * cw, y0 + l * ch,
                     cw - 2, ch - 2, fill);
@@ -217,12 +239,15 @@ static void svg_layers(FILE *f, const grid *g, int x0, int y0, int pw, int ph) {
 static void svg_body(FILE *f, const grid *g, const char *title) {
     const int pw = 52 * g->depths->n, y0 = 80, gap = 90, x0 = 70;
     const int W = x0 + 3 * pw + 2 * gap + 40 > 860 ? x0 + 3 * pw + 2 * gap + 40 : 860;
-    const int H = y0 + 26 * g->lengths->n + 280;
+    const int H = y0 + 26 * g->lengths->n + 290;
     cli_svg_head(f, W, H, title);
     svg_panel(f, g, 0, x0, y0, "correct");
-    svg_panel(f, g, 1, x0 + pw + gap, y0, "needle mass, max over layers and heads");
-    svg_panel(f, g, 2, x0 + 2 * (pw + gap), y0, "needle mass, mean");
-    svg_layers(f, g, x0, y0 + 26 * g->lengths->n + 60, 600, 160);
+    svg_panel(f, g, 1, x0 + pw + gap, y0, "needle mass: first answer token");
+    svg_panel(f, g, 2, x0 + 2 * (pw + gap), y0, "needle mass: token starting the answer");
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">needle mass: the attention weight a row puts on the needle's "
+               "tokens, the largest over layers and heads</text>\n",
+            x0, y0 + 26 * g->lengths->n + 20);
+    svg_layers(f, g, x0, y0 + 26 * g->lengths->n + 70, 600, 160);
     fputs("</svg>\n", f);
 }
 
@@ -284,6 +309,23 @@ static char *reply_text(const qkv_tokenizer *tok, const int32_t *ids, int n) {
     return NULL;
 }
 
+/* *step <- the reply token whose text holds byte `offset` of the reply
+ * (where the answer starts); 0 or 2 after an error line. */
+static int answer_step(int *step, const qkv_tokenizer *tok, const int32_t *ids, int n, long offset) {
+    for (int i = 0; i < n; i++) {
+        char *s = reply_text(tok, ids, i + 1);
+        if (!s) return CLI_EXIT_BAD_INPUT;
+        const long len = (long)strlen(s);
+        free(s);
+        if (len > offset) {
+            *step = i;
+            return 0;
+        }
+    }
+    *step = n - 1;
+    return 0;
+}
+
 /* The haystack's tokens (no BOS) into *ids; 0 or 2 after an error line. */
 static int haystack_tokens(int32_t **ids, int *n, const char *text, size_t len, const qkv_tokenizer *tok) {
     const int64_t bound = qkv_tokenize_bound(len);
@@ -301,14 +343,20 @@ static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokeniz
                     const qkv_needle_text *nt, int verbose) {
     const int L = g->n_layer, H = g->n_head, n_cells = g->lengths->n * g->depths->n;
     int32_t *answer = malloc((size_t)nt->max_answer * sizeof *answer);
-    if (!answer) return cli_fail("out of memory");
+    double *step_max = malloc((size_t)nt->max_answer * L * sizeof(double)),
+           *step_mean = malloc((size_t)nt->max_answer * L * sizeof(double)); /* [max_answer, L] */
+    if (!answer || !step_max || !step_mean) {
+        free(answer), free(step_max), free(step_mean);
+        return cli_fail("out of memory");
+    }
     int rc = 0;
     for (int i = 0; !rc && i < n_cells; i++) {
         cell *c = &g->cells[i];
         c->length = g->lengths->v[i / g->depths->n];
         c->depth = g->depths->v[i % g->depths->n];
         if (!(c->by_layer_max = calloc((size_t)L, sizeof(double))) ||
-            !(c->by_layer_mean = calloc((size_t)L, sizeof(double)))) {
+            !(c->by_layer_mean = calloc((size_t)L, sizeof(double))) ||
+            !(c->answer_by_layer = calloc((size_t)L, sizeof(double)))) {
             rc = cli_fail("out of memory");
             break;
         }
@@ -320,7 +368,7 @@ static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokeniz
             break;
         }
         qkv_needle_result r = {.answer = answer, .mass_max = c->by_layer_max, .mass_mean = c->by_layer_mean,
-                               .retrieval = g->retrieval};
+                               .retrieval = g->retrieval, .step_mass_max = step_max, .step_mass_mean = step_mean};
         if (qkv_needle_run(&r, m, tok, &p, nt->max_answer, &err)) rc = cli_fail("%s", err.msg);
         c->tokens = p.n;
         c->needle_pos = p.needle_pos;
@@ -331,10 +379,18 @@ static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokeniz
             break;
         }
         c->seconds = cli_now_s() - t0;
-        c->correct = qkv_needle_match(c->answer, g->answer);
+        const long found = qkv_needle_match(c->answer, g->answer);
+        c->correct = found >= 0;
+        c->answer_step = -1;
+        if (found >= 0 && (rc = answer_step(&c->answer_step, tok, answer, r.n_answer, found))) break;
         for (int l = 0; l < L; l++) {
             if (c->by_layer_max[l] > c->mass_max) c->mass_max = c->by_layer_max[l];
             c->mass_mean += c->by_layer_mean[l] / L;
+            if (c->answer_step < 0) continue;
+            const size_t k = (size_t)c->answer_step * L + l;
+            c->answer_by_layer[l] = step_max[k];
+            if (step_max[k] > c->answer_mass_max) c->answer_mass_max = step_max[k];
+            c->answer_mass_mean += step_mean[k] / L;
         }
         if (verbose)
             fprintf(stderr, "qkv needle: %d tokens, depth %d%%: %s in %.1f s\n", c->tokens, c->depth,
@@ -342,6 +398,8 @@ static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokeniz
     }
     for (int i = 0; i < L * H; i++) g->retrieval[i] /= n_cells;
     free(answer);
+    free(step_max);
+    free(step_mean);
     return rc;
 }
 
@@ -383,7 +441,9 @@ int cmd_needle(int argc, char **argv) {
         .notes = "JSON: {\"model\", \"haystack\", \"haystack_tokens\", \"needle\", \"question\", \"answer\",\n"
         "\"cells\": [{\"length\", \"depth\", \"tokens\", \"needle_pos\", \"needle_tokens\", \"correct\", \"answer\",\n"
         "\"needle_mass_max\", \"needle_mass_mean\", \"needle_mass_by_layer\" (max over heads),\n"
-        "\"needle_mass_mean_by_layer\", \"seconds\"}], \"retrieval_heads\": [{\"layer\", \"head\", \"score\"}]}.",
+        "\"needle_mass_mean_by_layer\", \"answer_step\", \"answer_mass_max\", \"answer_mass_mean\",\n"
+        "\"answer_mass_by_layer\" (the reply token where the answer starts; null if absent), \"seconds\"}],\n"
+        "\"retrieval_heads\": [{\"layer\", \"head\", \"score\"}]}.",
         .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
     if (rc) {
@@ -404,7 +464,7 @@ int cmd_needle(int argc, char **argv) {
     if (!rc && !nt.needle[0]) rc = cli_fail("--needle is empty");
     if (!rc && !expected[0]) rc = cli_fail("--answer is empty");
     if (!rc && !nt.question[0]) rc = cli_fail("--question is empty");
-    if (!rc && !qkv_needle_match(nt.needle, expected))
+    if (!rc && qkv_needle_match(nt.needle, expected) < 0)
         rc = cli_fail("--answer '%s' is not in the needle: the model could not find it", expected);
     size_t len = 0;
     if (rc) goto done;
@@ -413,7 +473,7 @@ int cmd_needle(int argc, char **argv) {
         goto done;
     }
     if ((rc = cli_tokenizer_open(&g, &tok, model))) goto done;
-    if (qkv_needle_match(text, expected)) {
+    if (qkv_needle_match(text, expected) >= 0) {
         rc = cli_fail("%s: the answer '%s' is already in the haystack", haystack, expected);
         goto done;
     }
@@ -475,6 +535,7 @@ done:
             free(gr.cells[i].answer);
             free(gr.cells[i].by_layer_max);
             free(gr.cells[i].by_layer_mean);
+            free(gr.cells[i].answer_by_layer);
         }
     free(gr.cells);
     free(gr.retrieval);

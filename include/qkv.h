@@ -1140,9 +1140,9 @@ qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32
  * len for depth 100. */
 size_t qkv_needle_offset(const char *text, size_t len, double depth);
 
-/* 1 if expected occurs in answer, ASCII case folded (RULER: r.lower() in
- * pred.lower()); an empty expected never matches. */
-int qkv_needle_match(const char *answer, const char *expected);
+/* Where expected first occurs in answer, ASCII case folded (RULER: r.lower()
+ * in pred.lower()): its byte offset, or -1 (always for an empty expected). */
+long qkv_needle_match(const char *answer, const char *expected);
 
 typedef struct {
     const char *needle;     /* the sentence put into the haystack */
@@ -1181,6 +1181,8 @@ typedef struct {
     double *mass_max;       /* [L] first answer token: needle mass, the largest over heads */
     double *mass_mean;      /* [L] ... the mean over heads */
     double *retrieval;      /* [L, Hq] += the share of needle tokens each head copied */
+    double *step_mass_max;  /* [max_answer, L] or NULL: as mass_max, for the row producing answer token k */
+    double *step_mass_mean; /* [max_answer, L] or NULL: as mass_mean, likewise */
 } qkv_needle_result;
 
 /* Runs p from an empty cache and answers greedily (at most max_answer

@@ -5,7 +5,8 @@
  * weights from the kernel's LSE (exp(scale q.k - lse), no n x n table): at
  * the first answer token the mass on the needle's keys, and at every token
  * each head's strongest key, which the retrieval score checks against the
- * token generated (Wu et al. 2024). It does not render or print anything.
+ * token generated (Wu et al. 2024), and, if asked, the needle mass at every
+ * answer token. It does not render or print anything.
  */
 #include "qkv.h"
 #include "probe/internal.h"
@@ -17,8 +18,9 @@
 typedef struct {
     int n_layer, n_head;
     int needle_pos, needle_len;
-    int first;              /* 1 while the prompt's last row is the one read */
+    int step;               /* the answer token the row read produces */
     double *mass_max, *mass_mean;   /* [L] the result's */
+    double *step_max, *step_mean;   /* [max_answer, L] the result's, or NULL */
     int *top;               /* [L, Hq] this step's strongest key of each head */
     float *w;               /* [n_ctx] one weight row */
     qkv_error err;
@@ -32,15 +34,19 @@ static int needle_hook(void *user, int layer, const float *q, const float *lse, 
     for (int h = 0; h < s->n_head; h++) {
         if (qkv_attn_weights(s->w, q, lse, qkv_kv_cache_k(cache), desc, h, n - 1, 1, 0, n_keys, &s->err)) return 1;
         s->top[layer * s->n_head + h] = probe_argmax(s->w, n_keys);
-        if (!s->first) continue;
+        if (s->step > 0 && !s->step_max) continue;
         double mass = 0;
         for (int j = s->needle_pos; j < s->needle_pos + s->needle_len; j++) mass += s->w[j];
         if (mass > mx) mx = mass;
         sum += mass;
     }
-    if (s->first) {
+    if (s->step == 0) {
         s->mass_max[layer] = mx;
         s->mass_mean[layer] = sum / s->n_head;
+    }
+    if (s->step_max) {
+        s->step_max[(size_t)s->step * s->n_layer + layer] = mx;
+        s->step_mean[(size_t)s->step * s->n_layer + layer] = sum / s->n_head;
     }
     return 0;
 }
@@ -59,7 +65,9 @@ qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenize
         return qkv_fail(err, QKV_ERR_INVALID, "needle: %d prompt and %d answer tokens exceed the model's %d positions",
                         p->n, max_answer, qkv_model_n_ctx(m));
     needle_hook_state s = {.n_layer = L, .n_head = H, .needle_pos = p->needle_pos, .needle_len = p->needle_len,
-                           .first = 1, .mass_max = r->mass_max, .mass_mean = r->mass_mean,
+                           .mass_max = r->mass_max, .mass_mean = r->mass_mean,
+                           .step_max = r->step_mass_max && r->step_mass_mean ? r->step_mass_max : NULL,
+                           .step_mean = r->step_mass_mean,
                            .top = malloc((size_t)L * H * sizeof(int)),
                            .w = malloc((size_t)qkv_model_n_ctx(m) * sizeof(float))};
     float *logits = malloc((size_t)V * sizeof(float));                          /* [V] */
@@ -85,7 +93,7 @@ qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenize
         }
         r->answer[r->n_answer++] = next;
         if (r->n_answer == max_answer) break;
-        s.first = 0;
+        s.step = r->n_answer;
         if ((st = qkv_model_forward(m, logits, &next, 1, 0, err))) goto done;
     }
 done:

@@ -33,15 +33,15 @@ size_t qkv_needle_offset(const char *text, size_t len, double depth) {
     return i;
 }
 
-int qkv_needle_match(const char *answer, const char *expected) {
+long qkv_needle_match(const char *answer, const char *expected) {
     const size_t n = strlen(expected);
-    if (n == 0) return 0;
+    if (n == 0) return -1;
     for (const char *a = answer; *a; a++) {
         size_t k = 0;
         while (k < n && a[k] && tolower((unsigned char)a[k]) == tolower((unsigned char)expected[k])) k++;
-        if (k == n) return 1;
+        if (k == n) return (long)(a - answer);
     }
-    return 0;
+    return -1;
 }
 
 /* ------------------------------------------------------------- prompts */
