@@ -210,9 +210,12 @@ static void svg_panel(FILE *f, const grid *g, int which, int x0, int y0, const c
 static void svg_layers(FILE *f, const grid *g, int x0, int y0, int pw, int ph) {
     static const char *const colours[] = {"#1f5fbf", "#e8590c", "#2f9e44", "#9c36b5", "#e03131", "#868e96"};
     double hi = 0;
-    for (int i = 0; i < g->lengths->n * g->depths->n; i++)
-        for (int k = 0; k < g->n_layer; k++)
-            if (g->cells[i].by_layer_mean[k] > hi) hi = g->cells[i].by_layer_mean[k];
+    for (int l = 0; l < g->lengths->n; l++)
+        for (int k = 0; k < g->n_layer; k++) {
+            double s = 0;
+            for (int d = 0; d < g->depths->n; d++) s += at(g, l, d)->by_layer_mean[k];
+            if (s / g->depths->n > hi) hi = s / g->depths->n;
+        }
     if (hi <= 0) hi = 1;
     fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">needle mass of the first answer token by layer, mean over heads "
                "and depths (top of the panel: %.3g)</text>\n",
