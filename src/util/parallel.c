@@ -5,8 +5,12 @@
  * milliseconds; with other work on the cores that spinning takes the time
  * slices the working threads need (measured: 2.1 generated tokens/s against
  * 36.8 with OMP_WAIT_POLICY=passive, BENCHMARKS.md). Here a waiting thread
- * spins for POOL_SPIN pause instructions (tens of microseconds: the gap
- * between two loops of a forward pass) and then sleeps on a futex.
+ * spins for POOL_SPIN pause instructions (a few microseconds: long enough
+ * for a partner that is running to hand over, short enough to cost little
+ * when the cores are shared) and then sleeps on a futex. Longer spins were
+ * measured and lost under load (BENCHMARKS.md, issue 11 threads section):
+ * 2048 pauses (~30 us) gave a third of the tokens/s of 256, even when the
+ * budget adapted to how long the sleeps turned out.
  *
  * A run: the caller fills pool.job, hands it to each worker it needs by
  * bumping that worker's own `go` word (and waking it if it sleeps), runs
@@ -30,7 +34,9 @@
 #include <unistd.h>
 
 #define POOL_MAX_THREADS 256 /* larger requests run on this many threads */
-#define POOL_SPIN 2048       /* pause instructions before a waiting thread sleeps */
+#ifndef POOL_SPIN /* -DPOOL_SPIN=N builds the variants BENCHMARKS.md compares */
+#define POOL_SPIN 256 /* pause instructions before a waiting thread sleeps (~4 us on Ice Lake) */
+#endif
 
 typedef struct {
     qkv_item_fn fn;
