@@ -9,8 +9,8 @@
  * for a partner that is running to hand over, short enough to cost little
  * when the cores are shared) and then sleeps on a futex. Longer spins were
  * measured and lost under load (BENCHMARKS.md, issue 11 threads section):
- * 2048 pauses (~30 us) gave a third of the tokens/s of 256, even when the
- * budget adapted to how long the sleeps turned out.
+ * 2048 pauses (~30 us) gave less than half the generated tokens/s of 256
+ * or of none, even when the budget adapted to how long the sleeps took.
  *
  * A run: the caller fills pool.job, hands it to each worker it needs by
  * bumping that worker's own `go` word (and waking it if it sleeps), runs
