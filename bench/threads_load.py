@@ -31,7 +31,7 @@ def loadavg():
 
 def run_llama_bench(binary, model, n_prompt, gen, threads, fa, reps):
     cmd = [binary, "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(gen), "-fa", str(fa),
-           "-r", str(reps), "-o", "json"]
+           "-r", str(reps), "--no-warmup", "-o", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         sys.exit(f"llama-bench failed: {r.stderr.strip()[-400:]}")
@@ -63,9 +63,13 @@ def phase(a, name, ids_by_n, n_load):
                         env.pop("OMP_WAIT_POLICY", None)
                         if pol == "passive":
                             env["OMP_WAIT_POLICY"] = "passive"
-                        pp, tg, _, _ = run_qkv(a.old, a.model, ids, a.gen, a.threads, env=env)
+                        try:
+                            pp, tg, _, _ = run_qkv(a.old, a.model, ids, a.gen, a.threads, env=env,
+                                                   timeout=a.old_timeout)
+                        except subprocess.TimeoutExpired:  # slower than n / timeout tokens/s
+                            pp = tg = 0.0
                         res.setdefault((f"qkv before, OMP {pol}", n), []).append((pp, tg))
-                if a.llama_bench:
+                if a.llama_bench and n <= a.llama_max_prompt:
                     for fa in (0, 1):
                         res.setdefault((f"llama-bench -fa {fa}", n), []).append(
                             run_llama_bench(a.llama_bench, a.model, n, a.gen, a.threads, fa, a.llama_reps))
@@ -76,7 +80,7 @@ def phase(a, name, ids_by_n, n_load):
             p.wait()
     print(f"\n### {name}: {n_load} busy process(es); load average {before} before, {after} after; "
           f"{a.threads} threads, median of {a.repeat}\n")
-    print("| program | prompt tokens | prompt tok/s | generation tok/s (64 new) |".replace("64", str(a.gen)))
+    print(f"| program | prompt tokens | prompt tok/s | generation tok/s ({a.gen} new) |")
     print("|---|---:|---:|---:|")
     for (prog, n), rows in res.items():
         pp = statistics.median(r[0] for r in rows)
@@ -92,26 +96,36 @@ def main():
     ap.add_argument("--old", help="an older qkv binary (OpenMP threads), run with OMP_WAIT_POLICY unset and passive")
     ap.add_argument("--old-max-prompt", type=int, default=512, help="the older build runs prompts up to this length")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary")
-    ap.add_argument("--llama-reps", type=int, default=2, help="llama-bench -r")
+    ap.add_argument("--llama-reps", type=int, default=1, help="llama-bench -r (no warm-up run)")
+    ap.add_argument("--llama-max-prompt", type=int, default=1 << 30, help="llama-bench runs prompts up to this length")
+    ap.add_argument("--old-timeout", type=float, default=300, help="seconds an older build's run may take (0 tok/s past it)")
     ap.add_argument("--model", default=MODEL)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompts", default="512,4096")
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--load", type=int, default=os.cpu_count(), help="busy processes in the loaded phase")
+    ap.add_argument("--phases", default="idle,loaded", help="which phases to run")
     a = ap.parse_args()
     ns = [int(x) for x in a.prompts.split(",")]
     ids_all = prompt_ids(a.qkv, a.model, max(ns))
     ids_by_n = {n: ids_all[:n] for n in ns}
     print(f"model {os.path.basename(a.model)}; CPU: {cpu_name()}; {os.cpu_count()} CPUs")
-    idle = phase(a, "idle", ids_by_n, 0)
-    busy = phase(a, "loaded", ids_by_n, a.load)
+    phases = a.phases.split(",")
+    idle = phase(a, "idle", ids_by_n, 0) if "idle" in phases else {}
+    busy = phase(a, "loaded", ids_by_n, a.load) if "loaded" in phases else {}
+    if not idle or not busy:
+        return
     print("\n### idle / loaded (how many times slower under the load)\n")
     print("| program | prompt tokens | prompt | generation |")
     print("|---|---:|---:|---:|")
     for k in idle:
         if k in busy:
-            print(f"| {k[0]} | {k[1]} | {idle[k][0] / busy[k][0]:.2f}x | {idle[k][1] / busy[k][1]:.2f}x |")
+            print(f"| {k[0]} | {k[1]} | {ratio(idle[k][0], busy[k][0])} | {ratio(idle[k][1], busy[k][1])} |")
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if b > 0 else "timed out"
 
 
 def cpu_name():
