@@ -1,5 +1,5 @@
 # qkv — build, test, demo. `make` builds build/libqkv.{a,so} (the engine:
-# links libm and OpenMP only), build/libqkv_render.a (HTML and PNG pictures,
+# links libm and libpthread only; its threads are its own pool, not OpenMP), build/libqkv_render.a (HTML and PNG pictures,
 # libpng) and build/qkv.
 # The default build runs on any x86-64: baseline code everywhere but in the
 # per-ISA kernel files (attention tiles, matmuls), which carry their own
@@ -20,9 +20,11 @@ endif
 WARN_FLAGS := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
               -Wmissing-prototypes -Werror
 OPT_FLAGS  ?= -O3 -g
-ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -fopenmp \
+ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -pthread \
               -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(CFLAGS)
-LDLIBS     := -lm -fopenmp $(LDFLAGS)
+LDLIBS     := -lm -pthread $(LDFLAGS)
+# OpenMP only in the CLI's roofline loops (qkv bench) and a test's two threads
+OMP_FLAGS  := -fopenmp
 # libpng (Debian libpng-dev) encodes `qkv inspect --png`: the renderer only
 RENDER_LIBS := -lpng
 
@@ -64,6 +66,7 @@ $(BUILD)/render/page.o: render/page.S render/inspect_page.html
 	@echo "as $<"
 	@$(CC) -c $< -o $@ -Wa,-I,$(CURDIR)
 $(BUILD)/render/%.o $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += -Irender
+$(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += $(OMP_FLAGS)
 
 # The SIMD inner loops may fuse a*b+c into FMA; nothing else does (no -ffast-math:
 # masks rely on -INFINITY).
@@ -85,14 +88,15 @@ $(BUILD)/libqkv_render.a: $(RENDER_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS) $(OMP_FLAGS)
 
 # bench/model_steps.c: the model's forward alone, against libqkv only
 $(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a
 	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
 
 $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv
-	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS)
+	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS) \
+	    $(OMP_FLAGS)
 
 # `make test` fetches the real model (make model) if missing, then runs every
 # test twice: the default build (any x86-64; the tests sweep every kernel ISA

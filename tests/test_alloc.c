@@ -40,7 +40,7 @@ TEST(alloc_counter_sees_allocations) {
 
 /* Runs of flash, flash-bf16, decode and auto plans (exclusions on, 1 and 2
  * threads, f32 and bf16 KV) allocate nothing. The first run of each plan is
- * outside the count: it may start libgomp's thread pool. */
+ * outside the count: it may start libqkv's thread pool. */
 TEST(attn_plan_runs_allocate_nothing) {
     const qkv_kernel kernels[] = {QKV_KERNEL_FLASH, QKV_KERNEL_FLASH_BF16, QKV_KERNEL_DECODE, QKV_KERNEL_AUTO};
     const int excl[] = {1, 7, 100, 513};

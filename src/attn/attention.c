@@ -6,7 +6,6 @@
 #include "attn/internal.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 const char *qkv_kernel_name(qkv_kernel k) {
@@ -76,7 +75,7 @@ qkv_kernel qkv_attn_pick(const qkv_attn_desc *d) {
 }
 
 int attn_threads(int requested) {
-    int n = requested > 0 ? requested : omp_get_max_threads();
+    int n = requested > 0 ? requested : qkv_cpu_count();
     return n < 1 ? 1 : n;
 }
 

@@ -4,12 +4,11 @@
  * the query heads of one KV group (so each K/V tile is loaded and converted
  * once per group, not once per query head) times up to 64/G positions.
  *
- * Threads: OpenMP. The work is a flat loop of independent blocks whose cost
- * varies (causal blocks late in the sequence see more keys), which dynamic
- * scheduling balances; libgomp keeps its workers alive between calls, so a
- * call costs no thread creation (it matters for decode's ~100 us calls), and
- * the team is sized per call by n_threads. A private pool would re-implement
- * exactly that. A call too small to pay for a second thread (FLASH_MIN_FLOPS)
+ * Threads: libqkv's pool (util/parallel.c). The work is a flat loop of
+ * independent blocks whose cost varies (causal blocks late in the sequence
+ * see more keys), which dynamic scheduling balances; the pool keeps its
+ * workers between calls, so a call costs no thread creation (it matters for
+ * decode's ~100 us calls), and each call uses n_threads of them. A call too small to pay for a second thread (FLASH_MIN_FLOPS)
  * runs on one: on a 2-core machine shared with other work, a parallel region
  * waits for its slowest thread, and a descheduled one costs a whole time
  * slice (milliseconds) against a call of microseconds.

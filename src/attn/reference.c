@@ -18,6 +18,76 @@ static double kv_at(const void *base, qkv_dtype t, int64_t i) {
     return qkv_f16_to_f32(((const uint16_t *)base)[i]);
 }
 
+/* One query head's rows, the loop's item (the score table is shared; each
+ * head owns its slice). */
+typedef struct {
+    float *o;       /* [Hq, Lq, D] */
+    float *lse;     /* [Hq, Lq] or NULL */
+    float *weights; /* [Hq, Lq, Lk] or NULL */
+    const float *q; /* [Hq, Lq, D] */
+    const void *k, *v; /* [Hkv, Lk, D] each, heads kv_head_stride apart */
+    const qkv_attn_desc *d;
+    const attn_problem *P;
+    double *scores; /* [Hq, Lq, Lk] */
+} reference_call;
+
+static void reference_head(void *ctx, int64_t item, int thread) {
+    (void)thread;
+    const reference_call *c = ctx;
+    const attn_problem P = *c->P;
+    const qkv_attn_desc *d = c->d;
+    const float *q = c->q;
+    const void *k = c->k, *v = c->v;
+    float *o = c->o, *lse = c->lse, *weights = c->weights;
+    double *scores = c->scores;
+    const int h = (int)item, Lq = P.q_len, Lk = P.kv_len, D = P.head_dim;
+    const double scale = P.scale;
+    const int64_t kv_off = (int64_t)(h / P.group) * P.kv_head_stride;
+    for (int i = 0; i < Lq; i++) {
+        const float *qi = q + ((size_t)h * Lq + i) * D;
+        double *s = scores + ((size_t)h * Lq + i) * Lk;
+        /* scores, masked to -inf */
+        for (int j = 0; j < Lk; j++) {
+            if (!qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
+                s[j] = -INFINITY;
+                continue;
+            }
+            double dot = 0;
+            for (int e = 0; e < D; e++) dot += (double)qi[e] * kv_at(k, P.kv_dtype, kv_off + (int64_t)j * D + e);
+            s[j] = dot * scale;
+        }
+        /* pass 1: max */
+        double mx = -INFINITY;
+        for (int j = 0; j < Lk; j++) mx = s[j] > mx ? s[j] : mx;
+        float *oi = o + ((size_t)h * Lq + i) * D;
+        float *wi = weights ? weights + ((size_t)h * Lq + i) * Lk : NULL;
+        if (mx == -INFINITY) { /* fully masked row: O = 0, LSE = -inf */
+            for (int e = 0; e < D; e++) oi[e] = 0;
+            if (wi)
+                for (int j = 0; j < Lk; j++) wi[j] = 0;
+            if (lse) lse[(size_t)h * Lq + i] = -INFINITY;
+            continue;
+        }
+        /* pass 2: exp and sum */
+        double sum = 0;
+        for (int j = 0; j < Lk; j++) {
+            s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+            sum += s[j];
+        }
+        /* pass 3: normalise, then O = P V */
+        for (int j = 0; j < Lk; j++) s[j] /= sum;
+        double acc[QKV_HEAD_DIM_MAX] = {0};
+        for (int j = 0; j < Lk; j++) {
+            if (s[j] == 0) continue;
+            for (int e = 0; e < D; e++) acc[e] += s[j] * kv_at(v, P.kv_dtype, kv_off + (int64_t)j * D + e);
+        }
+        for (int e = 0; e < D; e++) oi[e] = (float)acc[e];
+        if (wi)
+            for (int j = 0; j < Lk; j++) wi[j] = (float)s[j];
+        if (lse) lse[(size_t)h * Lq + i] = (float)(mx + log(sum));
+    }
+}
+
 qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
                                    const void *k, const void *v, const qkv_attn_desc *d,
                                    qkv_error *err) {
@@ -25,7 +95,7 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
     attn_problem P;
     qkv_status st = attn_problem_init(&P, d, q, k, v, NULL, err);
     if (st) return st;
-    const int Hq = P.n_q_head, Lq = P.q_len, Lk = P.kv_len, D = P.head_dim;
+    const int Hq = P.n_q_head, Lq = P.q_len, Lk = P.kv_len;
     int64_t n_scores = (int64_t)Hq * Lq * Lk;
     if (n_scores > QKV_REFERENCE_MAX_SCORES)
         return qkv_fail(err, QKV_ERR_TOO_LARGE,
@@ -35,55 +105,9 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
                         (double)QKV_REFERENCE_MAX_SCORES * 8 / (1 << 30));
     double *scores = malloc((size_t)n_scores * sizeof(double)); /* [Hq, Lq, Lk] */
     if (!scores) return qkv_fail(err, QKV_ERR_NOMEM, "reference attention: cannot allocate the score table");
-    const double scale = P.scale;
-
-#pragma omp parallel for num_threads(attn_threads(d->n_threads)) schedule(dynamic, 1)
-    for (int h = 0; h < Hq; h++) {
-        const int64_t kv_off = (int64_t)(h / P.group) * P.kv_head_stride;
-        for (int i = 0; i < Lq; i++) {
-            const float *qi = q + ((size_t)h * Lq + i) * D;
-            double *s = scores + ((size_t)h * Lq + i) * Lk;
-            /* scores, masked to -inf */
-            for (int j = 0; j < Lk; j++) {
-                if (!qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
-                    s[j] = -INFINITY;
-                    continue;
-                }
-                double dot = 0;
-                for (int e = 0; e < D; e++) dot += (double)qi[e] * kv_at(k, P.kv_dtype, kv_off + (int64_t)j * D + e);
-                s[j] = dot * scale;
-            }
-            /* pass 1: max */
-            double mx = -INFINITY;
-            for (int j = 0; j < Lk; j++) mx = s[j] > mx ? s[j] : mx;
-            float *oi = o + ((size_t)h * Lq + i) * D;
-            float *wi = weights ? weights + ((size_t)h * Lq + i) * Lk : NULL;
-            if (mx == -INFINITY) { /* fully masked row: O = 0, LSE = -inf */
-                for (int e = 0; e < D; e++) oi[e] = 0;
-                if (wi)
-                    for (int j = 0; j < Lk; j++) wi[j] = 0;
-                if (lse) lse[(size_t)h * Lq + i] = -INFINITY;
-                continue;
-            }
-            /* pass 2: exp and sum */
-            double sum = 0;
-            for (int j = 0; j < Lk; j++) {
-                s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
-                sum += s[j];
-            }
-            /* pass 3: normalise, then O = P V */
-            for (int j = 0; j < Lk; j++) s[j] /= sum;
-            double acc[QKV_HEAD_DIM_MAX] = {0};
-            for (int j = 0; j < Lk; j++) {
-                if (s[j] == 0) continue;
-                for (int e = 0; e < D; e++) acc[e] += s[j] * kv_at(v, P.kv_dtype, kv_off + (int64_t)j * D + e);
-            }
-            for (int e = 0; e < D; e++) oi[e] = (float)acc[e];
-            if (wi)
-                for (int j = 0; j < Lk; j++) wi[j] = (float)s[j];
-            if (lse) lse[(size_t)h * Lq + i] = (float)(mx + log(sum));
-        }
-    }
+    const reference_call c = {.o = o, .lse = lse, .weights = weights, .q = q, .k = k, .v = v, .d = d,
+                              .P = &P, .scores = scores};
+    qkv_parallel_for(Hq, attn_threads(d->n_threads), 1, reference_head, (void *)&c);
     free(scores);
     return QKV_OK;
 }

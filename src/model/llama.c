@@ -18,9 +18,9 @@
  */
 #include "model/internal.h"
 #include "util/error.h"
+#include "util/parallel.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,7 +192,7 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
     if (!st) st = load_weights(m, err);
     if (!st) {
-        m->n_threads = p->n_threads > 0 ? p->n_threads : omp_get_max_threads();
+        m->n_threads = p->n_threads > 0 ? p->n_threads : qkv_cpu_count();
         m->n_ctx = p->n_ctx > 0 ? p->n_ctx
                                 : (m->cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? m->cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX);
         st = alloc_state(m, p, err);

@@ -11,7 +11,6 @@
 #include "util/parallel.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,24 +33,39 @@ void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 
 /* ------------------------------------------------------------ reference */
 
-void model_matmul_reference(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
-                            int n_threads) {
+/* One call's arrays, shared by every block of rows (the loop's item). */
+typedef struct {
+    float *out;              /* [n, rows] */
+    const float *x;          /* [n, cols] */
+    const qkv_gguf_tensor *w; /* [rows, cols], quantised */
+    int n;
+    float *scratch;          /* [threads, MATMUL_ROWS, cols] */
+    model_mm_rows_fn rows_fn; /* the ISA's kernel (unused by the reference) */
+} matmul_call;
+
+/* Block b of MATMUL_ROWS rows: dequantised to f32, then one plain dot
+ * product per row and token. */
+static void matmul_block_reference(void *ctx, int64_t b, int thread) {
+    const matmul_call *c = ctx;
+    const qkv_gguf_tensor *w = c->w;
     const int64_t rows = w->shape[0], cols = w->shape[1];
     const size_t row_bytes = qkv_ggml_row_size(w->type, cols);
-    const int64_t n_blocks = (rows + MATMUL_ROWS - 1) / MATMUL_ROWS;
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int64_t b = 0; b < n_blocks; b++) {
-        float *buf = scratch + (size_t)omp_get_thread_num() * MATMUL_ROWS * cols; /* [MATMUL_ROWS, cols] */
-        int64_t r0 = b * MATMUL_ROWS, nr = rows - r0 < MATMUL_ROWS ? rows - r0 : MATMUL_ROWS;
-        for (int64_t r = 0; r < nr; r++)
-            qkv_dequantize(buf + r * cols, (const char *)w->data + (size_t)(r0 + r) * row_bytes, w->type, cols,
-                           NULL);
-        for (int t = 0; t < n; t++) {
-            const float *xt = x + (size_t)t * cols;
-            float *ot = out + (size_t)t * rows + r0;
-            for (int64_t r = 0; r < nr; r++) ot[r] = model_dot(xt, buf + r * cols, (int)cols);
-        }
+    float *buf = c->scratch + (size_t)thread * MATMUL_ROWS * cols; /* [MATMUL_ROWS, cols] */
+    int64_t r0 = b * MATMUL_ROWS, nr = rows - r0 < MATMUL_ROWS ? rows - r0 : MATMUL_ROWS;
+    for (int64_t r = 0; r < nr; r++)
+        qkv_dequantize(buf + r * cols, (const char *)w->data + (size_t)(r0 + r) * row_bytes, w->type, cols, NULL);
+    for (int t = 0; t < c->n; t++) {
+        const float *xt = c->x + (size_t)t * cols;
+        float *ot = c->out + (size_t)t * rows + r0;
+        for (int64_t r = 0; r < nr; r++) ot[r] = model_dot(xt, buf + r * cols, (int)cols);
     }
+}
+
+void model_matmul_reference(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
+                            int n_threads) {
+    const int64_t rows = w->shape[0];
+    matmul_call c = {.out = out, .x = x, .w = w, .n = n, .scratch = scratch};
+    qkv_parallel_for((rows + MATMUL_ROWS - 1) / MATMUL_ROWS, n_threads, 0, matmul_block_reference, &c);
 }
 
 /* ------------------------------------------------------------- dispatch */
@@ -71,15 +85,6 @@ const model_mm_isa *model_mm_isa_find(const char *name) {
 const model_mm_isa *model_mm_isa_best(void) { return &mm_isas[cpu_isa_chosen()]; }
 
 /* ---------------------------------------------------------------- matmul */
-
-typedef struct {
-    float *out;
-    const float *x;
-    const qkv_gguf_tensor *w;
-    int n;
-    float *scratch;          /* [threads, MATMUL_ROWS, cols] */
-    model_mm_rows_fn rows_fn;
-} matmul_call;
 
 static void matmul_block(void *ctx, int64_t b, int thread) {
     const matmul_call *c = ctx;

@@ -16,8 +16,9 @@
  */
 #include "qkv.h"
 #include "util/error.h"
+#include "util/parallel.h"
 
-#include <omp.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,7 +56,7 @@ qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qk
     s->n_first = d.n_first;
     s->skip = d.skip;
     s->every = d.every;
-    s->n_threads = d.n_threads > 0 ? d.n_threads : omp_get_max_threads();
+    s->n_threads = d.n_threads > 0 ? d.n_threads : qkv_cpu_count();
     s->acc = calloc((size_t)s->n_layer * s->n_head, sizeof *s->acc);
     s->out = calloc((size_t)s->n_layer * s->n_head, sizeof *s->out);
     if (!s->acc || !s->out) {
@@ -92,6 +93,61 @@ static int grow(qkv_sinks *s, int n, int Lk) {
     return 0;
 }
 
+/* One hook call's arrays, shared by its heads (the loop's items). */
+typedef struct {
+    qkv_sinks *s;
+    const float *q;   /* [Hq, n, D] */
+    const float *lse; /* [Hq, n] */
+    const void *kc;   /* the cache's keys */
+    const qkv_attn_desc *d1; /* the call's, on one thread */
+    int layer, n, pos0, k, Lk;
+    _Atomic int failed;
+} sinks_call;
+
+/* Head h: its rows' sink columns, and the sampled rows in full. */
+static void sinks_head(void *ctx, int64_t item, int thread) {
+    sinks_call *c = ctx;
+    qkv_sinks *s = c->s;
+    const float *q = c->q, *lse = c->lse;
+    const void *kc = c->kc;
+    const qkv_attn_desc d1 = *c->d1;
+    const int h = (int)item, layer = c->layer, n = c->n, pos0 = c->pos0, k = c->k, Lk = c->Lk;
+    sinks_acc *a = &s->acc[(size_t)layer * s->n_head + h];
+    float *first = s->first + (size_t)h * s->cap * s->n_first;
+    float *row = s->rows + (size_t)thread * s->cap;
+    qkv_error e;
+    /* the sink columns of every row: k dot products each */
+    if (qkv_attn_weights(first, q, lse, kc, &d1, h, 0, n, 0, k, &e)) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        const int p = pos0 + r;
+        if (p < s->skip) continue;
+        const float *f = first + (size_t)r * k;
+        double sum = 0;
+        for (int j = 0; j < k; j++) sum += f[j];
+        a->sink += f[0];
+        a->first += sum;
+        a->n_rows++;
+        if ((p - s->skip) % s->every) continue;
+        /* a sampled row, in full */
+        if (qkv_attn_weights(row, q, lse, kc, &d1, h, r, 1, 0, Lk, &e)) {
+            atomic_store(&c->failed, 1);
+            return;
+        }
+        qkv_row_stats st;
+        qkv_row_stats_of(&st, row, p + 1, 1);
+        if (st.top_other >= 0) {
+            a->top_other += st.top_other_weight;
+            a->top_other_dist += p - st.top_other;
+        }
+        a->sink_top += st.top == 0;
+        a->entropy += st.entropy;
+        a->n_sampled++;
+    }
+}
+
 int qkv_sinks_hook(void *user, int layer, const float *q, const float *lse, int n, int pos0,
                    const qkv_kv_cache *cache, const qkv_attn_desc *desc) {
     qkv_sinks *s = user;
@@ -105,46 +161,10 @@ int qkv_sinks_hook(void *user, int layer, const float *q, const float *lse, int 
     const void *kc = qkv_kv_cache_k(cache);
     qkv_attn_desc d1 = *desc;
     d1.n_threads = 1; /* parallel over heads here */
-    int failed = 0;
-
-#pragma omp parallel for num_threads(s->n_threads) schedule(dynamic, 1) reduction(|| : failed)
-    for (int h = 0; h < Hq; h++) {
-        sinks_acc *a = &s->acc[(size_t)layer * s->n_head + h];
-        float *first = s->first + (size_t)h * s->cap * s->n_first;
-        float *row = s->rows + (size_t)omp_get_thread_num() * s->cap;
-        qkv_error e;
-        /* the sink columns of every row: k dot products each */
-        if (qkv_attn_weights(first, q, lse, kc, &d1, h, 0, n, 0, k, &e)) {
-            failed = 1;
-            continue;
-        }
-        for (int r = 0; r < n; r++) {
-            const int p = pos0 + r;
-            if (p < s->skip) continue;
-            const float *f = first + (size_t)r * k;
-            double sum = 0;
-            for (int j = 0; j < k; j++) sum += f[j];
-            a->sink += f[0];
-            a->first += sum;
-            a->n_rows++;
-            if ((p - s->skip) % s->every) continue;
-            /* a sampled row, in full */
-            if (qkv_attn_weights(row, q, lse, kc, &d1, h, r, 1, 0, Lk, &e)) {
-                failed = 1;
-                break;
-            }
-            qkv_row_stats st;
-            qkv_row_stats_of(&st, row, p + 1, 1);
-            if (st.top_other >= 0) {
-                a->top_other += st.top_other_weight;
-                a->top_other_dist += p - st.top_other;
-            }
-            a->sink_top += st.top == 0;
-            a->entropy += st.entropy;
-            a->n_sampled++;
-        }
-    }
-    if (failed) {
+    sinks_call c = {.s = s, .q = q, .lse = lse, .kc = kc, .d1 = &d1, .layer = layer, .n = n, .pos0 = pos0,
+                    .k = k, .Lk = Lk};
+    qkv_parallel_for(Hq, s->n_threads, 1, sinks_head, &c);
+    if (atomic_load(&c.failed)) {
         qkv_fail(&s->err, QKV_ERR_INVALID, "sinks: recomputing weights failed at layer %d", layer);
         return 1;
     }

@@ -10,9 +10,9 @@
  */
 #include "qkv.h"
 #include "util/error.h"
+#include "util/parallel.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +38,44 @@ static float dot(const float *a, const float *b, int n) {
     return (s0 + s1) + (s2 + s3);
 }
 
+/* One call's arguments, shared by its rows (the loop's items). */
+typedef struct {
+    float *w;             /* [n_rows, n_keys] */
+    const float *q;       /* [Hq, Lq, D] */
+    const float *lse;     /* [Hq, Lq] */
+    const void *k;        /* [Hkv, Lk, D] in kv_dtype, heads stride apart */
+    const qkv_attn_desc *d;
+    int head, kvh, row0, key0, n_keys, plain_causal;
+    int64_t stride;
+    float scale;
+} weights_call;
+
+/* Row row0 + r of the call's head. */
+static void weights_row(void *ctx, int64_t item, int thread) {
+    (void)thread;
+    const weights_call *c = ctx;
+    const qkv_attn_desc *d = c->d;
+    const int Lq = d->q_len, Lk = d->kv_len, D = d->head_dim, key0 = c->key0, n_keys = c->n_keys;
+    const int r = (int)item, i = c->row0 + r;
+    const int p = Lk - Lq + i; /* the row's absolute position (bottom-right aligned) */
+    const float *qi = c->q + ((size_t)c->head * Lq + i) * D;
+    const float l = c->lse[(size_t)c->head * Lq + i];
+    float *wr = c->w + (size_t)r * n_keys;
+    float kbuf[QKV_HEAD_DIM_MAX];
+    int end = key0 + n_keys;
+    if (d->mask.kind != QKV_MASK_NONE && end > p + 1) end = p + 1 > key0 ? p + 1 : key0;
+    if (l == -INFINITY) end = key0; /* a fully masked row */
+    for (int j = key0; j < end; j++) {
+        if (!c->plain_causal && !qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
+            wr[j - key0] = 0;
+            continue;
+        }
+        const float *kj = key_row(kbuf, c->k, d->kv_dtype, c->stride, c->kvh, j, D);
+        wr[j - key0] = expf(dot(qi, kj, D) * c->scale - l);
+    }
+    for (int j = end; j < key0 + n_keys; j++) wr[j - key0] = 0;
+}
+
 qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const void *k,
                             const qkv_attn_desc *d, int head, int row0, int n_rows, int key0,
                             int n_keys, qkv_error *err) {
@@ -53,37 +91,17 @@ qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const vo
     if (key0 < 0 || n_keys < 0 || key0 + n_keys > Lk)
         return qkv_fail(err, QKV_ERR_INVALID, "attention weights: keys [%d, %d) outside [0, %d)", key0,
                         key0 + n_keys, Lk);
-    const float scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)D);
-    const int kvh = head / (Hq / d->n_kv_head);
-    const int64_t stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)Lk * D;
+    weights_call c = {.w = w, .q = q, .lse = lse, .k = k, .d = d, .head = head,
+                      .kvh = head / (Hq / d->n_kv_head), .row0 = row0, .key0 = key0, .n_keys = n_keys,
+                      .stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)Lk * D,
+                      .scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)D)};
     /* Every kind but NONE hides the keys right of the row's position; only
      * windows and exclusions need the full rule per key. */
-    const int plain_causal = d->mask.kind == QKV_MASK_CAUSAL && d->mask.n_exclude == 0;
+    c.plain_causal = d->mask.kind == QKV_MASK_CAUSAL && d->mask.n_exclude == 0;
     const int64_t work = (int64_t)n_rows * n_keys * D;
-    int nt = d->n_threads > 0 ? d->n_threads : omp_get_max_threads();
+    int nt = d->n_threads > 0 ? d->n_threads : qkv_cpu_count();
     if (work < (1 << 18)) nt = 1;
-
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 4)
-    for (int r = 0; r < n_rows; r++) {
-        const int i = row0 + r;
-        const int p = Lk - Lq + i; /* the row's absolute position (bottom-right aligned) */
-        const float *qi = q + ((size_t)head * Lq + i) * D;
-        const float l = lse[(size_t)head * Lq + i];
-        float *wr = w + (size_t)r * n_keys;
-        float kbuf[QKV_HEAD_DIM_MAX];
-        int end = key0 + n_keys;
-        if (d->mask.kind != QKV_MASK_NONE && end > p + 1) end = p + 1 > key0 ? p + 1 : key0;
-        if (l == -INFINITY) end = key0; /* a fully masked row */
-        for (int j = key0; j < end; j++) {
-            if (!plain_causal && !qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
-                wr[j - key0] = 0;
-                continue;
-            }
-            const float *kj = key_row(kbuf, k, d->kv_dtype, stride, kvh, j, D);
-            wr[j - key0] = expf(dot(qi, kj, D) * scale - l);
-        }
-        for (int j = end; j < key0 + n_keys; j++) wr[j - key0] = 0;
-    }
+    qkv_parallel_for(n_rows, nt, 4, weights_row, &c);
     return QKV_OK;
 }
 

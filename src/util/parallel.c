@@ -1,16 +1,186 @@
-/* parallel.c — qkv_parallel_for over OpenMP (see parallel.h). */
+/*
+ * parallel.c — qkv_parallel_for on a small pool of persistent threads (see
+ * parallel.h). Not OpenMP: libgomp reads its waiting policy from the
+ * environment once, at load, and by default its idle threads spin for
+ * milliseconds; with other work on the cores that spinning takes the time
+ * slices the working threads need (measured: 2.1 generated tokens/s against
+ * 36.8 with OMP_WAIT_POLICY=passive, BENCHMARKS.md). Here a waiting thread
+ * spins for POOL_SPIN pause instructions (a few microseconds: long enough
+ * for a partner that is running to hand over, short enough to cost little
+ * when the cores are shared) and then sleeps on a futex. Longer spins were
+ * measured and lost under load (BENCHMARKS.md, issue 11 threads section):
+ * 2048 pauses (~30 us) gave less than half the generated tokens/s of 256
+ * or of none, even when the budget adapted to how long the sleeps took.
+ *
+ * A run: the caller fills pool.job, hands it to each worker it needs by
+ * bumping that worker's own `go` word (and waking it if it sleeps), runs
+ * thread 0's share itself, then waits for `remaining` to fall to zero. Only
+ * the workers a run hands it to read the job, and the caller does not touch
+ * the job again before they have all counted themselves out.
+ *
+ * Sleeping without a lost wake-up: a sleeper sets its `sleeping` flag, then
+ * reads the word it waits on (again inside FUTEX_WAIT); a waker writes the
+ * word, then reads the flag. Both are sequentially consistent, so either the
+ * sleeper sees the new word or the waker sees the flag and calls FUTEX_WAKE.
+ */
 #include "util/parallel.h"
 
-#include <omp.h>
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-void qkv_parallel_for(int64_t n_items, int n_threads, int dynamic, qkv_item_fn fn, void *ctx) {
-    if (n_threads <= 1) {
-        for (int64_t it = 0; it < n_items; it++) fn(ctx, it, 0);
-    } else if (dynamic) {
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
-        for (int64_t it = 0; it < n_items; it++) fn(ctx, it, omp_get_thread_num());
-    } else {
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-        for (int64_t it = 0; it < n_items; it++) fn(ctx, it, omp_get_thread_num());
+#define POOL_MAX_THREADS 256 /* larger requests run on this many threads */
+#ifndef POOL_SPIN /* -DPOOL_SPIN=N builds the variants BENCHMARKS.md compares */
+#define POOL_SPIN 256 /* pause instructions before a waiting thread sleeps (~4 us on Ice Lake) */
+#endif
+
+typedef struct {
+    qkv_item_fn fn;
+    void *ctx;
+    int64_t n_items;
+    int n_threads; /* threads the items are divided among, caller included */
+    int chunk;     /* 0: static runs; > 0: dynamic, this many items at a time */
+    _Atomic int64_t next;        /* dynamic: the first item nobody has taken */
+    _Atomic uint32_t remaining;  /* workers of this run not yet done */
+} pool_job;
+
+typedef struct {
+    _Alignas(64) _Atomic uint32_t go; /* bumped by the caller: a run for this worker */
+    _Atomic uint32_t sleeping;       /* 1 while in FUTEX_WAIT on go */
+    pthread_t tid;
+} pool_worker;
+
+static struct {
+    pthread_mutex_t lock; /* held by the one run in flight */
+    int n_workers;        /* started so far; workers[w] is thread w + 1 */
+    pool_worker workers[POOL_MAX_THREADS - 1];
+    pool_job job;
+    _Atomic uint32_t caller_sleeping; /* 1 while the caller is in FUTEX_WAIT on remaining */
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t old) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, old, NULL, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *word) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Returns *word once it differs from old: spins, then sleeps. */
+static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32_t *sleeping) {
+    uint32_t v;
+    for (int i = 0; i < POOL_SPIN; i++) {
+        if ((v = atomic_load_explicit(word, memory_order_acquire)) != old) return v;
+        _mm_pause();
     }
+    for (;;) {
+        atomic_store(sleeping, 1);
+        if ((v = atomic_load(word)) != old) break;
+        futex_wait(word, old);
+    }
+    atomic_store(sleeping, 0);
+    return v;
+}
+
+/* Stores v into *word and wakes the thread sleeping on it, if one is. */
+static void post(_Atomic uint32_t *word, uint32_t v, _Atomic uint32_t *sleeping) {
+    atomic_store(word, v);
+    if (atomic_load(sleeping)) futex_wake(word);
+}
+
+static void run_share(pool_job *j, int thread) {
+    if (j->chunk > 0) {
+        for (;;) {
+            const int64_t i0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+            if (i0 >= j->n_items) return;
+            const int64_t i1 = i0 + j->chunk < j->n_items ? i0 + j->chunk : j->n_items;
+            for (int64_t it = i0; it < i1; it++) j->fn(j->ctx, it, thread);
+        }
+    }
+    const int64_t q = j->n_items / j->n_threads, r = j->n_items % j->n_threads;
+    const int64_t i0 = thread * q + (thread < r ? thread : r), i1 = i0 + q + (thread < r);
+    for (int64_t it = i0; it < i1; it++) j->fn(j->ctx, it, thread);
+}
+
+static void *worker_main(void *arg) {
+    pool_worker *w = arg;
+    const int thread = (int)(w - pool.workers) + 1;
+    uint32_t seen = 0;
+    for (;;) {
+        seen = wait_change(&w->go, seen, &w->sleeping);
+        run_share(&pool.job, thread);
+        const uint32_t left = atomic_fetch_sub(&pool.job.remaining, 1) - 1;
+        if (left == 0 && atomic_load(&pool.caller_sleeping)) futex_wake(&pool.job.remaining);
+    }
+    return NULL;
+}
+
+/* A forked child has none of the parent's workers (and may have forked in
+ * the middle of another thread's run): it starts from an empty pool. */
+static void pool_after_fork(void) {
+    pthread_mutex_init(&pool.lock, NULL);
+    pool.n_workers = 0;
+    for (int w = 0; w < POOL_MAX_THREADS - 1; w++) {
+        atomic_store(&pool.workers[w].go, 0);
+        atomic_store(&pool.workers[w].sleeping, 0);
+    }
+    atomic_store(&pool.caller_sleeping, 0);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, pool_after_fork); }
+
+/* Starts workers up to n (fewer if the system refuses threads); the pool lock is held. */
+static void pool_grow(int n) {
+    pthread_once(&atfork_once, register_atfork);
+    while (pool.n_workers < n) {
+        pool_worker *w = &pool.workers[pool.n_workers];
+        if (pthread_create(&w->tid, NULL, worker_main, w) != 0) return;
+        pthread_detach(w->tid);
+        pool.n_workers++;
+    }
+}
+
+void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx) {
+    if (n_items <= 0) return;
+    if (n_threads > POOL_MAX_THREADS) n_threads = POOL_MAX_THREADS;
+    /* threads past n_items would find no item, static or dynamic */
+    const int active = n_items < n_threads ? (int)n_items : n_threads;
+    if (active <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
+        for (int64_t it = 0; it < n_items; it++) fn(ctx, it, 0);
+        return;
+    }
+    pool_grow(active - 1);
+    const int n_workers = pool.n_workers < active - 1 ? pool.n_workers : active - 1;
+    pool_job *j = &pool.job;
+    j->fn = fn;
+    j->ctx = ctx;
+    j->n_items = n_items;
+    j->n_threads = n_threads;
+    j->chunk = chunk > 0 ? chunk : 0;
+    atomic_store(&j->next, 0);
+    atomic_store(&j->remaining, (uint32_t)n_workers);
+    for (int w = 0; w < n_workers; w++) {
+        pool_worker *pw = &pool.workers[w];
+        post(&pw->go, atomic_load(&pw->go) + 1, &pw->sleeping);
+    }
+    run_share(j, 0);
+    /* static shares of threads the system would not start: the caller's too */
+    if (j->chunk == 0)
+        for (int t = n_workers + 1; t < active; t++) run_share(j, t);
+    uint32_t left;
+    while ((left = atomic_load(&j->remaining)) != 0) wait_change(&j->remaining, left, &pool.caller_sleeping);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+int qkv_cpu_count(void) {
+    cpu_set_t set;
+    int n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+    if (n < 1) n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n;
 }

@@ -1,17 +1,30 @@
-/* parallel.h — the one parallel loop of the kernels (attention tiles, matmul row blocks). */
+/* parallel.h — the one parallel loop of libqkv (attention tiles, matmul row
+ * blocks, the probes' heads and rows) on libqkv's own thread pool, and the
+ * default thread count. */
 #ifndef QKV_UTIL_PARALLEL_H
 #define QKV_UTIL_PARALLEL_H
 
 #include <stdint.h>
 
-/* fn(ctx, item, thread) for every item in [0, n_items) on n_threads OpenMP
- * threads (thread = omp_get_thread_num() < n_threads), scheduled dynamically
- * one item at a time, or statically in equal runs. One thread runs the loop
- * itself with thread 0: a parallel region of one thread costs libgomp a team
- * allocation, and the forward pass never allocates. (libgomp reuses a team
- * only for a region of the same size as the last, so alternating sizes above
- * one allocate too: keep a caller's count steady where that matters.) */
+/* fn(ctx, item, thread) once for every item in [0, n_items), on n_threads
+ * threads: the caller is thread 0, the pool's workers 1 .. n_threads - 1.
+ *   chunk 0: static — thread t runs one contiguous run of items, the first
+ *            n_items % n_threads runs one item longer (OpenMP's
+ *            schedule(static), so a thread sees the same items as it did
+ *            under OpenMP);
+ *   chunk c > 0: dynamic — each thread takes the next c items when it is free.
+ * Returns when every item has run. Workers are started at first need and kept
+ * for the process; an idle one spins briefly, then sleeps on a futex, so
+ * waiting costs nothing on a machine whose cores are busy with other work.
+ * One call holds the pool at a time: a call made while another is in flight
+ * (from another thread of the program, or from inside fn) runs its items in
+ * order on the calling thread alone, as thread 0. The pool survives fork():
+ * a child starts workers of its own. */
 typedef void (*qkv_item_fn)(void *ctx, int64_t item, int thread);
-void qkv_parallel_for(int64_t n_items, int n_threads, int dynamic, qkv_item_fn fn, void *ctx);
+void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx);
+
+/* The CPUs this process may run on now (its affinity mask: taskset, cgroup
+ * cpusets), at least 1: what n_threads 0 ("all available") means everywhere. */
+int qkv_cpu_count(void);
 
 #endif

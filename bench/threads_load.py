@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Whole-model speed on a quiet and on a busy machine, qkv against llama.cpp.
+
+For each phase — idle (nothing started here), then loaded (one busy spin
+process per core, started and stopped by this script) — it runs, in rounds,
+one after the other so every program sees the same load:
+  qkv run (this build)              --tokens IDS -n GEN --threads T, each prompt length
+  qkv run (an older build, --old)   with OMP_WAIT_POLICY unset and =passive
+  llama-bench (--llama-bench)       -p N -n GEN -t T, -fa 0 and -fa 1
+and prints the median tokens/s of each (prompt, generation) with the load
+average read before and after the phase. The prompt ids are bench/model_speed.py's
+(the first N tokens of GPL-3); llama-bench draws its own prompt ids, which does
+not change the work of a dense model.
+
+    /work/oracle-venv/bin/python bench/threads_load.py --threads 2 --prompts 512,4096 --gen 64 \\
+        --old /tmp/qkv-base/build/qkv --llama-bench /tmp/llama.cpp/build/bin/llama-bench
+
+llama-bench is llama.cpp's own, built from source (e.g. the llama-cpp-python
+sdist's vendored tree) with -DGGML_NATIVE=ON; it is a peer, never part of qkv.
+"""
+import argparse, json, os, statistics, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_speed import MODEL, ROOT, prompt_ids, run_qkv  # noqa: E402
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def run_llama_bench(binary, model, n_prompt, gen, threads, fa, reps):
+    cmd = [binary, "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(gen), "-fa", str(fa),
+           "-r", str(reps), "--no-warmup", "-o", "json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"llama-bench failed: {r.stderr.strip()[-400:]}")
+    pp = tg = None
+    for row in json.loads(r.stdout):
+        if row["n_prompt"] > 0 and row["n_gen"] == 0:
+            pp = row["avg_ts"]
+        if row["n_gen"] > 0 and row["n_prompt"] == 0:
+            tg = row["avg_ts"]
+    return pp, tg
+
+
+def spin_load(n):
+    return [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
+
+
+def phase(a, name, ids_by_n, n_load):
+    procs = spin_load(n_load)
+    try:
+        before = loadavg()
+        res = {}  # (program, n_prompt) -> [(pp, tg)]
+        for _ in range(a.repeat):
+            for n, ids in ids_by_n.items():
+                pp, tg, _, _ = run_qkv(a.qkv, a.model, ids, a.gen, a.threads)
+                res.setdefault(("qkv", n), []).append((pp, tg))
+                if a.old and n <= a.old_max_prompt:
+                    for pol in ("default", "passive"):
+                        env = dict(os.environ)
+                        env.pop("OMP_WAIT_POLICY", None)
+                        if pol == "passive":
+                            env["OMP_WAIT_POLICY"] = "passive"
+                        try:
+                            pp, tg, _, _ = run_qkv(a.old, a.model, ids, a.gen, a.threads, env=env,
+                                                   timeout=a.old_timeout)
+                        except subprocess.TimeoutExpired:  # slower than n / timeout tokens/s
+                            pp = tg = 0.0
+                        res.setdefault((f"qkv before, OMP {pol}", n), []).append((pp, tg))
+                if a.llama_bench and n <= a.llama_max_prompt:
+                    for fa in (0, 1):
+                        res.setdefault((f"llama-bench -fa {fa}", n), []).append(
+                            run_llama_bench(a.llama_bench, a.model, n, a.gen, a.threads, fa, a.llama_reps))
+        after = loadavg()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    print(f"\n### {name}: {n_load} busy process(es); load average {before} before, {after} after; "
+          f"{a.threads} threads, median of {a.repeat}\n")
+    print(f"| program | prompt tokens | prompt tok/s | generation tok/s ({a.gen} new) |")
+    print("|---|---:|---:|---:|")
+    for (prog, n), rows in res.items():
+        pp = statistics.median(r[0] for r in rows)
+        tg = statistics.median(r[1] for r in rows)
+        print(f"| {prog} | {n} | {pp:.1f} | {tg:.1f} |")
+    sys.stdout.flush()
+    return {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in res.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qkv", default=os.path.join(ROOT, "build", "qkv"))
+    ap.add_argument("--old", help="an older qkv binary (OpenMP threads), run with OMP_WAIT_POLICY unset and passive")
+    ap.add_argument("--old-max-prompt", type=int, default=512, help="the older build runs prompts up to this length")
+    ap.add_argument("--llama-bench", help="llama.cpp's llama-bench binary")
+    ap.add_argument("--llama-reps", type=int, default=1, help="llama-bench -r (no warm-up run)")
+    ap.add_argument("--llama-max-prompt", type=int, default=1 << 30, help="llama-bench runs prompts up to this length")
+    ap.add_argument("--old-timeout", type=float, default=300, help="seconds an older build's run may take (0 tok/s past it)")
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts", default="512,4096")
+    ap.add_argument("--gen", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--load", type=int, default=os.cpu_count(), help="busy processes in the loaded phase")
+    ap.add_argument("--phases", default="idle,loaded", help="which phases to run")
+    a = ap.parse_args()
+    ns = [int(x) for x in a.prompts.split(",")]
+    ids_all = prompt_ids(a.qkv, a.model, max(ns))
+    ids_by_n = {n: ids_all[:n] for n in ns}
+    print(f"model {os.path.basename(a.model)}; CPU: {cpu_name()}; {os.cpu_count()} CPUs")
+    phases = a.phases.split(",")
+    idle = phase(a, "idle", ids_by_n, 0) if "idle" in phases else {}
+    busy = phase(a, "loaded", ids_by_n, a.load) if "loaded" in phases else {}
+    if not idle or not busy:
+        return
+    print("\n### idle / loaded (how many times slower under the load)\n")
+    print("| program | prompt tokens | prompt | generation |")
+    print("|---|---:|---:|---:|")
+    for k in idle:
+        if k in busy:
+            print(f"| {k[0]} | {k[1]} | {ratio(idle[k][0], busy[k][0])} | {ratio(idle[k][1], busy[k][1])} |")
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if b > 0 else "timed out"
+
+
+def cpu_name():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()

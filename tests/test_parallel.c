@@ -1,0 +1,239 @@
+/*
+ * test_parallel.c — libqkv's thread pool (util/parallel.c): every item runs
+ * once on a thread below n_threads; the static schedule gives each thread
+ * OpenMP's schedule(static) run (the partition the kernels had before the
+ * pool); calls from inside an item and from two threads at once finish,
+ * in order on the caller; idle workers sleep (no CPU time while the caller
+ * waits); a forked child gets a pool of its own; qkv_cpu_count follows the
+ * affinity mask; and two models decoding in two threads at once give the
+ * logits one model gives alone, bit for bit.
+ */
+#include "testing.h"
+
+#include "qkv.h"
+#include "util/parallel.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ITEMS 64
+
+typedef struct {
+    _Atomic int runs[MAX_ITEMS];   /* times item i ran */
+    _Atomic int thread[MAX_ITEMS]; /* the thread it ran on */
+    int n_threads;
+    _Atomic int bad_thread;
+} tally;
+
+static void count_item(void *ctx, int64_t item, int thread) {
+    tally *t = ctx;
+    atomic_fetch_add(&t->runs[item], 1);
+    atomic_store(&t->thread[item], thread);
+    if (thread < 0 || thread >= t->n_threads) atomic_store(&t->bad_thread, 1);
+}
+
+/* OpenMP's schedule(static) without a chunk, as libgomp computes it. */
+static int omp_static_thread(int64_t item, int64_t n_items, int n_threads) {
+    const int64_t q = n_items / n_threads, r = n_items % n_threads;
+    for (int t = 0; t < n_threads; t++) {
+        const int64_t i0 = t * q + (t < r ? t : r), i1 = i0 + q + (t < r);
+        if (item >= i0 && item < i1) return t;
+    }
+    return -1;
+}
+
+/* Runs one loop and checks each item ran once, on an allowed thread (and,
+ * static, on its partition's thread if alone in the pool); returns failures. */
+static int check_loop(int64_t n_items, int n_threads, int chunk, int alone) {
+    tally t;
+    memset(&t, 0, sizeof t);
+    t.n_threads = n_threads;
+    qkv_parallel_for(n_items, n_threads, chunk, count_item, &t);
+    int bad = 0;
+    for (int64_t i = 0; i < n_items; i++) {
+        if (atomic_load(&t.runs[i]) != 1) bad++;
+        if (alone && chunk == 0 && atomic_load(&t.thread[i]) != omp_static_thread(i, n_items, n_threads)) bad++;
+    }
+    return bad + atomic_load(&t.bad_thread);
+}
+
+TEST(parallel_for_runs_every_item_once_on_the_static_partition) {
+    static const int chunks[] = {0, 1, 3};
+    for (int ci = 0; ci < 3; ci++)
+        for (int nt = 1; nt <= 5; nt++)
+            for (int64_t n = 0; n <= 37; n += (n < 9 ? 1 : 7)) {
+                int bad = check_loop(n, nt, chunks[ci], 1);
+                CHECK(bad == 0, "chunk %d, %d threads, %lld items: %d wrong", chunks[ci], nt, (long long)n, bad);
+            }
+    /* more threads asked for than the pool keeps: the run still covers every item */
+    CHECK(check_loop(MAX_ITEMS, 300, 0, 1) == 0, "300 threads, static");
+}
+
+/* An item that runs a loop of its own: it must finish (on its thread, in order). */
+typedef struct {
+    _Atomic int inner_runs;
+    _Atomic int inner_bad_thread;
+} nest;
+
+static void inner_item(void *ctx, int64_t item, int thread) {
+    nest *n = ctx;
+    (void)item;
+    atomic_fetch_add(&n->inner_runs, 1);
+    if (thread != 0) atomic_store(&n->inner_bad_thread, 1);
+}
+
+static void outer_item(void *ctx, int64_t item, int thread) {
+    (void)item;
+    (void)thread;
+    qkv_parallel_for(10, 2, 0, inner_item, ctx);
+}
+
+TEST(parallel_for_nested_call_runs_on_the_caller) {
+    nest n = {0};
+    qkv_parallel_for(8, 2, 1, outer_item, &n);
+    CHECK(atomic_load(&n.inner_runs) == 80, "inner items ran %d times, want 80", atomic_load(&n.inner_runs));
+    CHECK(!atomic_load(&n.inner_bad_thread), "an inner loop ran off its caller");
+}
+
+/* Loops on both threads: the one that finds the pool busy runs its own loop serially. */
+static void *hammer(void *arg) {
+    int *bad = arg;
+    for (int r = 0; r < 2000; r++) *bad += check_loop(1 + r % MAX_ITEMS, 2 + r % 3, r % 2, 0);
+    return NULL;
+}
+
+TEST(parallel_for_from_two_threads_at_once) {
+    pthread_t a, b;
+    int bad_a = 0, bad_b = 0;
+    CHECK(pthread_create(&a, NULL, hammer, &bad_a) == 0, "pthread_create");
+    CHECK(pthread_create(&b, NULL, hammer, &bad_b) == 0, "pthread_create");
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    CHECK(bad_a == 0 && bad_b == 0, "wrong items: %d and %d", bad_a, bad_b);
+}
+
+static double cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void busy_item(void *ctx, int64_t item, int thread) {
+    (void)thread;
+    volatile double *x = ctx;
+    for (int i = 0; i < 100000; i++) x[item] += 1e-9 * i;
+}
+
+TEST(parallel_for_idle_workers_sleep) {
+    volatile double x[4] = {0};
+    qkv_parallel_for(4, 4, 0, busy_item, (void *)x); /* three workers, now idle */
+    const struct timespec pause = {0, 200 * 1000 * 1000};
+    const double c0 = cpu_seconds();
+    nanosleep(&pause, NULL);
+    const double used = cpu_seconds() - c0;
+    /* spinning workers would burn ~0.6 s of CPU in 0.2 s; sleeping ones a few
+     * tens of microseconds each before they sleep */
+    CHECK(used < 0.03, "idle pool used %.3f s of CPU in 0.2 s", used);
+}
+
+TEST(parallel_for_in_a_forked_child) {
+    CHECK(check_loop(16, 3, 0, 1) == 0, "parent, before fork"); /* the parent's workers exist */
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20); /* a child waiting on its parent's workers would hang: die instead */
+        _exit(check_loop(37, 3, 0, 1) + check_loop(37, 3, 1, 1) == 0 ? 0 : 1);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "fork/waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's loops failed (status %#x)", st);
+}
+
+TEST(cpu_count_follows_affinity) {
+    cpu_set_t set;
+    CHECK(sched_getaffinity(0, sizeof set, &set) == 0, "sched_getaffinity");
+    CHECK(qkv_cpu_count() == CPU_COUNT(&set), "qkv_cpu_count %d, affinity mask %d", qkv_cpu_count(),
+          CPU_COUNT(&set));
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int cpu = 0;
+        while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set)) cpu++;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) _exit(2);
+        _exit(qkv_cpu_count() == 1 ? 0 : 1);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "fork/waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pinned to one CPU, qkv_cpu_count was not 1 (status %#x)", st);
+}
+
+/* ------------------------------------------- two models, two threads */
+
+static const int32_t prompt[12] = {504, 3575, 282, 4649, 314, 7042, 30, 378, 3575, 282, 7627, 314};
+#define N_STEPS 6
+
+typedef struct {
+    qkv_model *m;
+    float *logits; /* [1 + N_STEPS, V]: the prefill's last row, then each greedy step's */
+    int failed;
+} decode_job;
+
+/* Prefill, then N_STEPS greedy steps. */
+static void *decode_run(void *arg) {
+    decode_job *j = arg;
+    const int V = qkv_model_get_config(j->m)->n_vocab;
+    qkv_error err = {0};
+    qkv_model_rewind(j->m, 0, NULL);
+    j->failed |= qkv_model_forward(j->m, j->logits, prompt, 12, 0, &err) != QKV_OK;
+    for (int s = 0; s < N_STEPS && !j->failed; s++) {
+        const float *row = j->logits + (size_t)s * V;
+        int32_t best = 0;
+        for (int v = 1; v < V; v++) best = row[v] > row[best] ? v : best;
+        j->failed |= qkv_model_forward(j->m, j->logits + (size_t)(s + 1) * V, &best, 1, 0, &err) != QKV_OK;
+    }
+    return NULL;
+}
+
+TEST(two_models_in_two_threads_match_one_alone) {
+    if (!test_require_model()) return;
+    qkv_model_params p = {.n_ctx = 64, .kv_dtype = QKV_DTYPE_F32, .n_threads = 2};
+    qkv_model *m[2] = {NULL, NULL};
+    qkv_error err = {0};
+    for (int i = 0; i < 2; i++)
+        CHECK(qkv_model_open(&m[i], test_model_path(), &p, &err) == QKV_OK, "open: %s", err.msg);
+    if (!m[0] || !m[1]) {
+        qkv_model_close(m[0]);
+        qkv_model_close(m[1]);
+        return;
+    }
+    const size_t n = (size_t)(1 + N_STEPS) * qkv_model_get_config(m[0])->n_vocab;
+    float *alone = malloc(n * 4), *both[2] = {malloc(n * 4), malloc(n * 4)};
+    decode_job solo = {m[0], alone, 0}, jobs[2] = {{m[0], both[0], 0}, {m[1], both[1], 0}};
+    decode_run(&solo);
+    pthread_t t[2];
+    for (int r = 0; r < 2; r++) { /* two rounds: the threads meet at different points */
+        for (int i = 0; i < 2; i++) CHECK(pthread_create(&t[i], NULL, decode_run, &jobs[i]) == 0, "pthread_create");
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < 2; i++) {
+            CHECK(!jobs[i].failed && !solo.failed, "a forward pass failed");
+            CHECK(memcmp(both[i], alone, n * 4) == 0, "round %d: model %d's logits differ from one model alone", r, i);
+        }
+    }
+    free(alone);
+    free(both[0]);
+    free(both[1]);
+    qkv_model_close(m[0]);
+    qkv_model_close(m[1]);
+}
