@@ -74,15 +74,15 @@ def _kv_arrays(k, v, kv_dtype):
 
 def _shapes(q, k, v):
     """(batch shape, B, Hq, Hkv, Lq, Lk, D) of SDPA-shaped q, k, v."""
-    if q.ndim not in (3, 4):
-        raise ValueError(f"q: expected [Hq, Lq, D] or [B, Hq, Lq, D], got shape {q.shape}")
+    if q.ndim < 3:
+        raise ValueError(f"q: expected [Hq, Lq, D] or [..., Hq, Lq, D], got shape {q.shape}")
     if k.ndim != q.ndim or v.ndim != q.ndim:
         raise ValueError(f"q, k and v must have the same number of dimensions, got {q.shape}, {k.shape}, {v.shape}")
     if k.shape != v.shape:
         raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
     batch = q.shape[:-3]
     if k.shape[:-3] != batch:
-        raise ValueError(f"q and k must have the same batch size, got {q.shape} and {k.shape}")
+        raise ValueError(f"q and k must have the same batch dimensions, got {q.shape} and {k.shape}")
     hq, lq, d = q.shape[-3:]
     hkv, lk, dk = k.shape[-3:]
     if dk != d:
@@ -110,7 +110,8 @@ def attention(q, k, v, *, causal=False, window=None, sinks=0, exclude=None, scal
               kv_dtype=None, return_lse=False, threads=0):
     """O = softmax(scale * Q K^T + mask) V, as torch.nn.functional.scaled_dot_product_attention.
 
-    q: [Hq, Lq, D] or [B, Hq, Lq, D] float32; k, v: [Hkv, Lk, D] or [B, Hkv, Lk, D],
+    q: [Hq, Lq, D] or [B, Hq, Lq, D] float32 (any number of batch dimensions, as SDPA);
+    k, v: [Hkv, Lk, D] or [B, Hkv, Lk, D] with q's batch dimensions,
     float32 or float16 (kv_dtype="bf16" rounds them as a bf16 KV cache stores them,
     "f16" as an f16 one). causal: bottom-right aligned; window=W: causal, the last W
     keys (self included); sinks=S with a window: also keys 0..S-1 (StreamingLLM);

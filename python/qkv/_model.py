@@ -74,17 +74,18 @@ class Model:
 
     # ------------------------------------------------------------ tokens
 
-    def tokenize(self, text, *, chat=False, special=False, system=None):
+    def tokenize(self, text, *, chat=False, special=False, system=None, add_special=True):
         """Token ids (int32 [n]) of text; chat=True wraps it in the model's chat template
         (one user turn, the assistant header after it; special tokens parsed);
-        special=True recognises control tokens written in the text."""
+        special=True recognises control tokens written in the text; add_special=False
+        leaves out the BOS/EOS the GGUF asks for."""
         if not isinstance(text, str):
             raise TypeError(f"text: expected str, got {type(text).__name__}")
         data = text.encode("utf-8", "surrogatepass")
         if chat:
             data = self._c.chat_text(data, None if system is None else system.encode("utf-8"))
             special = True
-        return np.frombuffer(self._c.tokenize(data, True, bool(special)), dtype=np.int32).copy()
+        return np.frombuffer(self._c.tokenize(data, bool(add_special), bool(special)), dtype=np.int32).copy()
 
     def detokenize(self, ids, *, skip_special=False):
         """The text of ids (invalid UTF-8 from partial tokens shown as U+FFFD)."""
