@@ -25,6 +25,10 @@ COMMON_FLAGS = ["-std=c11", "-O3", "-fopenmp", "-D_GNU_SOURCE", "-Wall", "-Wextr
 FMA_PATTERNS = ("src/attn/tile_", "src/model/matmul_")
 
 LIB_SOURCES = sorted(glob.glob("src/*/*.c"))
+# the HTML page of Model.inspect: render/'s writer (not png.c: no libpng) and
+# the page itself, embedded by the assembler (render/page.S, .incbin)
+RENDER_SOURCES = ["render/html.c", "render/json.c"]
+PAGE_ASM, PAGE_HTML = "render/page.S", "render/inspect_page.html"
 BINDING_SOURCES = sorted(glob.glob("python/src/*.c"))
 
 
@@ -42,16 +46,21 @@ class build_ext_libqkv(build_ext):
     def build_extension(self, ext):
         fused = [s for s in LIB_SOURCES if s.startswith(FMA_PATTERNS)]
         plain = [s for s in LIB_SOURCES if s not in fused]
-        headers = glob.glob("include/*.h") + glob.glob("src/*/*.h")
+        headers = glob.glob("include/*.h") + glob.glob("src/*/*.h") + glob.glob("render/*.h")
         objects = []
-        for group, extra in ((plain, []), (fused, ["-ffp-contract=fast"])):
+        for group, extra in ((plain + RENDER_SOURCES, []), (fused, ["-ffp-contract=fast"])):
             outputs = self.compiler.object_filenames(group, output_dir=self.build_temp)
             # an object newer than its source and every header is reused
             stale = [s for s, o in zip(group, outputs) if self.force or out_of_date(o, [s] + headers)]
             if stale:
-                self.compiler.compile(stale, output_dir=self.build_temp, include_dirs=["include", "src"],
+                self.compiler.compile(stale, output_dir=self.build_temp, include_dirs=["include", "src", "render"],
                                       extra_postargs=COMMON_FLAGS + extra)
             objects += outputs
+        page = os.path.join(self.build_temp, "render", "page.o")
+        if self.force or out_of_date(page, [PAGE_ASM, PAGE_HTML]):
+            os.makedirs(os.path.dirname(page), exist_ok=True)
+            self.compiler.spawn(self.compiler.compiler_so + ["-c", PAGE_ASM, "-o", page, "-Wa,-I," + ROOT])
+        objects.append(page)
         ext.extra_objects = objects + list(ext.extra_objects or [])
         super().build_extension(ext)
 
@@ -61,11 +70,11 @@ setup(
         Extension(
             "qkv._qkv",
             sources=BINDING_SOURCES,
-            include_dirs=["include", "python/src"],
+            include_dirs=["include", "render", "python/src"],
             extra_compile_args=COMMON_FLAGS,
             extra_link_args=["-fopenmp"],
             libraries=["m"],
-            depends=glob.glob("python/src/*.h") + glob.glob("include/*.h"),
+            depends=glob.glob("python/src/*.h") + glob.glob("include/*.h") + glob.glob("render/*.h"),
         )
     ],
     cmdclass={"build_ext": build_ext_libqkv},

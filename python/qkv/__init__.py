@@ -13,7 +13,7 @@ aligned bottom-right (query row i sits at key position Lk - Lq + i).
         w = m.attention(ids, layer=3, head=0)      # [n, n] exact weights
 """
 from ._attention import KVCache, attention, attention_reference, rope
-from ._model import Config, Model
+from ._model import Config, Inspection, Model
 from . import _qkv
 
 __version__ = _qkv.version()
@@ -24,4 +24,4 @@ def isa():
     return _qkv.isa()
 
 
-__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "isa", "__version__"]
+__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "Inspection", "isa", "__version__"]

@@ -5,7 +5,9 @@ sinks each run their ids as a fresh sequence from position 0.
 """
 import codecs
 import dataclasses
+import html
 import os
+import tempfile
 
 import numpy as np
 
@@ -37,6 +39,37 @@ class Config:
     bos: int
     eos: int
     path: str
+
+
+class Inspection:
+    """The attention page of `qkv inspect --html` for one sequence: every requested
+    map as a heatmap, hover for query, key and weight, self-contained (no network).
+    Shown inline in Jupyter (_repr_html_, in an iframe); save_html writes the page."""
+
+    def __init__(self, page, n_tokens, layers, heads):
+        self.html = page
+        self.n_tokens, self.layers, self.heads = n_tokens, list(layers), list(heads)
+
+    def _repr_html_(self):
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
+                f'style="width: 100%; height: 820px; border: 0"></iframe>')
+
+    def save_html(self, path):
+        """Writes the page to path (whole or not at all: a temporary file, then a rename)."""
+        path = os.fspath(path)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self.html)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def __repr__(self):
+        return (f"<qkv.Inspection: {self.n_tokens} tokens, {len(self.layers)} layers x {len(self.heads)} heads, "
+                f"{len(self.html):,} bytes of HTML>")
 
 
 _SINK_FIELDS = ("sink", "first", "top_other", "top_other_dist", "sink_top", "entropy")
@@ -85,6 +118,9 @@ class Model:
         if chat:
             data = self._c.chat_text(data, None if system is None else system.encode("utf-8"))
             special = True
+            bos = self._c.piece(self.config.bos) if self.config.bos >= 0 else None
+            if bos and data.startswith(bos):
+                add_special = False  # the template's BOS, not a second one (as qkv's CLI)
         return np.frombuffer(self._c.tokenize(data, bool(add_special), bool(special)), dtype=np.int32).copy()
 
     def detokenize(self, ids, *, skip_special=False):
@@ -219,3 +255,31 @@ class Model:
         out = {name: means[i] for i, name in enumerate(_SINK_FIELDS)}
         out["n_rows"], out["n_sampled"] = counts[0], counts[1]
         return out
+
+    def inspect(self, ids, *, layers=None, heads=None, title=None):
+        """The attention page of the sequence ids (a str is tokenized): the maps of
+        layers x heads (default all), as `qkv inspect --html` draws them; returns an
+        Inspection (inline in Jupyter, .save_html(path))."""
+        ids = self.tokenize(ids) if isinstance(ids, str) else self._ids(ids)
+        self._fits(len(ids))
+        ls = np.arange(self.config.n_layer) if layers is None else np.atleast_1d(np.asarray(layers))
+        hs = np.arange(self.config.n_head) if heads is None else np.atleast_1d(np.asarray(heads))
+        for name, a, top in (("layers", ls, self.config.n_layer), ("heads", hs, self.config.n_head)):
+            if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"{name}: expected a non-empty list of integers")
+            if a.min() < 0 or a.max() >= top:
+                raise ValueError(f"{name} must be in [0, {top}), got {a.min()} .. {a.max()}")
+        ls = np.sort(ls)
+        c, n = self.config, len(ids)
+        if title is None:
+            title = (f"{os.path.basename(c.path)}: {n} tokens, {len(ls)} layer{'s' * (len(ls) != 1)} x "
+                     f"{len(hs)} head{'s' * (len(hs) != 1)}")
+        subtitle = (f"qkv {_qkv.version()} inspect; weights recomputed from q, K and the kernel's LSE: "
+                    f"w = exp(q\u00b7k/\u221a{c.head_dim} - lse)")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "inspect.html")
+            self._c.inspect_html(path, ids, np.ascontiguousarray(ls, dtype=np.int32),
+                                 np.ascontiguousarray(hs, dtype=np.int32), title, subtitle)
+            with open(path, encoding="utf-8") as f:
+                page = f.read()
+        return Inspection(page, n, ls, hs)

@@ -5,6 +5,7 @@
  *   forward(logits, ids, all):  ids [n] int32; logits [n, V] (all) or [1, V] f32, or None
  *   maps(out, ids, layers, heads, rows):  out [nl, nh, nr, n] f32 exact weights
  *   sinks(means, counts, ids, n_first, skip, every):  means [6, L, Hq] f64, counts [2, L, Hq] int64
+ *   inspect_html(path, ids, layers, heads, title, subtitle):  the qkv inspect --html page (inspect.c)
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
  */
 #include "qkv_py.h"
@@ -365,6 +366,14 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *model_inspect_html(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_inspect_html(o->m, o->tok, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
 static PyMethodDef model_methods[] = {
     {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
     {"config", model_config, METH_NOARGS, "The configuration as a dict."},
@@ -377,6 +386,7 @@ static PyMethodDef model_methods[] = {
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
     {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows): exact attention weights."},
     {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every)."},
+    {"inspect_html", model_inspect_html, METH_VARARGS, "inspect_html(path, ids, layers, heads, title, subtitle)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -51,6 +51,10 @@ int pyq_add_kv_cache(PyObject *module);
 int pyq_add_model(PyObject *module);
 int pyq_add_sampler(PyObject *module);
 
+/* Model.inspect_html(path, ids, layers, heads, title, subtitle) on an open
+ * model the caller holds (inspect.c). */
+PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
+
 /* PyCFunction from a METH_VARARGS | METH_KEYWORDS function, without a cast
  * between incompatible function types (-Wcast-function-type). */
 #define PYQ_KW(fn) ((PyCFunction)(void (*)(void))(fn))

@@ -9,6 +9,8 @@ tools/oracle/*.py; tests/fixtures/model/README.md describes them):
     1e-4 absolute (tests/test_inspect_oracle.c's bound);
   - token ids: SmolLM2's tokenizer.json ids (tests/fixtures/tokenizer).
 """
+import pathlib
+
 import numpy as np
 import pytest
 
@@ -186,3 +188,28 @@ def test_smollm2_sinks(smollm2):
     assert s["sink"].shape == packed.shape[:2]
     assert np.all(s["n_rows"] == n) and np.all(s["n_sampled"] == n)
     assert np.abs(s["sink"] - col0.mean(axis=-1)).max() <= MAP_TOL
+
+
+def test_smollm2_inspect_page_is_the_cli_page(smollm2, tmp_path):
+    """Model.inspect gives the page `qkv inspect --html` writes, byte for byte
+    (same writer, same embedded page); the maps in it are those tested above."""
+    import os
+    import subprocess
+
+    from conftest import ROOT, model_path
+
+    qkv_bin = pathlib.Path(os.environ.get("QKV_BIN", ROOT / "build" / "qkv"))
+    if not qkv_bin.exists():
+        pytest.skip(f"{qkv_bin} missing (make)")
+    text = "年假怎么申请？"
+    cli_page = tmp_path / "cli.html"
+    subprocess.run([str(qkv_bin), "inspect", "-m", str(model_path()), "-p", text, "--html", str(cli_page),
+                    "--threads", "2"], check=True, capture_output=True)
+    page = smollm2.inspect(text)  # the default title is the CLI's: "<file>: 15 tokens, 30 layers x 9 heads"
+    assert page.html == cli_page.read_text(encoding="utf-8")
+    assert page.html.startswith("<!DOCTYPE html>") and "<iframe srcdoc=" in page._repr_html_()
+    out = tmp_path / "py.html"
+    page.save_html(out)
+    assert out.read_text(encoding="utf-8") == page.html
+    small = smollm2.inspect(smollm2.tokenize(text), layers=[4, 2], heads=[1])
+    assert small.layers == [2, 4] and "2 layers x 1 head" in small.html
