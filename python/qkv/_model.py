@@ -283,3 +283,37 @@ class Model:
             with open(path, encoding="utf-8") as f:
                 page = f.read()
         return Inspection(page, n, ls, hs)
+
+    def ablate(self, ids, *, scope="all", layer=None, head=None, target=None, heads=False):
+        """Weight against influence (qkv ablate): the next-token distribution of the
+        last position with key j hidden, for every position j, as a dict of the CLI's
+        JSON fields — target, p_target, top_full, scope, layer, head, and [n] arrays
+        attn_mean, attn_max (the full run's last-row weight on j over the scoped heads),
+        kl (KL(p_full || p_ablated), nats), dp_target, top_after; spearman_attn_kl.
+        scope "all": j leaves every row; "last": only the final row. layer=, head=
+        scope the hiding (default every layer / head). heads=True instead zeroes each
+        head's output in turn: kl, dp_target, top_after as [L, Hq] arrays."""
+        ids = self._ids(ids)
+        self._fits(len(ids))
+        n, c = len(ids), self.config
+        tgt = -1 if target is None else int(target)
+        if tgt < -1 or tgt >= c.n_vocab:
+            raise ValueError(f"target must be a token id in [0, {c.n_vocab}), got {target}")
+        if heads:
+            if layer is not None or head is not None or scope != "all":
+                raise ValueError("heads=True zeroes every head in turn: no scope, layer or head")
+            values = np.empty((2, c.n_layer, c.n_head), dtype=np.float64)
+            top = np.empty((c.n_layer, c.n_head), dtype=np.int32)
+            t, p, top_full, _ = self._c.ablate_heads(values, top, ids, tgt)
+            return dict(target=t, p_target=p, top_full=top_full, n_layer=c.n_layer, n_head=c.n_head,
+                        kl=values[0], dp_target=values[1], top_after=top)
+        if scope not in ("all", "last"):
+            raise ValueError(f'scope must be "all" or "last", got {scope!r}')
+        values = np.empty((4, n), dtype=np.float64)
+        top = np.empty(n, dtype=np.int32)
+        li = -1 if layer is None else int(layer)
+        hi = -1 if head is None else int(head)
+        t, p, top_full, rho = self._c.ablate_positions(values, top, ids, 0 if scope == "all" else 1, li, hi, tgt)
+        return dict(target=t, p_target=p, top_full=top_full, scope=scope, layer=layer, head=head,
+                    attn_mean=values[0], attn_max=values[1], kl=values[2], dp_target=values[3], top_after=top,
+                    spearman_attn_kl=None if np.isnan(rho) else rho)

@@ -6,6 +6,7 @@
  *   maps(out, ids, layers, heads, rows):  out [nl, nh, nr, n] f32 exact weights
  *   sinks(means, counts, ids, n_first, skip, every):  means [6, L, Hq] f64, counts [2, L, Hq] int64
  *   inspect_html(path, ids, layers, heads, title, subtitle):  the qkv inspect --html page (inspect.c)
+ *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
  */
 #include "qkv_py.h"
@@ -374,6 +375,22 @@ static PyObject *model_inspect_html(PyObject *self, PyObject *args) {
     return r;
 }
 
+static PyObject *model_ablate_positions(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_ablate_positions(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_ablate_heads(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_ablate_heads(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
 static PyMethodDef model_methods[] = {
     {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
     {"config", model_config, METH_NOARGS, "The configuration as a dict."},
@@ -386,6 +403,8 @@ static PyMethodDef model_methods[] = {
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
     {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows): exact attention weights."},
     {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every)."},
+    {"ablate_positions", model_ablate_positions, METH_VARARGS, "ablate_positions(values, top, ids, scope, layer, head, target)."},
+    {"ablate_heads", model_ablate_heads, METH_VARARGS, "ablate_heads(values, top, ids, target)."},
     {"inspect_html", model_inspect_html, METH_VARARGS, "inspect_html(path, ids, layers, heads, title, subtitle)."},
     {NULL, NULL, 0, NULL},
 };

@@ -55,6 +55,10 @@ int pyq_add_sampler(PyObject *module);
  * model the caller holds (inspect.c). */
 PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
 
+/* Model.ablate_positions / ablate_heads (ablate.c), on an open model the caller holds. */
+PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args);
+PyObject *pyq_ablate_heads(qkv_model *m, PyObject *args);
+
 /* PyCFunction from a METH_VARARGS | METH_KEYWORDS function, without a cast
  * between incompatible function types (-Wcast-function-type). */
 #define PYQ_KW(fn) ((PyCFunction)(void (*)(void))(fn))

@@ -213,3 +213,46 @@ def test_smollm2_inspect_page_is_the_cli_page(smollm2, tmp_path):
     assert out.read_text(encoding="utf-8") == page.html
     small = smollm2.inspect(smollm2.tokenize(text), layers=[4, 2], heads=[1])
     assert small.layers == [2, 4] and "2 layers x 1 head" in small.html
+
+
+def ablate_cases():
+    out = []
+    for line in (FIXTURES / "ablate" / "manifest.txt").read_text().splitlines():
+        f = line.split()
+        if f and f[0] == "ablate":
+            out.append((f[1], int(f[2]), int(f[3]), float(f[4]), int(f[5]), int(f[6])))
+    return out
+
+
+def check_kl(got, want, what):
+    """KL within 1e-3 + 1e-2 KL of transformers' (tests/test_ablate.c's bound; ~1e-5 measured)."""
+    bad = np.abs(got - want) > 1e-3 + 1e-2 * want
+    assert not bad.any(), f"{what}: {bad.sum()} outside, max diff {np.abs(got - want).max():.3g}"
+
+
+@pytest.mark.parametrize("case", ablate_cases()[1:], ids=lambda c: c[0])  # the shorter prompt (the C tests run both)
+def test_smollm2_ablate_against_transformers(smollm2, case):
+    """Against tools/oracle/make_ablate_fixtures.py: transformers with its own 4D masks."""
+    name, n, target, p_target, layer, head = case
+    ids = fixture("ablate", f"{name}.ids.npy")
+    r = smollm2.ablate(ids)
+    assert (r["target"], r["top_full"]) == (target, target) and abs(r["p_target"] - p_target) < 1e-3
+    assert r["kl"].shape == (n,) and r["attn_mean"].shape == (n,)
+    check_kl(r["kl"], fixture("ablate", f"{name}.kl_all.npy"), f"{name} all")
+    dp = fixture("ablate", f"{name}.dp_all.npy")
+    assert np.all(np.abs(r["dp_target"] - dp) <= 1e-3 + 1e-2 * np.abs(dp))
+    assert np.array_equal(r["top_after"], fixture("ablate", f"{name}.top_all.npy"))
+    assert r["spearman_attn_kl"] is not None and -1 <= r["spearman_attn_kl"] <= 1
+    check_kl(smollm2.ablate(ids, scope="last")["kl"], fixture("ablate", f"{name}.kl_last.npy"), f"{name} last")
+    # (scoped runs and the zeroed-head map against the same fixtures: tests/test_ablate.c;
+    # 270 forwards are too many for this runner on a shared machine)
+
+
+def test_tiny_ablate_heads_fields(tiny):
+    """heads=True: one zeroed head per forward, [L, Hq] fields; the target is the full run's top token."""
+    ids = fixture("model", "tiny31", "s9.ids.npy")
+    h = tiny.ablate(ids, heads=True)
+    assert h["kl"].shape == (2, 8) and h["top_after"].shape == (2, 8) and np.all(h["kl"] >= 0)
+    full_top = int(tiny.forward(ids, positions="last")[0].argmax())
+    assert h["target"] == h["top_full"] == full_top and 0 < h["p_target"] <= 1
+    assert h["kl"].max() > 0  # zeroing some head moves the distribution
