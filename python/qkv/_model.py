@@ -90,6 +90,7 @@ class Model:
             raise ValueError(f"ctx must be >= 1, got {ctx}")
         self._c = _qkv.Model(os.fspath(path), 0 if ctx is None else int(ctx), kv_dtype, int(threads))
         self.config = Config(**self._c.config())
+        self._generating = False  # a generate() iterator holds the KV cache
 
     def close(self):
         """Frees the model; later calls raise ValueError."""
@@ -145,6 +146,8 @@ class Model:
         return np.ascontiguousarray(a, dtype=np.int32)
 
     def _fits(self, n):
+        if self._generating:
+            raise RuntimeError("a generate() iterator of this model is running: exhaust or close() it first")
         if n > self.config.n_ctx:
             raise ValueError(f"{n} tokens do not fit the context of {self.config.n_ctx} (open with ctx=)")
 
@@ -195,6 +198,8 @@ class Model:
     def _generate(self, ids, n, sampler):
         logits = np.empty((1, self.config.n_vocab), dtype=np.float32)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._fits(len(ids))
+        self._generating = True
         self._c.rewind(0)
         try:
             self._c.forward(logits, ids, False)
@@ -206,6 +211,7 @@ class Model:
                 if step + 1 < n:
                     self._c.forward(logits, np.array([tok], dtype=np.int32), False)
         finally:
+            self._generating = False
             self._c.rewind(0)
 
     # --------------------------------------------------------- attention

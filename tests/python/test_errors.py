@@ -107,3 +107,17 @@ def test_model_call_errors():
         raises(TypeError, "str", m.tokenize, b"bytes")
         raises(ValueError, "chat_template|template", m.tokenize, "hi", chat=True)
     raises(ValueError, "closed", m.forward, [1])
+
+
+def test_model_refuses_calls_while_generating():
+    """A running generate() iterator holds the KV cache: other calls raise instead of
+    silently restarting its sequence; once it is closed they work again."""
+    with qkv.Model(FIXTURES / "model" / "tiny31" / "tiny-llama31.gguf", ctx=32) as m:
+        g = m.generate([509, 3, 4], n=8)
+        next(g)
+        raises(RuntimeError, "generate", m.forward, [509, 3])
+        g.close()
+        assert m.forward([509, 3]).shape == (2, 512)
+        for _ in m.generate([509, 3, 4], n=8):
+            break  # a loop left early frees the iterator (and the model) at once
+        assert m.forward([509], positions="last").shape == (1, 512)
