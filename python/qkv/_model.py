@@ -1,0 +1,325 @@
+"""qkv.Model: a Llama-family GGUF model, its tokenizer, and exact attention maps.
+
+n = tokens, V = vocabulary, L = layers, Hq = query heads. forward, attention and
+sinks each run their ids as a fresh sequence from position 0.
+"""
+import codecs
+import dataclasses
+import html
+import os
+import tempfile
+
+import numpy as np
+
+from . import _qkv
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What the GGUF says about the model (qkv_model_config), plus the open context."""
+    arch: str
+    n_layer: int
+    n_embd: int
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+    n_ff: int
+    n_vocab: int
+    n_ctx_train: int
+    norm_eps: float
+    rope_pairing: str
+    rope_theta: float
+    rope_scaling: str
+    rope_factor: float
+    rope_low_freq_factor: float
+    rope_high_freq_factor: float
+    rope_original_max_position: int
+    tied_embeddings: bool
+    n_ctx: int
+    bos: int
+    eos: int
+    path: str
+
+
+class Inspection:
+    """The attention page of `qkv inspect --html` for one sequence: every requested
+    map as a heatmap, hover for query, key and weight, self-contained (no network).
+    Shown inline in Jupyter (_repr_html_, in an iframe); save_html writes the page."""
+
+    def __init__(self, page, n_tokens, layers, heads):
+        self.html = page
+        self.n_tokens, self.layers, self.heads = n_tokens, list(layers), list(heads)
+
+    def _repr_html_(self):
+        return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
+                f'style="width: 100%; height: 820px; border: 0"></iframe>')
+
+    def save_html(self, path):
+        """Writes the page to path (whole or not at all: a temporary file, then a rename)."""
+        path = os.fspath(path)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(self.html)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def __repr__(self):
+        return (f"<qkv.Inspection: {self.n_tokens} tokens, {len(self.layers)} layers x {len(self.heads)} heads, "
+                f"{len(self.html):,} bytes of HTML>")
+
+
+_SINK_FIELDS = ("sink", "first", "top_other", "top_other_dist", "sink_top", "entropy")
+
+
+class Model:
+    """Model(path, *, ctx=None, threads=0, kv_dtype="f32"): a GGUF model opened for inference.
+
+    ctx: positions the KV cache holds (None: min(training context, 8192));
+    threads: 0 = all cores; kv_dtype: "f32", "bf16" or "f16" KV cache.
+    Use as a context manager, or call close().
+    """
+
+    def __init__(self, path, *, ctx=None, threads=0, kv_dtype="f32"):
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"path: expected a file name, got {type(path).__name__}")
+        if ctx is not None and int(ctx) < 1:
+            raise ValueError(f"ctx must be >= 1, got {ctx}")
+        self._c = _qkv.Model(os.fspath(path), 0 if ctx is None else int(ctx), kv_dtype, int(threads))
+        self.config = Config(**self._c.config())
+        self._generating = False  # a generate() iterator holds the KV cache
+
+    def close(self):
+        """Frees the model; later calls raise ValueError."""
+        self._c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        c = self.config
+        return f"qkv.Model({c.path!r}: {c.n_layer} layers, {c.n_head} heads x {c.head_dim}, vocab {c.n_vocab})"
+
+    # ------------------------------------------------------------ tokens
+
+    def tokenize(self, text, *, chat=False, special=False, system=None, add_special=True):
+        """Token ids (int32 [n]) of text; chat=True wraps it in the model's chat template
+        (one user turn, the assistant header after it; special tokens parsed);
+        special=True recognises control tokens written in the text; add_special=False
+        leaves out the BOS/EOS the GGUF asks for."""
+        if not isinstance(text, str):
+            raise TypeError(f"text: expected str, got {type(text).__name__}")
+        data = text.encode("utf-8", "surrogatepass")
+        if chat:
+            data = self._c.chat_text(data, None if system is None else system.encode("utf-8"))
+            special = True
+            bos = self._c.piece(self.config.bos) if self.config.bos >= 0 else None
+            if bos and data.startswith(bos):
+                add_special = False  # the template's BOS, not a second one (as qkv's CLI)
+        return np.frombuffer(self._c.tokenize(data, bool(add_special), bool(special)), dtype=np.int32).copy()
+
+    def detokenize(self, ids, *, skip_special=False):
+        """The text of ids (invalid UTF-8 from partial tokens shown as U+FFFD)."""
+        return self._c.detokenize(self._ids(ids), bool(skip_special)).decode("utf-8", "replace")
+
+    def piece(self, token_id):
+        """The bytes one token stands for in text."""
+        p = self._c.piece(int(token_id))
+        if p is None:
+            raise ValueError(f"token id {token_id} outside [0, {self.config.n_vocab})")
+        return p
+
+    def _ids(self, ids, *, allow_empty=False):
+        a = np.asarray(ids)
+        if a.ndim != 1 or not (a.size == 0 or np.issubdtype(a.dtype, np.integer)):
+            raise TypeError("ids: expected a 1-D sequence of integer token ids")
+        if a.size == 0 and not allow_empty:
+            raise ValueError("ids: no tokens")
+        if a.size and (a.min() < 0 or a.max() >= self.config.n_vocab):
+            raise ValueError(f"ids: token ids must be in [0, {self.config.n_vocab}), got {a.min()} .. {a.max()}")
+        return np.ascontiguousarray(a, dtype=np.int32)
+
+    def _fits(self, n):
+        if self._generating:
+            raise RuntimeError("a generate() iterator of this model is running: exhaust or close() it first")
+        if n > self.config.n_ctx:
+            raise ValueError(f"{n} tokens do not fit the context of {self.config.n_ctx} (open with ctx=)")
+
+    # ----------------------------------------------------------- forward
+
+    def forward(self, ids, *, positions="all"):
+        """Logits float32 [rows, V] of the sequence ids at the positions asked for:
+        "all" (every position), "last", or a list of positions (rows in that order).
+        Only those rows go through the output layer: the sequence runs in one
+        forward call per requested position (each up to it), so memory is
+        [rows, V], never [n, V]."""
+        ids = self._ids(ids)
+        n, V = len(ids), self.config.n_vocab
+        self._fits(n)
+        self._c.rewind(0)
+        try:
+            if isinstance(positions, str):
+                if positions not in ("all", "last"):
+                    raise ValueError(f'positions must be "all", "last" or a list of positions, got {positions!r}')
+                out = np.empty((n if positions == "all" else 1, V), dtype=np.float32)
+                self._c.forward(out, ids, positions == "all")
+                return out
+            pos = np.asarray(positions)
+            if pos.ndim != 1 or pos.size == 0 or not np.issubdtype(pos.dtype, np.integer):
+                raise ValueError("positions: expected a non-empty 1-D list of integer positions")
+            if pos.min() < 0 or pos.max() >= n:
+                raise ValueError(f"positions must be in [0, {n}), got {pos.min()} .. {pos.max()}")
+            wanted = np.unique(pos)
+            rows = np.empty((len(wanted), V), dtype=np.float32)
+            start = 0
+            for i, p in enumerate(wanted):
+                self._c.forward(rows[i], ids[start:p + 1], False)
+                start = p + 1
+            return rows[np.searchsorted(wanted, pos)]
+        finally:
+            self._c.rewind(0)
+
+    def generate(self, prompt, n=32, *, temp=0.0, top_k=0, top_p=1.0, seed=1, chat=False):
+        """An iterator of (token id, text) for up to n new tokens after prompt (a
+        string, tokenized, or ids); greedy when temp is 0; stops at the model's EOS.
+        The text of a token is what it adds to the decoded output (a character cut
+        between tokens comes with the token that completes it)."""
+        ids = self.tokenize(prompt, chat=chat) if isinstance(prompt, str) else self._ids(prompt)
+        self._fits(len(ids) + max(int(n) - 1, 0))
+        sampler = _qkv.Sampler(self.config.n_vocab, float(temp), int(top_k), float(top_p), int(seed))
+        return self._generate(ids, int(n), sampler)
+
+    def _generate(self, ids, n, sampler):
+        logits = np.empty((1, self.config.n_vocab), dtype=np.float32)
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._fits(len(ids))
+        self._generating = True
+        self._c.rewind(0)
+        try:
+            self._c.forward(logits, ids, False)
+            for step in range(n):
+                tok = sampler.sample(logits[0])
+                if tok == self.config.eos:
+                    return
+                yield tok, decoder.decode(self._c.piece(tok))
+                if step + 1 < n:
+                    self._c.forward(logits, np.array([tok], dtype=np.int32), False)
+        finally:
+            self._generating = False
+            self._c.rewind(0)
+
+    # --------------------------------------------------------- attention
+
+    def attention(self, ids, *, layer=None, head=None, layers=None, heads=None, rows=None):
+        """Exact attention weights of the sequence ids, recomputed from the kernel's LSE:
+        w[i, j] = exp(scale * q_i . k_j - lse_i), 0 where masked.
+        layer=, head= (ints): [n_rows, n]. layers=, heads= (lists): [layers, heads, n_rows, n].
+        rows: query positions (default all, in order)."""
+        ids = self._ids(ids)
+        n = len(ids)
+        self._fits(n)
+        single = layers is None and heads is None
+        if single and (layer is None or head is None):
+            raise TypeError("attention: give layer= and head=, or layers= and heads= lists")
+        if not single and (layer is not None or head is not None):
+            raise TypeError("attention: give layer=/head= or layers=/heads=, not both")
+        ls = np.atleast_1d(np.asarray(layer if single else layers))
+        hs = np.atleast_1d(np.asarray(head if single else heads))
+        rs = np.arange(n) if rows is None else np.atleast_1d(np.asarray(rows))
+        for name, a, top in (("layers", ls, self.config.n_layer), ("heads", hs, self.config.n_head), ("rows", rs, n)):
+            if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"{name}: expected a non-empty list of integers")
+            if a.min() < 0 or a.max() >= top:
+                raise ValueError(f"{name} must be in [0, {top}), got {a.min()} .. {a.max()}")
+            if len(np.unique(a)) != len(a):
+                raise ValueError(f"{name}: an entry is repeated")
+        order = np.argsort(ls, kind="stable")  # the engine takes layers in increasing order
+        out = np.empty((len(ls), len(hs), len(rs), n), dtype=np.float32)
+        self._c.maps(out, ids, np.ascontiguousarray(ls[order], dtype=np.int32),
+                     np.ascontiguousarray(hs, dtype=np.int32), np.ascontiguousarray(rs, dtype=np.int32))
+        if not np.array_equal(order, np.arange(len(ls))):
+            out = out[np.argsort(order)]
+        return out[0, 0] if single else out
+
+    def sinks(self, ids, *, n_first=4, skip=16, every=16):
+        """Attention sinks of the sequence ids, per layer and head (qkv sinks): a dict of
+        float64 [L, Hq] arrays — sink (weight on token 0), first (on tokens 0..n_first-1),
+        top_other, top_other_dist, sink_top, entropy (from every `every`-th row) — and
+        int64 [L, Hq] n_rows, n_sampled. Rows at positions < skip are left out."""
+        ids = self._ids(ids)
+        self._fits(len(ids))
+        L, H = self.config.n_layer, self.config.n_head
+        means = np.empty((6, L, H), dtype=np.float64)
+        counts = np.empty((2, L, H), dtype=np.int64)
+        self._c.sinks(means, counts, ids, int(n_first), int(skip), int(every))
+        out = {name: means[i] for i, name in enumerate(_SINK_FIELDS)}
+        out["n_rows"], out["n_sampled"] = counts[0], counts[1]
+        return out
+
+    def inspect(self, ids, *, layers=None, heads=None, title=None):
+        """The attention page of the sequence ids (a str is tokenized): the maps of
+        layers x heads (default all), as `qkv inspect --html` draws them; returns an
+        Inspection (inline in Jupyter, .save_html(path))."""
+        ids = self.tokenize(ids) if isinstance(ids, str) else self._ids(ids)
+        self._fits(len(ids))
+        ls = np.arange(self.config.n_layer) if layers is None else np.atleast_1d(np.asarray(layers))
+        hs = np.arange(self.config.n_head) if heads is None else np.atleast_1d(np.asarray(heads))
+        for name, a, top in (("layers", ls, self.config.n_layer), ("heads", hs, self.config.n_head)):
+            if a.ndim != 1 or a.size == 0 or not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"{name}: expected a non-empty list of integers")
+            if a.min() < 0 or a.max() >= top:
+                raise ValueError(f"{name} must be in [0, {top}), got {a.min()} .. {a.max()}")
+        ls = np.sort(ls)
+        c, n = self.config, len(ids)
+        if title is None:
+            title = (f"{os.path.basename(c.path)}: {n} tokens, {len(ls)} layer{'s' * (len(ls) != 1)} x "
+                     f"{len(hs)} head{'s' * (len(hs) != 1)}")
+        subtitle = (f"qkv {_qkv.version()} inspect; weights recomputed from q, K and the kernel's LSE: "
+                    f"w = exp(q\u00b7k/\u221a{c.head_dim} - lse)")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "inspect.html")
+            self._c.inspect_html(path, ids, np.ascontiguousarray(ls, dtype=np.int32),
+                                 np.ascontiguousarray(hs, dtype=np.int32), title, subtitle)
+            with open(path, encoding="utf-8") as f:
+                page = f.read()
+        return Inspection(page, n, ls, hs)
+
+    def ablate(self, ids, *, scope="all", layer=None, head=None, target=None, heads=False):
+        """Weight against influence (qkv ablate): the next-token distribution of the
+        last position with key j hidden, for every position j, as a dict of the CLI's
+        JSON fields — target, p_target, top_full, scope, layer, head, and [n] arrays
+        attn_mean, attn_max (the full run's last-row weight on j over the scoped heads),
+        kl (KL(p_full || p_ablated), nats), dp_target, top_after; spearman_attn_kl.
+        scope "all": j leaves every row; "last": only the final row. layer=, head=
+        scope the hiding (default every layer / head). heads=True instead zeroes each
+        head's output in turn: kl, dp_target, top_after as [L, Hq] arrays."""
+        ids = self._ids(ids)
+        self._fits(len(ids))
+        n, c = len(ids), self.config
+        tgt = -1 if target is None else int(target)
+        if tgt < -1 or tgt >= c.n_vocab:
+            raise ValueError(f"target must be a token id in [0, {c.n_vocab}), got {target}")
+        if heads:
+            if layer is not None or head is not None or scope != "all":
+                raise ValueError("heads=True zeroes every head in turn: no scope, layer or head")
+            values = np.empty((2, c.n_layer, c.n_head), dtype=np.float64)
+            top = np.empty((c.n_layer, c.n_head), dtype=np.int32)
+            t, p, top_full, _ = self._c.ablate_heads(values, top, ids, tgt)
+            return dict(target=t, p_target=p, top_full=top_full, n_layer=c.n_layer, n_head=c.n_head,
+                        kl=values[0], dp_target=values[1], top_after=top)
+        if scope not in ("all", "last"):
+            raise ValueError(f'scope must be "all" or "last", got {scope!r}')
+        values = np.empty((4, n), dtype=np.float64)
+        top = np.empty(n, dtype=np.int32)
+        li = -1 if layer is None else int(layer)
+        hi = -1 if head is None else int(head)
+        t, p, top_full, rho = self._c.ablate_positions(values, top, ids, 0 if scope == "all" else 1, li, hi, tgt)
+        return dict(target=t, p_target=p, top_full=top_full, scope=scope, layer=layer, head=head,
+                    attn_mean=values[0], attn_max=values[1], kl=values[2], dp_target=values[3], top_after=top,
+                    spearman_attn_kl=None if np.isnan(rho) else rho)

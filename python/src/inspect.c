@@ -1,0 +1,114 @@
+/*
+ * inspect.c — Model.inspect's page: the self-contained HTML page of
+ * `qkv inspect --html` (render/html.c, the same writer and the same
+ * embedded render/inspect_page.html), fed by the inspect hook row by row:
+ *   inspect_html(path, ids, layers, heads, title, subtitle)
+ *     ids [n] int32; layers [nl], heads [nh] int32 (layers increasing)
+ * The file appears at path only when the page is whole (the writer's rename).
+ */
+#include "qkv_py.h"
+#include "qkv_render.h"
+
+#include <stdlib.h>
+
+typedef struct {
+    qkv_html_writer *html;
+    qkv_error err;
+} page_sink;
+
+static int page_row(void *user, int li, int hi, int row, const float *w, int n_keys, const qkv_row_stats *s) {
+    page_sink *p = user;
+    (void)n_keys;
+    (void)s;
+    return qkv_html_row(p->html, li, hi, row, w, &p->err) != QKV_OK;
+}
+
+/* The page of ids through m; QKV_OK or the failure in *err. Runs without the GIL. */
+static qkv_status write_page(qkv_model *m, const qkv_tokenizer *tok, const char *path, const int32_t *ids, int n,
+                             const int *layers, int nl, const int *heads, int nh, const char *title,
+                             const char *subtitle, qkv_error *err) {
+    const char **pieces = malloc((size_t)n * sizeof *pieces);
+    size_t *lens = malloc((size_t)n * sizeof *lens);
+    char **labels = calloc((size_t)n, sizeof *labels);
+    qkv_inspect *in = NULL;
+    page_sink sink = {0};
+    qkv_status st = QKV_OK;
+    if (!pieces || !lens || !labels) {
+        snprintf(err->msg, sizeof err->msg, "inspect: out of memory");
+        st = err->status = QKV_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) pieces[i] = qkv_token_piece(tok, ids[i], &lens[i]);
+    for (int i = 0; i < n; i++)
+        if (!pieces[i]) {
+            snprintf(err->msg, sizeof err->msg, "inspect: token id %d out of range", (int)ids[i]);
+            st = err->status = QKV_ERR_INVALID;
+            goto done;
+        }
+    if ((st = qkv_token_labels(labels, pieces, lens, n, err))) goto done;
+    qkv_maps_info info = {.title = title, .subtitle = subtitle, .n_tok = n, .labels = (const char *const *)labels,
+                          .ids = ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh};
+    qkv_inspect_params ip = {.layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh, .row = page_row,
+                             .user = &sink};
+    if ((st = qkv_inspect_init(&in, qkv_model_get_config(m), &ip, err))) goto done;
+    if ((st = qkv_html_open(&sink.html, path, &info, err))) goto done;
+    if ((st = qkv_model_rewind(m, 0, err))) goto done;
+    qkv_model_set_hook(m, qkv_inspect_hook, in);
+    st = qkv_model_forward(m, NULL, ids, n, 0, err);
+    qkv_model_set_hook(m, NULL, NULL);
+    qkv_model_rewind(m, 0, NULL);
+    if (st) {
+        const char *why = sink.err.msg[0] ? sink.err.msg : qkv_inspect_error(in);
+        if (why) snprintf(err->msg, sizeof err->msg, "%s", why);
+        goto done;
+    }
+    st = qkv_html_close(sink.html, err);
+    sink.html = NULL;
+done:
+    if (sink.html) qkv_html_abort(sink.html);
+    qkv_inspect_free(in);
+    if (labels) qkv_token_labels_free(labels, n);
+    free(pieces);
+    free(lens);
+    return st;
+}
+
+PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
+    PyObject *path_obj, *ids_obj, *layers_obj, *heads_obj;
+    const char *title, *subtitle;
+    if (!PyArg_ParseTuple(args, "O&OOOss", PyUnicode_FSConverter, &path_obj, &ids_obj, &layers_obj, &heads_obj,
+                          &title, &subtitle))
+        return NULL;
+    Py_buffer bi = {0}, bl = {0}, bh = {0};
+    PyObject *r = NULL;
+    if (PyObject_GetBuffer(ids_obj, &bi, PyBUF_C_CONTIGUOUS) < 0) goto fail;
+    Py_ssize_t n = bi.len / 4;
+    PyBuffer_Release(&bi);
+    if (pyq_buffer(&bi, ids_obj, PYQ_I32, n, 0, "ids") < 0) goto fail;
+    if (PyObject_GetBuffer(layers_obj, &bl, PyBUF_C_CONTIGUOUS) < 0) goto fail;
+    Py_ssize_t nl = bl.len / 4;
+    PyBuffer_Release(&bl);
+    if (pyq_buffer(&bl, layers_obj, PYQ_I32, nl, 0, "layers") < 0) goto fail;
+    if (PyObject_GetBuffer(heads_obj, &bh, PyBUF_C_CONTIGUOUS) < 0) goto fail;
+    Py_ssize_t nh = bh.len / 4;
+    PyBuffer_Release(&bh);
+    if (pyq_buffer(&bh, heads_obj, PYQ_I32, nh, 0, "heads") < 0) goto fail;
+    if (n < 1 || n > INT32_MAX || nl < 1 || nh < 1) {
+        PyErr_SetString(PyExc_ValueError, "inspect: no token, layer or head");
+        goto fail;
+    }
+    qkv_error err = {0};
+    qkv_status st;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    Py_BEGIN_ALLOW_THREADS
+    st = write_page(m, tok, path, bi.buf, (int)n, bl.buf, (int)nl, bh.buf, (int)nh, title, subtitle, &err);
+    Py_END_ALLOW_THREADS
+    if (st) pyq_raise(&err);
+    else r = Py_None, Py_INCREF(r);
+fail:
+    if (bi.obj) PyBuffer_Release(&bi);
+    if (bl.obj) PyBuffer_Release(&bl);
+    if (bh.obj) PyBuffer_Release(&bh);
+    Py_DECREF(path_obj);
+    return r;
+}

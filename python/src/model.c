@@ -1,0 +1,427 @@
+/*
+ * model.c — qkv._qkv.Model: a GGUF model (qkv_model) with its tokenizer,
+ * and the probes that read its attention (qkv_inspect, qkv_sinks) through
+ * the model's hook. V = vocabulary, n = tokens, L = layers, Hq = query heads.
+ *   forward(logits, ids, all):  ids [n] int32; logits [n, V] (all) or [1, V] f32, or None
+ *   maps(out, ids, layers, heads, rows):  out [nl, nh, nr, n] f32 exact weights
+ *   sinks(means, counts, ids, n_first, skip, every):  means [6, L, Hq] f64, counts [2, L, Hq] int64
+ *   inspect_html(path, ids, layers, heads, title, subtitle):  the qkv inspect --html page (inspect.c)
+ *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
+ * maps and sinks run a fresh sequence (the cache is rewound before and after).
+ */
+#include "qkv_py.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD qkv_model *m;
+    qkv_tokenizer *tok;
+    int busy;
+} model_object;
+
+static int model_init(PyObject *self, PyObject *args, PyObject *kw) {
+    model_object *o = (model_object *)self;
+    static char *kwlist[] = {"path", "n_ctx", "kv_dtype", "threads", NULL};
+    PyObject *path_obj;
+    qkv_model_params p = {0};
+    const char *dtype = "f32";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|isi", kwlist, PyUnicode_FSConverter, &path_obj, &p.n_ctx, &dtype,
+                                     &p.n_threads))
+        return -1;
+    if (o->m) {
+        Py_DECREF(path_obj);
+        return PyErr_SetString(PyExc_RuntimeError, "Model: already open"), -1;
+    }
+    qkv_error err = {0};
+    qkv_status st = QKV_ERR_INVALID;
+    if (pyq_parse_dtype(&p.kv_dtype, dtype) == 0) {
+        const char *path = PyBytes_AS_STRING(path_obj);
+        Py_BEGIN_ALLOW_THREADS
+        st = qkv_model_open(&o->m, path, &p, &err);
+        if (st == QKV_OK) st = qkv_tokenizer_load(&o->tok, qkv_model_gguf(o->m), &err);
+        Py_END_ALLOW_THREADS
+    }
+    Py_DECREF(path_obj);
+    if (st) {
+        qkv_model_close(o->m);
+        o->m = NULL;
+        return PyErr_Occurred() ? -1 : (pyq_raise(&err), -1);
+    }
+    return 0;
+}
+
+static void model_free(model_object *o) {
+    qkv_tokenizer_free(o->tok);
+    qkv_model_close(o->m);
+    o->tok = NULL;
+    o->m = NULL;
+}
+
+static void model_dealloc(PyObject *self) {
+    model_free((model_object *)self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* The open model, or NULL with ValueError (closed) / RuntimeError (busy). */
+static model_object *model_enter(PyObject *self) {
+    model_object *o = (model_object *)self;
+    if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
+    if (pyq_enter(&o->busy, "Model") < 0) return NULL;
+    return o;
+}
+
+static PyObject *model_close(PyObject *self, PyObject *args) {
+    (void)args;
+    model_object *o = (model_object *)self;
+    if (o->busy) return PyErr_Format(PyExc_RuntimeError, "Model: cannot close while another thread uses it");
+    model_free(o);
+    Py_RETURN_NONE;
+}
+
+static PyObject *model_config(PyObject *self, PyObject *args) {
+    (void)args;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    const qkv_model_config *c = qkv_model_get_config(o->m);
+    const qkv_rope *r = &c->rope;
+    PyObject *d = Py_BuildValue(
+        "{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:s,s:f,s:s,s:f,s:f,s:f,s:i,s:O,s:i,s:i,s:i,s:s}", "arch", c->arch,
+        "n_layer", c->n_layer, "n_embd", c->n_embd, "n_head", c->n_head, "n_kv_head", c->n_kv_head, "head_dim",
+        c->head_dim, "n_ff", c->n_ff, "n_vocab", c->n_vocab, "n_ctx_train", c->n_ctx_train, "norm_eps",
+        (double)c->norm_eps, "rope_pairing", r->pairing == QKV_ROPE_INTERLEAVED ? "interleaved" : "half",
+        "rope_theta", (double)r->theta, "rope_scaling", r->scaling == QKV_ROPE_SCALING_LLAMA3 ? "llama3" : "none",
+        "rope_factor", (double)r->factor, "rope_low_freq_factor", (double)r->low_freq_factor,
+        "rope_high_freq_factor", (double)r->high_freq_factor, "rope_original_max_position",
+        r->original_max_position, "tied_embeddings", c->tied_embeddings ? Py_True : Py_False, "n_ctx",
+        qkv_model_n_ctx(o->m), "bos", qkv_tokenizer_bos(o->tok), "eos", qkv_tokenizer_eos(o->tok), "path",
+        qkv_gguf_path(qkv_model_gguf(o->m)));
+    pyq_leave(&o->busy);
+    return d;
+}
+
+static PyObject *model_tokenize(PyObject *self, PyObject *args) {
+    const char *text;
+    Py_ssize_t len;
+    int add_special, parse_special;
+    if (!PyArg_ParseTuple(args, "y#pp", &text, &len, &add_special, &parse_special)) return NULL;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    int64_t cap = qkv_tokenize_bound((size_t)len), n = 0;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    if (!ids) return pyq_leave(&o->busy), PyErr_NoMemory();
+    qkv_error err = {0};
+    qkv_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qkv_tokenize(o->tok, text, (size_t)len, add_special, parse_special, ids, cap, &n, &err);
+    Py_END_ALLOW_THREADS
+    pyq_leave(&o->busy);
+    PyObject *r = st ? pyq_raise(&err) : PyBytes_FromStringAndSize((const char *)ids, (Py_ssize_t)(n * 4));
+    free(ids);
+    return r;
+}
+
+/* chat_text(user, system or None) -> bytes: the GGUF's chat template around one user turn. */
+static PyObject *model_chat_text(PyObject *self, PyObject *args) {
+    const char *user, *system = NULL;
+    if (!PyArg_ParseTuple(args, "y|z", &user, &system)) return NULL;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    char *out = NULL;
+    qkv_error err = {0};
+    qkv_status st = qkv_chat_format(&out, qkv_model_gguf(o->m), system, user, &err);
+    pyq_leave(&o->busy);
+    PyObject *r = st ? pyq_raise(&err) : PyBytes_FromString(out);
+    free(out);
+    return r;
+}
+
+static PyObject *model_detokenize(PyObject *self, PyObject *args) {
+    PyObject *ids_obj;
+    int skip_special;
+    if (!PyArg_ParseTuple(args, "Op", &ids_obj, &skip_special)) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(ids_obj, &b, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    Py_ssize_t n = b.len / 4;
+    PyBuffer_Release(&b);
+    if (pyq_buffer(&b, ids_obj, PYQ_I32, n, 0, "ids") < 0) return NULL;
+    model_object *o = model_enter(self);
+    if (!o) return PyBuffer_Release(&b), NULL;
+    qkv_error err = {0};
+    size_t len = 0;
+    qkv_status st = qkv_detokenize(o->tok, b.buf, n, skip_special, NULL, 0, &len, &err);
+    char *out = NULL;
+    if (st == QKV_ERR_FULL) {
+        out = malloc(len + 1);
+        st = out ? qkv_detokenize(o->tok, b.buf, n, skip_special, out, len + 1, &len, &err) : QKV_ERR_NOMEM;
+    }
+    pyq_leave(&o->busy);
+    PyBuffer_Release(&b);
+    PyObject *r;
+    if (st == QKV_ERR_NOMEM && !err.msg[0]) r = PyErr_NoMemory();
+    else r = st ? pyq_raise(&err) : PyBytes_FromStringAndSize(out ? out : "", (Py_ssize_t)len);
+    free(out);
+    return r;
+}
+
+/* piece(id) -> bytes the token stands for in text (None if out of range). */
+static PyObject *model_piece(PyObject *self, PyObject *args) {
+    int id;
+    if (!PyArg_ParseTuple(args, "i", &id)) return NULL;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    size_t len = 0;
+    const char *p = qkv_token_piece(o->tok, id, &len);
+    pyq_leave(&o->busy);
+    if (!p) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
+}
+
+static PyObject *model_forward(PyObject *self, PyObject *args) {
+    PyObject *logits_obj, *ids_obj;
+    int all;
+    if (!PyArg_ParseTuple(args, "OOp", &logits_obj, &ids_obj, &all)) return NULL;
+    model_object *o = (model_object *)self;
+    if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
+    Py_buffer bi, bl = {0};
+    if (PyObject_GetBuffer(ids_obj, &bi, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    Py_ssize_t n = bi.len / 4;
+    PyBuffer_Release(&bi);
+    if (n < 1 || n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "forward: %zd tokens", n);
+    if (pyq_buffer(&bi, ids_obj, PYQ_I32, n, 0, "ids") < 0) return NULL;
+    const int V = qkv_model_get_config(o->m)->n_vocab;
+    if (logits_obj != Py_None && pyq_buffer(&bl, logits_obj, PYQ_F32, (all ? n : 1) * (Py_ssize_t)V, 1, "logits") < 0)
+        return PyBuffer_Release(&bi), NULL;
+    qkv_error err = {0};
+    qkv_status st = QKV_OK;
+    if (model_enter(self)) {
+        Py_BEGIN_ALLOW_THREADS
+        st = qkv_model_forward(o->m, bl.obj ? bl.buf : NULL, bi.buf, (int)n, all, &err);
+        Py_END_ALLOW_THREADS
+        pyq_leave(&o->busy);
+    }
+    PyBuffer_Release(&bi);
+    if (bl.obj) PyBuffer_Release(&bl);
+    if (PyErr_Occurred()) return NULL;
+    if (st) return pyq_raise(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *model_rewind(PyObject *self, PyObject *args) {
+    int pos;
+    if (!PyArg_ParseTuple(args, "i", &pos)) return NULL;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    qkv_error err = {0};
+    qkv_status st = qkv_model_rewind(o->m, pos, &err);
+    pyq_leave(&o->busy);
+    if (st) return pyq_raise(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *model_pos(PyObject *self, PyObject *args) {
+    (void)args;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    int pos = qkv_model_pos(o->m);
+    pyq_leave(&o->busy);
+    return PyLong_FromLong(pos);
+}
+
+/* ---------------------------------------------------------------- maps */
+
+typedef struct {
+    float *out;       /* [nl, nh, nr, n] */
+    const int *slot;  /* [n] index of a query row in the request, -1 if not requested */
+    int nh, nr, n;
+} maps_sink;
+
+static int maps_row(void *user, int li, int hi, int row, const float *w, int n_keys, const qkv_row_stats *s) {
+    maps_sink *m = user;
+    (void)s;
+    if (row < 0 || row >= m->n || m->slot[row] < 0 || n_keys != m->n) return 0;
+    memcpy(m->out + (((size_t)li * m->nh + hi) * m->nr + m->slot[row]) * m->n, w, (size_t)m->n * sizeof(float));
+    return 0;
+}
+
+/* buffer of int32 from obj with its element count in *n */
+static int int32_list(Py_buffer *b, PyObject *obj, Py_ssize_t *n, const char *what) {
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    *n = b->len / 4;
+    PyBuffer_Release(b);
+    return pyq_buffer(b, obj, PYQ_I32, *n, 0, what);
+}
+
+static PyObject *model_maps(PyObject *self, PyObject *args) {
+    PyObject *out_obj, *ids_obj, *layers_obj, *heads_obj, *rows_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO", &out_obj, &ids_obj, &layers_obj, &heads_obj, &rows_obj)) return NULL;
+    Py_buffer bo = {0}, bi = {0}, bla = {0}, bhe = {0}, bro = {0};
+    Py_ssize_t n, nl, nh, nr;
+    PyObject *r = NULL;
+    int *slot = NULL;
+    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (int32_list(&bla, layers_obj, &nl, "layers") < 0) goto done;
+    if (int32_list(&bhe, heads_obj, &nh, "heads") < 0) goto done;
+    if (int32_list(&bro, rows_obj, &nr, "rows") < 0) goto done;
+    if (n < 1 || n > INT32_MAX || nl < 1 || nh < 1 || nr < 1) {
+        PyErr_SetString(PyExc_ValueError, "attention maps: no token, layer, head or row");
+        goto done;
+    }
+    if (pyq_buffer(&bo, out_obj, PYQ_F32, nl * nh * nr * n, 1, "out") < 0) goto done;
+    slot = malloc((size_t)n * sizeof *slot);
+    if (!slot) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) slot[i] = -1;
+    for (Py_ssize_t i = 0; i < nr; i++) {
+        int row = ((const int32_t *)bro.buf)[i];
+        if (row < 0 || row >= n || slot[row] >= 0) {
+            PyErr_Format(PyExc_ValueError, "attention maps: row %d outside [0, %zd) or requested twice", row, n);
+            goto done;
+        }
+        slot[row] = (int)i;
+    }
+    model_object *o = model_enter(self);
+    if (!o) goto done;
+    maps_sink sink = {bo.buf, slot, (int)nh, (int)nr, (int)n};
+    memset(bo.buf, 0, (size_t)bo.len);
+    qkv_inspect_params ip = {.layers = bla.buf, .n_layers = (int)nl, .heads = bhe.buf, .n_heads = (int)nh,
+                             .row = maps_row, .user = &sink};
+    qkv_inspect *in = NULL;
+    qkv_error err = {0};
+    qkv_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qkv_inspect_init(&in, qkv_model_get_config(o->m), &ip, &err);
+    if (st == QKV_OK) st = qkv_model_rewind(o->m, 0, &err);
+    if (st == QKV_OK) {
+        qkv_model_set_hook(o->m, qkv_inspect_hook, in);
+        st = qkv_model_forward(o->m, NULL, bi.buf, (int)n, 0, &err);
+        if (st && qkv_inspect_error(in)) snprintf(err.msg, sizeof err.msg, "%s", qkv_inspect_error(in));
+        qkv_model_set_hook(o->m, NULL, NULL);
+        qkv_model_rewind(o->m, 0, NULL);
+    }
+    qkv_inspect_free(in);
+    Py_END_ALLOW_THREADS
+    pyq_leave(&o->busy);
+    if (st) pyq_raise(&err);
+    else r = Py_None, Py_INCREF(r);
+done:
+    free(slot);
+    Py_buffer *all[] = {&bo, &bi, &bla, &bhe, &bro};
+    for (size_t i = 0; i < 5; i++)
+        if (all[i]->obj) PyBuffer_Release(all[i]);
+    return r;
+}
+
+/* --------------------------------------------------------------- sinks */
+
+static PyObject *model_sinks(PyObject *self, PyObject *args) {
+    PyObject *means_obj, *counts_obj, *ids_obj;
+    qkv_sinks_params sp = qkv_sinks_params_default();
+    if (!PyArg_ParseTuple(args, "OOOiii", &means_obj, &counts_obj, &ids_obj, &sp.n_first, &sp.skip, &sp.every))
+        return NULL;
+    model_object *o = (model_object *)self;
+    if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
+    const qkv_model_config *cfg = qkv_model_get_config(o->m);
+    const Py_ssize_t LH = (Py_ssize_t)cfg->n_layer * cfg->n_head;
+    Py_buffer bm, bc, bi;
+    Py_ssize_t n;
+    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (n < 1 || n > INT32_MAX) return PyBuffer_Release(&bi), PyErr_Format(PyExc_ValueError, "sinks: %zd tokens", n);
+    if (pyq_buffer(&bm, means_obj, PYQ_F64, 6 * LH, 1, "means") < 0) return PyBuffer_Release(&bi), NULL;
+    if (pyq_buffer(&bc, counts_obj, PYQ_I64, 2 * LH, 1, "counts") < 0)
+        return PyBuffer_Release(&bi), PyBuffer_Release(&bm), NULL;
+    qkv_error err = {0};
+    qkv_status st = QKV_OK;
+    if (model_enter(self)) {
+        double *means = bm.buf;
+        int64_t *counts = bc.buf;
+        qkv_sinks *s = NULL;
+        Py_BEGIN_ALLOW_THREADS
+        st = qkv_sinks_init(&s, cfg, &sp, &err);
+        if (st == QKV_OK) st = qkv_model_rewind(o->m, 0, &err);
+        if (st == QKV_OK) {
+            qkv_model_set_hook(o->m, qkv_sinks_hook, s);
+            st = qkv_model_forward(o->m, NULL, bi.buf, (int)n, 0, &err);
+            if (st && qkv_sinks_error(s)) snprintf(err.msg, sizeof err.msg, "%s", qkv_sinks_error(s));
+            qkv_model_set_hook(o->m, NULL, NULL);
+            qkv_model_rewind(o->m, 0, NULL);
+        }
+        for (Py_ssize_t i = 0; st == QKV_OK && i < LH; i++) {
+            const qkv_sinks_head *h = qkv_sinks_get(s, (int)(i / cfg->n_head), (int)(i % cfg->n_head));
+            const double v[6] = {h->sink, h->first, h->top_other, h->top_other_dist, h->sink_top, h->entropy};
+            for (int f = 0; f < 6; f++) means[f * LH + i] = v[f];
+            counts[i] = h->n_rows;
+            counts[LH + i] = h->n_sampled;
+        }
+        qkv_sinks_free(s);
+        Py_END_ALLOW_THREADS
+        pyq_leave(&o->busy);
+    }
+    PyBuffer_Release(&bi);
+    PyBuffer_Release(&bm);
+    PyBuffer_Release(&bc);
+    if (PyErr_Occurred()) return NULL;
+    if (st) return pyq_raise(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *model_inspect_html(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_inspect_html(o->m, o->tok, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_ablate_positions(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_ablate_positions(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_ablate_heads(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_ablate_heads(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyMethodDef model_methods[] = {
+    {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
+    {"config", model_config, METH_NOARGS, "The configuration as a dict."},
+    {"tokenize", model_tokenize, METH_VARARGS, "tokenize(text_bytes, add_special, parse_special) -> int32 bytes."},
+    {"chat_text", model_chat_text, METH_VARARGS, "chat_text(user, system=None) -> bytes."},
+    {"detokenize", model_detokenize, METH_VARARGS, "detokenize(ids_int32, skip_special) -> bytes."},
+    {"piece", model_piece, METH_VARARGS, "piece(id) -> bytes or None."},
+    {"forward", model_forward, METH_VARARGS, "forward(logits or None, ids, all_logits): appends to the cache."},
+    {"rewind", model_rewind, METH_VARARGS, "rewind(pos)."},
+    {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
+    {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows): exact attention weights."},
+    {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every)."},
+    {"ablate_positions", model_ablate_positions, METH_VARARGS, "ablate_positions(values, top, ids, scope, layer, head, target)."},
+    {"ablate_heads", model_ablate_heads, METH_VARARGS, "ablate_heads(values, top, ids, target)."},
+    {"inspect_html", model_inspect_html, METH_VARARGS, "inspect_html(path, ids, layers, heads, title, subtitle)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject model_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "qkv._qkv.Model",
+    .tp_basicsize = sizeof(model_object),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Model(path, n_ctx=0, kv_dtype='f32', threads=0): a GGUF model and its tokenizer.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = model_init,
+    .tp_dealloc = model_dealloc,
+    .tp_methods = model_methods,
+};
+
+int pyq_add_model(PyObject *module) {
+    if (PyType_Ready(&model_type) < 0) return -1;
+    Py_INCREF(&model_type);
+    return PyModule_AddObject(module, "Model", (PyObject *)&model_type);
+}

@@ -1,0 +1,66 @@
+/*
+ * qkv_py.h — what the binding files of qkv._qkv share: the library's error
+ * as a Python exception, buffer arguments checked for element type and
+ * count, and the "one call at a time" guard of the objects with scratch.
+ *
+ * The bindings are thin on purpose: the modules of python/qkv turn user arguments
+ * into C-contiguous arrays and allocates the outputs; a binding checks every
+ * buffer it is given against the shape it is told (so a wrong call from
+ * Python raises, never overruns), releases the GIL and calls libqkv.
+ */
+#ifndef QKV_PY_H
+#define QKV_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "qkv.h"
+
+/* Element kinds a buffer may hold, by the struct-module format character. */
+typedef enum { PYQ_F32 = 0, PYQ_F16 = 1, PYQ_U16 = 2, PYQ_I32 = 3, PYQ_I64 = 4, PYQ_F64 = 5 } pyq_elem;
+
+/* Raises the exception for e->status (QKV_ERR_IO: OSError, QKV_ERR_NOMEM:
+ * MemoryError, anything else: ValueError) with e->msg; returns NULL. */
+PyObject *pyq_raise(const qkv_error *e);
+
+/* Gets a C-contiguous buffer of exactly count elements of kind elem from obj
+ * (writable if asked); on failure raises TypeError / ValueError naming `what`
+ * and returns -1 (nothing to release). Release with PyBuffer_Release. */
+int pyq_buffer(Py_buffer *b, PyObject *obj, pyq_elem elem, Py_ssize_t count, int writable, const char *what);
+
+/* The kv element type of a K/V buffer kind (f32, f16, or u16 as bf16). */
+qkv_dtype pyq_kv_dtype(pyq_elem e);
+
+/* "f32" | "bf16" | "f16" and the kernel names of qkv_kernel_parse; 0, or -1
+ * with ValueError naming what is accepted. */
+int pyq_parse_dtype(qkv_dtype *out, const char *name);
+int pyq_parse_kernel(qkv_kernel *out, const char *name);
+
+/* Guards an object that serves one call at a time while the GIL is released:
+ * 0 and *busy = 1, or -1 with RuntimeError if another thread is inside. */
+int pyq_enter(int *busy, const char *what);
+static inline void pyq_leave(int *busy) { *busy = 0; }
+
+/* A mask from the bindings' keyword arguments; exclude (int32 buffer or
+ * None) is held in *ex until PyBuffer_Release (ex->obj NULL if none). */
+int pyq_mask(qkv_mask *m, Py_buffer *ex, int kind, int window, int sinks, PyObject *exclude);
+
+/* Per-file registration, called by the module's init. */
+extern PyMethodDef pyq_attention_methods[];
+int pyq_add_kv_cache(PyObject *module);
+int pyq_add_model(PyObject *module);
+int pyq_add_sampler(PyObject *module);
+
+/* Model.inspect_html(path, ids, layers, heads, title, subtitle) on an open
+ * model the caller holds (inspect.c). */
+PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
+
+/* Model.ablate_positions / ablate_heads (ablate.c), on an open model the caller holds. */
+PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args);
+PyObject *pyq_ablate_heads(qkv_model *m, PyObject *args);
+
+/* PyCFunction from a METH_VARARGS | METH_KEYWORDS function, without a cast
+ * between incompatible function types (-Wcast-function-type). */
+#define PYQ_KW(fn) ((PyCFunction)(void (*)(void))(fn))
+
+#endif
