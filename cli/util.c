@@ -95,22 +95,6 @@ char *cli_read_file(const char *path, size_t max_bytes, size_t *len) {
     return buf;
 }
 
-FILE *cli_outfile_open(cli_outfile *o, const char *path) {
-    o->path = path;
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
-    if (!(o->f = fopen(o->tmp, "wb"))) cli_fail("%s: cannot create (%s)", o->tmp, strerror(errno));
-    return o->f;
-}
-
-int cli_outfile_close(cli_outfile *o) {
-    int bad = ferror(o->f) != 0;
-    bad |= fclose(o->f) != 0;
-    o->f = NULL;
-    if (!bad && rename(o->tmp, o->path) == 0) return 0;
-    remove(o->tmp);
-    return cli_fail("%s: cannot write", o->path);
-}
-
 const char *cli_basename(const char *path) {
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;

@@ -355,8 +355,11 @@ typedef struct {
 qkv_status qkv_npy_load(qkv_npy *out, const char *path, qkv_error *err);
 void qkv_npy_free(qkv_npy *a);
 
-/* Writes a float32 array atomically (temporary file, then rename), so a
- * failed write never leaves a partial file at path.
+/* Writes a float32 array (qkv_npy_writer open, put, close). path is written
+ * in place and removed if any step fails, so no partial file is left; a
+ * negative dimension is QKV_ERR_INVALID. Keeping a previous file at path
+ * until the write succeeded is the caller's (write a temporary beside it,
+ * then rename: qkv's CLI does, cli/outputs.c).
  *   data: [shape[0], ..., shape[ndim-1]] f32 */
 qkv_status qkv_npy_save_f32(const char *path, const float *data, int ndim, const int64_t *shape,
                             qkv_error *err);
@@ -1119,10 +1122,10 @@ qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size
                             qkv_error *err);
 void qkv_token_labels_free(char **labels, int n);
 
-/* .npy written as it is produced: open with the full shape, put the
- * elements in C order, close. The file appears at path (renamed from a
- * temporary) only when close finds every element written; abort (or a short
- * close) removes it. */
+/* .npy written as it is produced: open with the full shape (a negative
+ * dimension is QKV_ERR_INVALID), put the elements in C order, close. path is
+ * written in place; a failed write, a close that finds elements missing, or
+ * abort removes it (see qkv_npy_save_f32 on keeping a previous file). */
 typedef struct qkv_npy_writer qkv_npy_writer;
 qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim, const int64_t *shape,
                                qkv_error *err);

@@ -263,9 +263,7 @@ qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err)
              c.w - left, 0, mute);
 
     /* encode */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = fopen(path, "wb");
     if (!f) {
         free(c.px);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
@@ -287,9 +285,10 @@ qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err)
     png_destroy_write_struct(png ? &png : NULL, info ? &info : NULL);
     free(rows);
     free(c.px);
+    ok = fflush(f) == 0 && !ferror(f) && ok;
     ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
+    if (!ok) {
+        unlink(path);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot write the PNG", path);
     }
     return QKV_OK;
