@@ -109,8 +109,12 @@ extern const char *const cli_kernels[];    /* "auto", "ref", ...: qkv_kernel ord
 /* Table fragments: the same flag means the same thing in every command. */
 #define CLI_FLAG_MODEL(dst) \
     CLI_FLAG("--model", "-m", CLI_STRING, (dst), 0, 0, "FILE", "GGUF model (default " CLI_DEFAULT_MODEL ")")
-#define CLI_FLAG_THREADS(dst) \
-    CLI_FLAG("--threads", NULL, CLI_INT, (dst), 1, 4096, "N", "worker threads (default: all cores)")
+/* --threads: 1 .. CLI_THREADS_PER_CPU x the online CPUs (cli_parse_threads) */
+#define CLI_THREADS_PER_CPU 4
+int cli_parse_threads(void *dest, const char *flag, const char *value);
+#define CLI_FLAG_THREADS(dst)                                    \
+    CLI_FLAG_FN("--threads", (int *)(dst), cli_parse_threads, "N", \
+                "worker threads (default: all cores; at most " CLI_STR(CLI_THREADS_PER_CPU) " per online CPU)")
 #define CLI_FLAG_JSON(dst, help) CLI_FLAG("--json", NULL, CLI_BOOL, (dst), 0, 0, NULL, (help))
 #define CLI_FLAG_VERBOSE(dst) \
     CLI_FLAG("--verbose", "-v", CLI_BOOL, (dst), 0, 0, NULL, "time and peak memory (RSS) on stderr")
@@ -161,8 +165,9 @@ int cli_prompt_load_from(cli_prompt *out, const cli_prompt_args *a, const char *
 /* ---------------------------------------------------------------- helpers */
 
 /* Whole file ('-': stdin) as a NUL-terminated malloc'd buffer of *len bytes
- * (len may be NULL). Over max_bytes, unreadable, or a read error: NULL after
- * one error line naming path. */
+ * (len may be NULL). A directory, a file over max_bytes (refused before
+ * reading), a stream that passes max_bytes (read no further), unreadable,
+ * out of memory or a read error: NULL after one error line naming path. */
 char *cli_read_file(const char *path, size_t max_bytes, size_t *len);
 /* ---------------------------------------------------------------- outputs */
 

@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Prompt files up to the tokenizer's own limit (qkv_tokenize: 256 MiB). */
-#define PROMPT_MAX_BYTES ((size_t)256 << 20)
+/* Prompt files (-f) up to 64 MiB: about 16 million tokens, four times the
+ * largest --ctx; a larger file, or a stream that does not end (-f /dev/zero),
+ * is refused once the limit is passed. */
+#define PROMPT_MAX_BYTES ((size_t)64 << 20)
 
 int cli_model_fail(const qkv_error *err, const char *model) {
     if (err->status == QKV_ERR_IO && !strcmp(model, CLI_DEFAULT_MODEL))

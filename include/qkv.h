@@ -654,6 +654,10 @@ typedef struct qkv_model qkv_model;
 typedef int (*qkv_attn_hook)(void *user, int layer, const float *q, const float *lse, int n, int pos0,
                              const qkv_kv_cache *cache, const qkv_attn_desc *desc);
 
+/* Opens the model and allocates, once, the run state and KV cache for
+ * p->n_ctx positions. Before allocating, their size is checked against
+ * physical memory and RLIMIT_AS / RLIMIT_DATA: a context that cannot fit is
+ * QKV_ERR_TOO_LARGE, the message naming the bytes it needs. */
 qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
 void qkv_model_close(qkv_model *m);
 const qkv_model_config *qkv_model_get_config(const qkv_model *m);
