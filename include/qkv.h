@@ -163,6 +163,27 @@ qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err);
 qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
 
 /*
+ * Non-finite numbers, in every kernel (reference, flash on every ISA,
+ * flash-bf16, decode, cached and planned calls alike): IEEE propagation, no
+ * check and no rejection.
+ *   - A row that sees no key (its mask and exclusions hide them all) is the
+ *     only fully masked row: O = 0, LSE = -inf. Whether a row is masked is
+ *     decided by the mask, never by the scores.
+ *   - Scores are float: a score beyond the float range (|q.k * scale| >
+ *     FLT_MAX, e.g. q = k = 1e30, or FLT_MAX itself) is +-inf (the reference
+ *     computes in double and rounds such a score to +-inf).
+ *   - A NaN or +inf score on a visible key (from a NaN or an overflow in Q or
+ *     K) makes that row's O and LSE NaN. Large finite scores are exact.
+ *   - A -inf score is a weight of 0; a row whose visible keys all score -inf
+ *     has LSE = -inf and O = NaN (0 / 0).
+ *   - V: a NaN or inf in the V of a visible key reaches O (as weight x v:
+ *     0 x inf is NaN); the V of a key hidden from a row never enters that
+ *     row in the reference, and may in the tiled kernels (a hidden key in a
+ *     partly visible tile is weighted 0), so V should be finite.
+ * The scale is never 0 here: 0 means the default 1/sqrt(D).
+ */
+
+/*
  * O = softmax(scale * Q K^T + mask) V, per query head, K/V head chosen by GQA.
  *   o:   [Hq, Lq, D]   f32 output
  *   lse: [Hq, Lq]      f32 output, natural log; may be NULL
