@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char *const commands[] = {"attend", "bench", "run", "explain", "scaling", "cost", "tokenize",
@@ -62,4 +63,22 @@ TEST(limits_unknown_flags_and_missing_values) {
         CHECK_BAD_CLI(((const char *const[]){commands[i], "--bogus", NULL}), "unknown flag '--bogus'");
     CHECK_BAD_CLI(((const char *const[]){"attend", "--out", "--lse", "x.npy", NULL}), "--out needs a value (--lse is a flag)");
     CHECK_BAD_CLI(((const char *const[]){"run", "-p", NULL}), "-p needs a value");
+}
+
+TEST(limits_under_ulimit_v) {
+    if (!test_require_model()) return;
+    /* 400 MB of address space: the model maps, its default context (8192
+     * positions, ~0.6 GB of run state) is refused before allocating */
+    const char *bin = getenv("QKV_BIN") ? getenv("QKV_BIN") : "build/qkv";
+    char errp[600], cmd[2000];
+    snprintf(errp, sizeof errp, "%s/stderr", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "ulimit -v 400000 && exec '%s' run -m '%s' -p hi -n 1 --threads 1 >/dev/null 2>'%s'", bin,
+             test_model_path(), errp);
+    const int st = system(cmd);
+    char *err = test_read_file(errp, NULL);
+    int lines = 0;
+    for (const char *p = err ? err : ""; *p; p++) lines += *p == '\n';
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 2 && lines == 1 && strstr(err, "positions needs"),
+          "status %d: %s", st, err ? err : "");
+    free(err);
 }
