@@ -102,7 +102,8 @@ const char *cli_output_add(const char *path) {
     o->f = NULL;
     if (canonical(o->canon, path)) return NULL;
     struct stat sb;
-    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    const int exists = lstat(path, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode)) {
         cli_fail("%s: is %s; qkv writes regular files only and will not replace it", path, kind_of(sb.st_mode));
         return NULL;
     }
@@ -131,10 +132,11 @@ const char *cli_output_add(const char *path) {
         cli_fail("%s: cannot create a file there (%s)", path, strerror(e));
         return NULL;
     }
-    /* what a plain fopen would have given: 0666 less the umask */
+    /* a replaced file keeps its mode; a new one gets what fopen would give
+     * (0666 less the umask), not mkstemp's 0600 */
     const mode_t mask = umask(0);
     umask(mask);
-    fchmod(o->fd, 0666 & ~mask);
+    fchmod(o->fd, exists ? sb.st_mode & 07777 : 0666 & ~mask);
     return o->tmp;
 }
 
