@@ -43,8 +43,10 @@ LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 RENDER_OBJ := $(patsubst %.S,$(BUILD)/%.o,$(RENDER_SRC:%.c=$(BUILD)/%.o))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
-# the roofline loops live beside qkv bench; their test links them
-TEST_CLI_OBJ := $(BUILD)/cli/bench_roofline.o
+# the roofline loops live beside qkv bench; their test links them, and the
+# allocation-failure sweep (tests/test_alloc_fail_cli.c) runs the commands
+# in-process: every CLI object but main's
+TEST_CLI_OBJ := $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ))
 
 .PHONY: all test check demo clean model deps pytest
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \

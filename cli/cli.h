@@ -109,8 +109,12 @@ extern const char *const cli_kernels[];    /* "auto", "ref", ...: qkv_kernel ord
 /* Table fragments: the same flag means the same thing in every command. */
 #define CLI_FLAG_MODEL(dst) \
     CLI_FLAG("--model", "-m", CLI_STRING, (dst), 0, 0, "FILE", "GGUF model (default " CLI_DEFAULT_MODEL ")")
-#define CLI_FLAG_THREADS(dst) \
-    CLI_FLAG("--threads", NULL, CLI_INT, (dst), 1, 4096, "N", "worker threads (default: all cores)")
+/* --threads: 1 .. CLI_THREADS_PER_CPU x the online CPUs (cli_parse_threads) */
+#define CLI_THREADS_PER_CPU 4
+int cli_parse_threads(void *dest, const char *flag, const char *value);
+#define CLI_FLAG_THREADS(dst)                                    \
+    CLI_FLAG_FN("--threads", (int *)(dst), cli_parse_threads, "N", \
+                "worker threads (default: all cores; at most " CLI_STR(CLI_THREADS_PER_CPU) " per online CPU)")
 #define CLI_FLAG_JSON(dst, help) CLI_FLAG("--json", NULL, CLI_BOOL, (dst), 0, 0, NULL, (help))
 #define CLI_FLAG_VERBOSE(dst) \
     CLI_FLAG("--verbose", "-v", CLI_BOOL, (dst), 0, 0, NULL, "time and peak memory (RSS) on stderr")
@@ -161,19 +165,36 @@ int cli_prompt_load_from(cli_prompt *out, const cli_prompt_args *a, const char *
 /* ---------------------------------------------------------------- helpers */
 
 /* Whole file ('-': stdin) as a NUL-terminated malloc'd buffer of *len bytes
- * (len may be NULL). Over max_bytes, unreadable, or a read error: NULL after
- * one error line naming path. */
+ * (len may be NULL). A directory, a file over max_bytes (refused before
+ * reading), a stream that passes max_bytes (read no further), unreadable,
+ * out of memory or a read error: NULL after one error line naming path. */
 char *cli_read_file(const char *path, size_t max_bytes, size_t *len);
-/* An output file written whole or not at all: cli_outfile_open writes to
- * PATH.tmp (NULL after an error line), cli_outfile_close renames it onto
- * path, or removes it and returns 2 after an error line (path untouched). */
-typedef struct {
-    FILE *f;
-    const char *path;
-    char tmp[4096];
-} cli_outfile;
-FILE *cli_outfile_open(cli_outfile *o, const char *path);
-int cli_outfile_close(cli_outfile *o);
+/* Prompt and haystack files (-f) up to 64 MiB: about 16 million tokens, four
+ * times the largest --ctx; a larger file, or a stream that does not end
+ * (-f /dev/zero), is refused once the limit is passed. */
+#define CLI_PROMPT_MAX_BYTES ((size_t)64 << 20)
+/* ---------------------------------------------------------------- outputs */
+
+/* Every file a command writes, written whole or not at all (cli/outputs.c).
+ * Declare each output before computing: cli_output_add refuses a target
+ * that exists and is not a regular file, or is named twice, and returns the
+ * path of its own fresh temporary beside the target (write there), or NULL
+ * after an error line; cli_output_stream does the same and returns the
+ * temporary as an open stream (do not fclose it). Then end the command with
+ * cli_outputs_finish(rc): rc == 0 syncs every temporary (a full disk is an
+ * error) and renames them all onto their targets only when all succeeded;
+ * anything else, or a failed sync, removes them all and leaves every target
+ * as it was. Returns rc, or 2 after an error line. SIGINT, SIGTERM, SIGHUP
+ * and SIGPIPE remove the temporaries too. */
+#define CLI_MAX_OUTPUTS 8
+const char *cli_output_add(const char *path);
+FILE *cli_output_stream(const char *path);
+int cli_outputs_commit(void);   /* cli_outputs_finish(0) */
+void cli_outputs_discard(void); /* cli_outputs_finish(rc != 0) */
+int cli_outputs_finish(int rc);
+/* cli_fail("%s", msg) with each temporary's path in msg replaced by its
+ * target's (a library writer names the file it was given). */
+int cli_outputs_fail(const char *msg);
 /* SVG: s as text content ('<' and '&' escaped); the opening <svg> of w x h
  * pixels with a white background and title as a bold first line. */
 void cli_svg_text(FILE *f, const char *s);

@@ -159,10 +159,7 @@ static int plot_heads(FILE *f, const report *r) {
 }
 
 /* The plot alone (svg) or in a self-contained page with the table (html). */
-static int write_output(const char *path, const report *r, int html) {
-    cli_outfile out;
-    FILE *f = cli_outfile_open(&out, path);
-    if (!f) return CLI_EXIT_BAD_INPUT;
+static int write_output(FILE *f, const report *r, int html) {
     if (html) {
         fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qkv ablate</title><style>body{font-family:"
               "sans-serif;margin:24px}h1{font-size:18px}table{border-collapse:collapse}td,th{padding:2px 10px;text-align:right}"
@@ -193,12 +190,7 @@ static int write_output(const char *path, const report *r, int html) {
         fputs("</table>\n", f);
     }
     if (html) fputs("</body></html>\n", f);
-    if (rc) { /* no partial file: drop the temporary */
-        fclose(out.f);
-        remove(out.tmp);
-        return rc;
-    }
-    return cli_outfile_close(&out);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- output */
@@ -320,6 +312,9 @@ int cmd_ablate(int argc, char **argv) {
         return cli_fail("--heads ablates every head in turn: it takes no --layer, --head or --scope");
     int rc = cli_prompt_check(&pa);
     if (rc) return rc;
+    FILE *svg_f = NULL, *html_f = NULL;
+    if ((svg && !(svg_f = cli_output_stream(svg))) || (html && !(html_f = cli_output_stream(html))))
+        return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
     qkv_gguf *g = NULL;
     qkv_tokenizer *tok = NULL;
     qkv_model *m = NULL;
@@ -379,7 +374,10 @@ int cmd_ablate(int argc, char **argv) {
                  scopes[scope], where, target_label, sum.p_target);
     const report rep = {.title = title, .rows = rows, .effects = effects, .labels = pr.labels, .after = after,
                         .n = n, .nl = nl, .nh = nh};
-    if ((svg && (rc = write_output(svg, &rep, 0))) || (html && (rc = write_output(html, &rep, 1)))) goto done;
+    /* the files are on disk before anything goes to stdout */
+    if ((svg && (rc = write_output(svg_f, &rep, 0))) || (html && (rc = write_output(html_f, &rep, 1))) ||
+        (rc = cli_outputs_commit()))
+        goto done;
     if (json && heads) json_heads(effects, &sum, target_label, nl, nh);
     else if (json) json_positions(rows, &sum, target_label, pr.labels, after, n, scope, layer, head);
     else {
@@ -402,5 +400,5 @@ done:
     cli_prompt_free(&pr);
     qkv_tokenizer_free(tok);
     qkv_gguf_close(g);
-    return rc;
+    return cli_outputs_finish(rc);
 }

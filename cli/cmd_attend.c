@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct {
     const char *q, *k, *v, *out, *lse, *weights, *positions;
@@ -155,6 +154,11 @@ static int load_positions(int64_t *pos, const char *path, int64_t lk) {
 }
 
 static int attend(attend_args *a) {
+    /* outputs first: a target that cannot be written fails before any work */
+    const char *out_tmp = cli_output_add(a->out), *lse_tmp = NULL, *w_tmp = NULL;
+    if (!out_tmp || (a->lse && !(lse_tmp = cli_output_add(a->lse))) ||
+        (a->weights && !(w_tmp = cli_output_add(a->weights))))
+        return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
     qkv_npy q = {0}, k = {0}, v = {0};
     int rc = load_3d(&q, a->q);
     if (!rc) rc = load_3d(&k, a->k);
@@ -174,6 +178,7 @@ static int attend(attend_args *a) {
     if (a->rope) {
         if (d % 2) { rc = cli_fail("%s: RoPE needs an even head_dim, got %lld", a->q, (long long)d); goto done; }
         pos = malloc((size_t)lk * sizeof *pos);
+        if (!pos) { rc = cli_fail("--rope: cannot allocate %lld positions", (long long)lk); goto done; }
         if (a->positions) {
             if ((rc = load_positions(pos, a->positions, lk))) goto done;
         } else {
@@ -211,20 +216,15 @@ static int attend(attend_args *a) {
     }
     if (st) { rc = cli_fail("%s", err.msg); goto done; }
     int64_t shape_o[3] = {hq, lq, d}, shape_w[3] = {hq, lq, lk};
-    if (qkv_npy_save_f32(a->out, o, 3, shape_o, &err)) { rc = cli_fail("%s", err.msg); goto done; }
-    if (a->lse && qkv_npy_save_f32(a->lse, lse, 2, shape_o, &err)) { rc = cli_fail("%s", err.msg); unlink(a->out); goto done; }
-    if (a->weights && qkv_npy_save_f32(a->weights, w, 3, shape_w, &err)) {
-        rc = cli_fail("%s", err.msg);
-        unlink(a->out);
-        if (a->lse) unlink(a->lse);
-        goto done;
-    }
+    if (qkv_npy_save_f32(out_tmp, o, 3, shape_o, &err) || (lse_tmp && qkv_npy_save_f32(lse_tmp, lse, 2, shape_o, &err)) ||
+        (w_tmp && qkv_npy_save_f32(w_tmp, w, 3, shape_w, &err)))
+        rc = cli_outputs_fail(err.msg);
 done:
     qkv_npy_free(&q);
     qkv_npy_free(&k);
     qkv_npy_free(&v);
     free(o); free(lse); free(w); free(kd); free(vd); free(pos);
-    return rc;
+    return cli_outputs_finish(rc);
 }
 
 int cmd_attend(int argc, char **argv) {

@@ -391,10 +391,7 @@ static int res_chunk_lq(const bench_result *res, int n) {
     return 512;
 }
 
-static int write_svg(const char *path, const bench_result *res, int n, const bench_roofline *roof, int threads) {
-    cli_outfile out;
-    FILE *f = cli_outfile_open(&out, path);
-    if (!f) return CLI_EXIT_BAD_INPUT;
+static void write_svg(FILE *f, const bench_result *res, int n, const bench_roofline *roof, int threads) {
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1320\" height=\"390\" font-family=\"sans-serif\">\n"
                "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     char t1[96], t2[96], t3[96];
@@ -408,7 +405,6 @@ static int write_svg(const char *path, const bench_result *res, int n, const ben
               "bf16 dot peak", 0);
     svg_panel(f, res, n, "decode", 880, t3, "Lk (keys)", "KV GB/s", roof ? roof->dram_gbs : 0, "DRAM read", 0, "", 1);
     fprintf(f, "</svg>\n");
-    return cli_outfile_close(&out);
 }
 
 /* ---------------------------------------------------------------- sweeps */
@@ -421,9 +417,13 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
     const int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
     bench_roofline roof_v, *roof = NULL;
     qkv_error err = {0};
+    /* the plot's target is checked before the sweeps; its file appears only
+     * when every sweep ran */
+    FILE *svg_f = o->svg ? cli_output_stream(o->svg) : NULL;
+    if (o->svg && !svg_f) return CLI_EXIT_BAD_INPUT;
     if (sweeps & SW_ROOF) {
         if (bench_roofline_measure(&roof_v, threads, o->quick ? 0.05 : 0.3, o->quick ? (size_t)64 << 20 : 0, &err))
-            return cli_fail("%s", err.msg);
+            return cli_outputs_finish(cli_fail("%s", err.msg));
         roof = &roof_v;
     }
     if (!o->json) {
@@ -450,7 +450,7 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
         {SW_REF, "ref", ref_n, ref_q, 2, 1},
     };
     bench_result *res = calloc(MAX_RESULTS, sizeof *res);
-    if (!res) return cli_fail("bench: out of memory");
+    if (!res) return cli_outputs_finish(cli_fail("bench: out of memory"));
     int nres = 0, status = 0;
     if (o->json) {
         printf("{\n");
@@ -509,8 +509,9 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
             }
         }
     }
-    if (o->json) printf("\n  ]\n}\n");
-    if (!status && o->svg) status = write_svg(o->svg, res, nres, roof, threads);
+    if (!status && o->svg) write_svg(svg_f, res, nres, roof, threads);
+    status = cli_outputs_finish(status);
+    if (!status && o->json) printf("\n  ]\n}\n");
     free(res);
     return status;
 }

@@ -259,10 +259,8 @@ static int run_walk(walk *r, const example *e, int causal, double scale) {
     d.kv_dtype = QKV_DTYPE_F32;
     d.n_threads = 1;
     qkv_error err = {0};
-    if (qkv_attention_reference(o, r->lse, w, q, k, v, &d, &err) != QKV_OK) {
-        fprintf(stderr, "qkv: explain: reference kernel: %s\n", err.msg);
-        return 1;
-    }
+    if (qkv_attention_reference(o, r->lse, w, q, k, v, &d, &err) != QKV_OK)
+        return cli_fail("explain: reference kernel: %s", err.msg);
     for (int i = 0; i < e->n; i++) {
         for (int j = 0; j < e->n; j++) r->w[i][j] = w[i * e->n + j];
         for (int c = 0; c < e->dv; c++) r->o[i][c] = o[i * D + c];
@@ -372,8 +370,10 @@ static void print_matrix(const example *e, const walk *r, int lw, int future_col
 
 /* The article's whole sentence as the real Llama-3 tokenizer cuts it (the
  * vocab-only GGUF `make model` writes), and whether the example's tokens are
- * its first ones; or one line saying why there is none. */
-static void print_llama3_line(const example *e, const char *vocab) {
+ * its first ones; or one line saying why there is none (a missing or bad
+ * file). Written into line (printed later, once everything succeeded); 0, or
+ * 2 after an error line when memory runs out. */
+static int llama3_line(char *line, size_t cap, const example *e, const char *vocab) {
     static const char sentence[] = "年假怎么申请？";
     enum { MAX = 32 };
     qkv_gguf *g = NULL;
@@ -384,36 +384,44 @@ static void print_llama3_line(const example *e, const char *vocab) {
     const char *pieces[MAX];
     size_t lens[MAX];
     char *labels[MAX] = {0};
-    if (qkv_gguf_open(&g, vocab, &err) || qkv_tokenizer_load(&tok, g, &err) ||
-        qkv_tokenize(tok, sentence, strlen(sentence), 0, 0, ids, MAX, &n, &err)) {
-        printf("  Llama-3 no tokens: %s (`make model` writes " LLAMA3_VOCAB ")\n", err.msg);
-        goto done;
+    int rc = 0;
+    size_t len = 0;
+#define PUT(...) (len += (size_t)snprintf(line + len, len < cap ? cap - len : 0, __VA_ARGS__))
+    line[0] = 0;
+    qkv_status st = qkv_gguf_open(&g, vocab, &err);
+    if (!st) st = qkv_tokenizer_load(&tok, g, &err);
+    if (!st) st = qkv_tokenize(tok, sentence, strlen(sentence), 0, 0, ids, MAX, &n, &err);
+    if (!st) {
+        for (int k = 0; k < n; k++) pieces[k] = qkv_token_piece(tok, ids[k], &lens[k]);
+        st = qkv_token_labels(labels, pieces, lens, (int)n, &err);
     }
-    for (int k = 0; k < n; k++) pieces[k] = qkv_token_piece(tok, ids[k], &lens[k]);
-    if (qkv_token_labels(labels, pieces, lens, (int)n, &err)) {
-        printf("  Llama-3 no tokens: %s\n", err.msg);
+    if (st) {
+        if (err.status == QKV_ERR_NOMEM) rc = cli_fail("explain: %s", err.msg);
+        else PUT("  Llama-3 no tokens: %s (`make model` writes " LLAMA3_VOCAB ")\n", err.msg);
         goto done;
     }
     int prefix = n >= e->n;
     for (int k = 0; prefix && k < e->n; k++) prefix = !strcmp(labels[k], e->tok[k]);
-    printf("  Llama-3 %s =", sentence);
-    for (int k = 0; k < n; k++) printf(" %s", labels[k]);
-    printf("   (%lld tokens, ids", (long long)n);
-    for (int k = 0; k < n; k++) printf(" %d", ids[k]);
-    if (prefix) printf("; the example is the first %d)\n", e->n);
-    else printf("; the example is not its first %d)\n", e->n);
+    PUT("  Llama-3 %s =", sentence);
+    for (int k = 0; k < n; k++) PUT(" %s", labels[k]);
+    PUT("   (%lld tokens, ids", (long long)n);
+    for (int k = 0; k < n; k++) PUT(" %d", ids[k]);
+    PUT("; the example is %s %d)\n", prefix ? "the first" : "not its first", e->n);
     qkv_token_labels_free(labels, (int)n);
 done:
+#undef PUT
     qkv_tokenizer_free(tok);
     qkv_gguf_close(g);
+    return rc;
 }
 
-static void print_text(const example *e, const walk *r, const walk *base, const char *vocab) {
+/* llama3: llama3_line's line, or NULL (an example of one's own). */
+static void print_text(const example *e, const walk *r, const walk *base, const char *llama3) {
     int f = e->focus, lw = label_width(e, "query \\ key");
     char b[256], c[256];
-    int builtin = vocab != NULL;
+    int builtin = llama3 != NULL;
     printf("qkv explain: one attention head, by hand and by the library's reference kernel\n\n");
-    if (builtin) print_llama3_line(e, vocab);
+    if (builtin) fputs(llama3, stdout);
     printf("  tokens  ");
     for (int i = 0; i < e->n; i++) printf("%s%s", i ? " " : "", e->tok[i]);
     printf("   (%d tokens, inputs of %d dims, one head of d = %d)\n", e->n, e->m, e->d);
@@ -731,10 +739,12 @@ int cmd_explain(int argc, char **argv) {
 
     double scaled = 1.0 / sqrt((double)e.d);
     walk run, base;
-    if (run_walk(&run, &e, !no_mask, no_scale ? 1.0 : scaled)) return 1;
+    if (run_walk(&run, &e, !no_mask, no_scale ? 1.0 : scaled)) return CLI_EXIT_BAD_INPUT;
     int alt = no_mask || no_scale;
-    if (alt && run_walk(&base, &e, 1, scaled)) return 1;
+    if (alt && run_walk(&base, &e, 1, scaled)) return CLI_EXIT_BAD_INPUT;
+    char llama3[2048];
+    if (!json && !input && llama3_line(llama3, sizeof llama3, &e, vocab)) return CLI_EXIT_BAD_INPUT;
     if (json) print_json(&e, &run, alt ? &base : NULL);
-    else print_text(&e, &run, alt ? &base : NULL, input ? NULL : vocab);
+    else print_text(&e, &run, alt ? &base : NULL, input ? NULL : llama3);
     return 0;
 }

@@ -126,9 +126,14 @@ int cmd_inspect(int argc, char **argv) {
                              "recomputed from the layer's q, K and the flash kernel's LSE.",
                              .notes = "Without outputs, prints the mean weight on token 0 of every layer and head.", .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    /* every output is declared first; the files appear only when all are written */
+    const char *npy_tmp = NULL, *html_tmp = NULL, *png_tmp = NULL;
+    if ((npy && !(npy_tmp = cli_output_add(npy))) || (html && !(html_tmp = cli_output_add(html))) ||
+        (png && !(png_tmp = cli_output_add(png))))
+        return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
     cli_prompt pr;
     int rc = cli_prompt_load_from(&pr, &pa, model, 1);
-    if (rc) return rc;
+    if (rc) return cli_outputs_finish(rc);
     const double t0 = cli_now_s();
 
     qkv_error err = {0};
@@ -136,6 +141,8 @@ int cmd_inspect(int argc, char **argv) {
     qkv_inspect *in = NULL;
     int *layers = NULL, *heads = NULL, nl = 0, nh = 0;
     inspect_out o = {0};
+    char *json_text = NULL; /* --json is held until everything succeeded */
+    size_t json_len = 0;
     qkv_model_params mp = {.n_ctx = pr.n, .n_threads = threads};
     /* the model's context is the prompt: its run state and KV cache are O(n) */
     if (qkv_model_open(&m, model, &mp, &err)) {
@@ -205,13 +212,13 @@ int cmd_inspect(int argc, char **argv) {
                           .ids = pr.ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh};
     if (npy) {
         int64_t shape[4] = {nl, nh, n, n};
-        if (qkv_npy_writer_open(&o.npy, npy, 4, shape, &err)) {
-            rc = cli_fail("%s", err.msg);
+        if (qkv_npy_writer_open(&o.npy, npy_tmp, 4, shape, &err)) {
+            rc = cli_outputs_fail(err.msg);
             goto done;
         }
     }
-    if (html && qkv_html_open(&o.html, html, &info, &err)) {
-        rc = cli_fail("--html: %s", err.msg);
+    if (html && qkv_html_open(&o.html, html_tmp, &info, &err)) {
+        rc = cli_outputs_fail(err.msg);
         goto done;
     }
     if (png) {
@@ -225,17 +232,21 @@ int cmd_inspect(int argc, char **argv) {
                             "(Debian: apt-get install unifont)\n");
     }
     if (json) {
-        o.json = stdout;
-        printf("{\n  \"model\": ");
-        cli_json_string(stdout, model);
-        printf(",\n  \"chat\": %s,\n  \"n_tokens\": %d,\n  \"first\": %d,\n  \"tokens\": [", pa.chat ? "true" : "false", n,
-               n_first);
-        for (int i = 0; i < n; i++) {
-            printf("%s{\"id\": %d, \"label\": ", i ? ", " : "", (int)pr.ids[i]);
-            cli_json_string(stdout, pr.labels[i]);
-            printf("}");
+        FILE *j = o.json = open_memstream(&json_text, &json_len);
+        if (!j) {
+            rc = cli_fail("--json: out of memory");
+            goto done;
         }
-        printf("],\n  \"maps\": [\n");
+        fprintf(j, "{\n  \"model\": ");
+        cli_json_string(j, model);
+        fprintf(j, ",\n  \"chat\": %s,\n  \"n_tokens\": %d,\n  \"first\": %d,\n  \"tokens\": [", pa.chat ? "true" : "false",
+                n, n_first);
+        for (int i = 0; i < n; i++) {
+            fprintf(j, "%s{\"id\": %d, \"label\": ", i ? ", " : "", (int)pr.ids[i]);
+            cli_json_string(j, pr.labels[i]);
+            fprintf(j, "}");
+        }
+        fprintf(j, "],\n  \"maps\": [\n");
     }
 
     qkv_inspect_params ip = {.layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh, .n_first = n_first,
@@ -251,12 +262,20 @@ int cmd_inspect(int argc, char **argv) {
         goto done;
     }
     const double t1 = cli_now_s();
-    if (json) printf("\n  ]\n}\n");
+    if (json) {
+        fprintf(o.json, "\n  ]\n}\n");
+        const int bad = ferror(o.json) || fclose(o.json) != 0;
+        o.json = NULL;
+        if (bad) {
+            rc = cli_fail("--json: out of memory");
+            goto done;
+        }
+    }
     if (o.npy) {
         qkv_status st = qkv_npy_writer_close(o.npy, &err);
         o.npy = NULL;
         if (st) {
-            rc = cli_fail("%s", err.msg);
+            rc = cli_outputs_fail(err.msg);
             goto done;
         }
     }
@@ -264,14 +283,16 @@ int cmd_inspect(int argc, char **argv) {
         qkv_status st = qkv_html_close(o.html, &err);
         o.html = NULL;
         if (st) {
-            rc = cli_fail("%s", err.msg);
+            rc = cli_outputs_fail(err.msg);
             goto done;
         }
     }
-    if (o.png && qkv_png_maps_save(o.png, png, &err)) {
-        rc = cli_fail("%s", err.msg);
+    if (o.png && qkv_png_maps_save(o.png, png_tmp, &err)) {
+        rc = cli_outputs_fail(err.msg);
         goto done;
     }
+    if ((rc = cli_outputs_commit())) goto done;
+    if (json) fwrite(json_text, 1, json_len, stdout);
     FILE *msg = json ? stderr : stdout;
     if (!html && !png && !npy && !json) {
         printf("%s\n\ntokens:", title);
@@ -298,6 +319,8 @@ int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "qkv inspect: %d tokens, %d maps, %.2f s, peak RSS %.1f MiB\n", n, nl * nh,
                 t1 - t0, cli_peak_rss_mib());
 done:
+    if (o.json) fclose(o.json);
+    free(json_text);
     if (o.npy) qkv_npy_writer_abort(o.npy);
     if (o.html) qkv_html_abort(o.html);
     qkv_png_maps_free(o.png);
@@ -309,5 +332,5 @@ done:
     free(layers);
     free(heads);
     cli_prompt_free(&pr);
-    return rc;
+    return cli_outputs_finish(rc);
 }

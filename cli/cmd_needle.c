@@ -19,7 +19,6 @@
 #define DEFAULT_NEEDLE "The secret number that unlocks the archive is 4817."
 #define DEFAULT_QUESTION "What is the secret number that unlocks the archive? Answer with the number only."
 #define DEFAULT_ANSWER "4817"
-#define HAYSTACK_MAX_BYTES ((size_t)64 << 20)
 
 typedef struct {
     int length;
@@ -254,10 +253,7 @@ static void svg_body(FILE *f, const grid *g, const char *title) {
     fputs("</svg>\n", f);
 }
 
-static int write_output(const char *path, const grid *g, const char *title, int html) {
-    cli_outfile out;
-    FILE *f = cli_outfile_open(&out, path);
-    if (!f) return CLI_EXIT_BAD_INPUT;
+static void write_output(FILE *f, const grid *g, const char *title, int html) {
     if (html) {
         fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qkv needle</title><style>body{font-family:"
               "sans-serif;margin:24px}h1{font-size:18px}table{border-collapse:collapse}td,th{padding:2px 10px;"
@@ -287,7 +283,6 @@ static int write_output(const char *path, const grid *g, const char *title, int 
         }
         fputs("</table>\n</body></html>\n", f);
     }
-    return cli_outfile_close(&out);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -454,6 +449,12 @@ int cmd_needle(int argc, char **argv) {
         cli_ints_free(&depths);
         return rc < 0 ? 0 : rc;
     }
+    FILE *svg_f = NULL, *html_f = NULL;
+    if ((svg && !(svg_f = cli_output_stream(svg))) || (html && !(html_f = cli_output_stream(html)))) {
+        cli_ints_free(&lengths);
+        cli_ints_free(&depths);
+        return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
+    }
     qkv_gguf *g = NULL;
     qkv_tokenizer *tok = NULL;
     qkv_model *m = NULL;
@@ -471,7 +472,7 @@ int cmd_needle(int argc, char **argv) {
         rc = cli_fail("--answer '%s' is not in the needle: the model could not find it", expected);
     size_t len = 0;
     if (rc) goto done;
-    if (!(text = cli_read_file(haystack, HAYSTACK_MAX_BYTES, &len))) {
+    if (!(text = cli_read_file(haystack, CLI_PROMPT_MAX_BYTES, &len))) {
         rc = CLI_EXIT_BAD_INPUT;
         goto done;
     }
@@ -523,8 +524,10 @@ int cmd_needle(int argc, char **argv) {
     char title[512];
     snprintf(title, sizeof title, "%s: needle in %s, %d lengths x %d depths", cli_basename(model),
              cli_basename(haystack), lengths.n, depths.n);
-    if ((svg && (rc = write_output(svg, &gr, title, 0))) || (html && (rc = write_output(html, &gr, title, 1))))
-        goto done;
+    /* the files are on disk before anything goes to stdout */
+    if (svg) write_output(svg_f, &gr, title, 0);
+    if (html) write_output(html_f, &gr, title, 1);
+    if ((rc = cli_outputs_commit())) goto done;
     if (json) print_json(&gr, rank);
     else print_grid(&gr, rank);
     if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
@@ -551,5 +554,5 @@ done:
     qkv_gguf_close(g);
     cli_ints_free(&lengths);
     cli_ints_free(&depths);
-    return rc;
+    return cli_outputs_finish(rc);
 }

@@ -58,7 +58,11 @@ static int run(const run_args *a) {
     float *logits = NULL;
     qkv_sampler *sampler = NULL;
     int rc = 0;
-    if (qkv_model_open(&m, a->model, &mp, &err)) return cli_model_fail(&err, a->model);
+    /* --logits is declared first (a target that cannot be written fails
+     * before the model loads) and kept only if the whole run succeeds */
+    const char *logits_tmp = a->logits ? cli_output_add(a->logits) : NULL;
+    if (a->logits && !logits_tmp) return CLI_EXIT_BAD_INPUT;
+    if (qkv_model_open(&m, a->model, &mp, &err)) return cli_outputs_finish(cli_model_fail(&err, a->model));
     if (qkv_tokenizer_load(&tok, qkv_model_gguf(m), &err)) { rc = cli_fail("%s", err.msg); goto done; }
     const qkv_model_config *c = qkv_model_get_config(m);
     cli_prompt pr;
@@ -79,7 +83,7 @@ static int run(const run_args *a) {
     double t1 = cli_now_s();
     if (a->logits) {
         int64_t shape[2] = {n_prompt, (int64_t)V};
-        if (qkv_npy_save_f32(a->logits, logits, 2, shape, &err)) { rc = cli_fail("%s", err.msg); goto done; }
+        if (qkv_npy_save_f32(logits_tmp, logits, 2, shape, &err)) { rc = cli_outputs_fail(err.msg); goto done; }
     }
     const float *last = logits + (a->logits ? (size_t)(n_prompt - 1) * V : 0);
     const qkv_sampler_params sp = {.temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .seed = a->seed};
@@ -113,7 +117,7 @@ done:
     qkv_sampler_free(sampler);
     qkv_tokenizer_free(tok);
     qkv_model_close(m);
-    return rc;
+    return cli_outputs_finish(rc);
 }
 
 int cmd_run(int argc, char **argv) {

@@ -91,8 +91,7 @@ static int simulate(estimate *est, int d, int positions, int trials, uint64_t se
     float *w = malloc((size_t)batch * P * sizeof *w);         /* w: [B, 1, P] */
     if (!q || !k || !o || !w) {
         free(q), free(k), free(o), free(w);
-        fprintf(stderr, "qkv: scaling: out of memory\n");
-        return 1;
+        return cli_fail("scaling: out of memory for %d trials of %d keys", batch, P);
     }
     rng r = {seed * 0xD1B54A32D192ED03ull + (uint64_t)d, 0, 0};
     moments dots = {0}, blocks = {0}, raw = {0}, sc = {0};
@@ -127,8 +126,7 @@ static int simulate(estimate *est, int d, int positions, int trials, uint64_t se
             qkv_error err = {0};
             if (qkv_attention_reference(o, NULL, w, q, k, k, &desc, &err) != QKV_OK) {
                 free(q), free(k), free(o), free(w);
-                fprintf(stderr, "qkv: scaling: reference kernel: %s\n", err.msg);
-                return 1;
+                return cli_fail("scaling: reference kernel: %s", err.msg);
             }
             for (int b = 0; b < B; b++) {
                 double top = 0;
@@ -303,7 +301,7 @@ int cmd_scaling(int argc, char **argv) {
                             (double)trials * (positions + 1) * ds[i]);
     estimate est[MAX_D];
     for (int i = 0; i < n_d; i++)
-        if (simulate(&est[i], ds[i], positions, trials, (uint64_t)seed)) return 1;
+        if (simulate(&est[i], ds[i], positions, trials, (uint64_t)seed)) return CLI_EXIT_BAD_INPUT;
     if (json) print_json(est, n_d, positions, trials, (uint64_t)seed);
     else print_text(est, n_d, positions, trials, (uint64_t)seed);
     return 0;

@@ -29,10 +29,7 @@ static layer_mean mean_of(qkv_sinks *s, int l, int nh) {
     return m;
 }
 
-static int write_svg(const char *path, qkv_sinks *s, int nl, int nh, const char *title, int k) {
-    cli_outfile out;
-    FILE *f = cli_outfile_open(&out, path);
-    if (!f) return CLI_EXIT_BAD_INPUT;
+static void write_svg(FILE *f, qkv_sinks *s, int nl, int nh, const char *title, int k) {
     const int W = 760, H = 470, x0 = 60, y0 = 50, pw = 660, ph = 300;
 #define X(l) (x0 + (nl > 1 ? (double)(l) * pw / (nl - 1) : pw / 2.0))
 #define Y(v) (y0 + ph - (v) * ph)
@@ -85,7 +82,6 @@ static int write_svg(const char *path, qkv_sinks *s, int nl, int nh, const char 
     fputs("</svg>\n", f);
 #undef X
 #undef Y
-    return cli_outfile_close(&out);
 }
 
 int cmd_sinks(int argc, char **argv) {
@@ -115,13 +111,15 @@ int cmd_sinks(int argc, char **argv) {
                              "over long text: each row's weight on token 0 taken from the kernel's LSE.",
                              .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    FILE *svg_f = svg ? cli_output_stream(svg) : NULL;
+    if (svg && !svg_f) return CLI_EXIT_BAD_INPUT;
     cli_prompt pr;
     int rc = cli_prompt_load_from(&pr, &pa, model, 0);
-    if (rc) return rc;
+    if (rc) return cli_outputs_finish(rc);
     const int n = pr.n;
     if (sp.skip >= n) {
         cli_prompt_free(&pr);
-        return cli_fail("--skip %d leaves no query rows of the %d tokens", sp.skip, n);
+        return cli_outputs_finish(cli_fail("--skip %d leaves no query rows of the %d tokens", sp.skip, n));
     }
     sp.every = every ? every : ((n - sp.skip) / 128 > 1 ? (n - sp.skip) / 128 : 1);
     sp.n_threads = threads;
@@ -155,6 +153,10 @@ int cmd_sinks(int argc, char **argv) {
     char title[512];
     snprintf(title, sizeof title, "%s on %s, first %d tokens: attention on token 0 (rows %d..%d)", base, src, n,
              sp.skip, n - 1);
+    if (svg) { /* the plot is on disk before anything goes to stdout */
+        write_svg(svg_f, s, nl, nh, title, sp.n_first);
+        if ((rc = cli_outputs_commit())) goto done;
+    }
     if (json) {
         printf("{\n  \"model\": ");
         cli_json_string(stdout, base);
@@ -200,7 +202,6 @@ int cmd_sinks(int argc, char **argv) {
         printf("\nall layers: %.3f of each row's attention goes to token 0; the strongest other key gets %.3f\n", all,
                other);
     }
-    if (svg && (rc = write_svg(svg, s, nl, nh, title, sp.n_first))) goto done;
     if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
     if (verbose)
         fprintf(stderr, "qkv sinks: %d tokens, %.2f s, peak RSS %.1f MiB\n", n,
@@ -209,5 +210,5 @@ done:
     qkv_sinks_free(s);
     qkv_model_close(m);
     cli_prompt_free(&pr);
-    return rc;
+    return cli_outputs_finish(rc);
 }

@@ -38,10 +38,7 @@ static double chunk_mean(const variant *v, int i, int C, int n) {
     return s / (b - a);
 }
 
-static int write_svg(const char *path, const variant *vs, int n, int C, const char *title) {
-    cli_outfile out;
-    FILE *f = cli_outfile_open(&out, path);
-    if (!f) return CLI_EXIT_BAD_INPUT;
+static void write_svg(FILE *f, const variant *vs, int n, int C, const char *title) {
     const int nc = (n - 1 + C - 1) / C, W = 820, H = 520, x0 = 60, y0 = 50, pw = 720, ph = 320;
     double hi = 0;
     for (int k = 0; k < N_VARIANTS; k++)
@@ -84,7 +81,6 @@ static int write_svg(const char *path, const variant *vs, int n, int C, const ch
     fputs("</svg>\n", f);
 #undef X
 #undef Y
-    return cli_outfile_close(&out);
 }
 
 /* Runs one variant on a model holding the rows it needs; 0 or 2. */
@@ -138,9 +134,11 @@ int cmd_stream(int argc, char **argv) {
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     if (sinks >= window) return cli_fail("--sinks %d must be below --window %d", sinks, window);
     if (!pa.text && !pa.file && !pa.tokens) pa.file = DEFAULT_TEXT;
+    FILE *svg_f = svg ? cli_output_stream(svg) : NULL;
+    if (svg && !svg_f) return CLI_EXIT_BAD_INPUT;
     cli_prompt pr;
     int rc = cli_prompt_load_from(&pr, &pa, model, 0);
-    if (rc) return rc;
+    if (rc) return cli_outputs_finish(rc);
     const int n = pr.n;
     variant vs[N_VARIANTS] = {
         {.name = "full", .positions = "absolute", .colour = "#333333", .dash = "",
@@ -158,7 +156,7 @@ int cmd_stream(int argc, char **argv) {
     };
     if (n < 2) {
         cli_prompt_free(&pr);
-        return cli_fail("the text has %d token%s; scoring needs at least 2", n, n == 1 ? "" : "s");
+        return cli_outputs_finish(cli_fail("the text has %d token%s; scoring needs at least 2", n, n == 1 ? "" : "s"));
     }
     for (int k = 0; k < N_VARIANTS; k++) {
         vs[k].p.window = window;
@@ -186,6 +184,10 @@ int cmd_stream(int argc, char **argv) {
     snprintf(title, sizeof title, "%s on %s, %d tokens: mean NLL per chunk of %d, W = %d, S = %d", base, src, n,
              chunk, window, sinks);
     const int nc = (n - 1 + chunk - 1) / chunk;
+    if (svg) { /* the plot is on disk before anything goes to stdout */
+        write_svg(svg_f, vs, n, chunk, title);
+        if ((rc = cli_outputs_commit())) goto done;
+    }
     if (json) {
         printf("{\n  \"model\": ");
         cli_json_string(stdout, base);
@@ -213,10 +215,9 @@ int cmd_stream(int argc, char **argv) {
                    (long long)vs[k].kv_bytes);
         printf("\n%.1f s in all\n", seconds);
     }
-    if (svg && (rc = write_svg(svg, vs, n, chunk, title))) goto done;
     if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
 done:
     for (int k = 0; k < N_VARIANTS; k++) free(vs[k].nll);
     cli_prompt_free(&pr);
-    return rc;
+    return cli_outputs_finish(rc);
 }

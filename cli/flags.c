@@ -5,7 +5,8 @@
  * same table, so help and parser cannot disagree. Errors are one line on
  * stderr and exit status 2: an unknown flag, a flag without its value, a
  * number that is not one or out of range, a value not among the choices.
- * Values are the next argument ("--n 4096"); bools take none.
+ * Values are the next argument ("--n 4096"), never one of the command's own
+ * --flags ("--out --lse x" is --out without its value); bools take none.
  */
 #include "cli.h"
 
@@ -159,6 +160,9 @@ int cli_parse(const cli_command *c, int argc, char **argv) {
             continue;
         }
         if (i + 1 >= argc) return cli_fail("%s needs a value", a);
+        /* "--out --lse x": --out's value forgotten, not a file named --lse */
+        if (!strncmp(argv[i + 1], "--", 2) && find_flag(c, argv[i + 1]))
+            return cli_fail("%s needs a value (%s is a flag)", a, argv[i + 1]);
         if (set_value(f, a, argv[++i])) return CLI_EXIT_BAD_INPUT;
     }
     return 0;

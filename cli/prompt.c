@@ -9,9 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Prompt files up to the tokenizer's own limit (qkv_tokenize: 256 MiB). */
-#define PROMPT_MAX_BYTES ((size_t)256 << 20)
-
 int cli_model_fail(const qkv_error *err, const char *model) {
     if (err->status == QKV_ERR_IO && !strcmp(model, CLI_DEFAULT_MODEL))
         return cli_fail("%s (run `make model` to download the default model, or give -m FILE)", err->msg);
@@ -33,7 +30,7 @@ static int tokenize_text(cli_prompt *out, const cli_prompt_args *a, const qkv_gg
     char *owned = NULL, *chat = NULL;
     const char *text = a->text;
     if (a->file) {
-        if (!(owned = cli_read_file(a->file, PROMPT_MAX_BYTES, &len))) return CLI_EXIT_BAD_INPUT;
+        if (!(owned = cli_read_file(a->file, CLI_PROMPT_MAX_BYTES, &len))) return CLI_EXIT_BAD_INPUT;
         text = owned;
     } else {
         len = strlen(text);

@@ -3,13 +3,16 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 int cli_fail(const char *fmt, ...) {
     char line[1024];
@@ -61,6 +64,19 @@ int cli_parse_float(float *out, const char *flag, const char *s, double lo, doub
     return rc;
 }
 
+int cli_parse_threads(void *dest, const char *flag, const char *value) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus < 1) cpus = 1;
+    const long most = CLI_THREADS_PER_CPU * cpus;
+    int n;
+    if (cli_parse_int(&n, flag, value, 1, INT_MAX)) return CLI_EXIT_BAD_INPUT;
+    if (n > most)
+        return cli_fail("%s %d: this machine has %ld CPU%s online; at most %ld threads (%d per CPU)", flag, n, cpus,
+                        cpus == 1 ? "" : "s", most, CLI_THREADS_PER_CPU);
+    *(int *)dest = n;
+    return 0;
+}
+
 char *cli_read_file(const char *path, size_t max_bytes, size_t *len) {
     const int is_stdin = !strcmp(path, "-");
     FILE *f = is_stdin ? stdin : fopen(path, "rb");
@@ -68,47 +84,48 @@ char *cli_read_file(const char *path, size_t max_bytes, size_t *len) {
         cli_fail("%s: cannot open (%s)", path, strerror(errno));
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    int bad = !buf;
-    while (!bad) {
+    struct stat sb; /* what can be refused without reading: a directory, a file over the limit */
+    const int known = fstat(fileno(f), &sb) == 0;
+    const int is_dir = known && S_ISDIR(sb.st_mode);
+    int too_big = known && S_ISREG(sb.st_mode) && (uintmax_t)sb.st_size > max_bytes;
+    const int refused = is_dir || too_big;
+    /* anything else (a pipe, a device such as /dev/zero) is read up to one byte past the limit */
+    size_t cap = max_bytes + 2 < ((size_t)1 << 16) ? max_bytes + 2 : (size_t)1 << 16, n = 0;
+    char *buf = refused ? NULL : malloc(cap);
+    int oom = !refused && !buf;
+    while (buf) {
         if (n + 1 == cap) {
-            char *nb = cap > max_bytes ? NULL : realloc(buf, cap *= 2);
-            if (!nb) break;
+            if (n > max_bytes) {
+                too_big = 1;
+                break;
+            }
+            const size_t next = cap > (max_bytes + 2) / 2 ? max_bytes + 2 : 2 * cap;
+            char *nb = realloc(buf, next);
+            if (!nb) {
+                oom = 1;
+                break;
+            }
             buf = nb;
+            cap = next;
         }
         size_t got = fread(buf + n, 1, cap - n - 1, f);
         n += got;
         if (got == 0) break;
     }
-    bad |= ferror(f) != 0;
-    const int too_big = n > max_bytes || (n + 1 == cap && !feof(f));
+    const int read_error = !refused && !oom && !too_big && ferror(f);
+    const int e = errno;
     if (!is_stdin) fclose(f);
-    if (bad || too_big) {
-        if (too_big) cli_fail("%s: larger than %zu bytes", path, max_bytes);
-        else cli_fail("%s: read error", path);
+    if (refused || too_big || oom || read_error) {
+        if (is_dir) cli_fail("%s: is a directory, not a file", path);
+        else if (too_big) cli_fail("%s: larger than the limit of %zu bytes", path, max_bytes);
+        else if (oom) cli_fail("%s: out of memory after reading %zu bytes", path, n);
+        else cli_fail("%s: read error (%s)", path, strerror(e));
         free(buf);
         return NULL;
     }
     buf[n] = 0;
     if (len) *len = n;
     return buf;
-}
-
-FILE *cli_outfile_open(cli_outfile *o, const char *path) {
-    o->path = path;
-    snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
-    if (!(o->f = fopen(o->tmp, "wb"))) cli_fail("%s: cannot create (%s)", o->tmp, strerror(errno));
-    return o->f;
-}
-
-int cli_outfile_close(cli_outfile *o) {
-    int bad = ferror(o->f) != 0;
-    bad |= fclose(o->f) != 0;
-    o->f = NULL;
-    if (!bad && rename(o->tmp, o->path) == 0) return 0;
-    remove(o->tmp);
-    return cli_fail("%s: cannot write", o->path);
 }
 
 const char *cli_basename(const char *path) {

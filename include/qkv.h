@@ -163,6 +163,27 @@ qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err);
 qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
 
 /*
+ * Non-finite numbers, in every kernel (reference, flash on every ISA,
+ * flash-bf16, decode, cached and planned calls alike): IEEE propagation, no
+ * check and no rejection.
+ *   - A row that sees no key (its mask and exclusions hide them all) is the
+ *     only fully masked row: O = 0, LSE = -inf. Whether a row is masked is
+ *     decided by the mask, never by the scores.
+ *   - Scores are float: a score beyond the float range (|q.k * scale| >
+ *     FLT_MAX, e.g. q = k = 1e30, or FLT_MAX itself) is +-inf (the reference
+ *     computes in double and rounds such a score to +-inf).
+ *   - A NaN or +inf score on a visible key (from a NaN or an overflow in Q or
+ *     K) makes that row's O and LSE NaN. Large finite scores are exact.
+ *   - A -inf score is a weight of 0; a row whose visible keys all score -inf
+ *     has LSE = -inf and O = NaN (0 / 0).
+ *   - V: a NaN or inf in the V of a visible key reaches O (as weight x v:
+ *     0 x inf is NaN); the V of a key hidden from a row never enters that
+ *     row in the reference, and may in the tiled kernels (a hidden key in a
+ *     partly visible tile is weighted 0), so V should be finite.
+ * The scale is never 0 here: 0 means the default 1/sqrt(D).
+ */
+
+/*
  * O = softmax(scale * Q K^T + mask) V, per query head, K/V head chosen by GQA.
  *   o:   [Hq, Lq, D]   f32 output
  *   lse: [Hq, Lq]      f32 output, natural log; may be NULL
@@ -355,8 +376,11 @@ typedef struct {
 qkv_status qkv_npy_load(qkv_npy *out, const char *path, qkv_error *err);
 void qkv_npy_free(qkv_npy *a);
 
-/* Writes a float32 array atomically (temporary file, then rename), so a
- * failed write never leaves a partial file at path.
+/* Writes a float32 array (qkv_npy_writer open, put, close). path is written
+ * in place and removed if any step fails, so no partial file is left; a
+ * negative dimension is QKV_ERR_INVALID. Keeping a previous file at path
+ * until the write succeeded is the caller's (write a temporary beside it,
+ * then rename: qkv's CLI does, cli/outputs.c).
  *   data: [shape[0], ..., shape[ndim-1]] f32 */
 qkv_status qkv_npy_save_f32(const char *path, const float *data, int ndim, const int64_t *shape,
                             qkv_error *err);
@@ -651,6 +675,10 @@ typedef struct qkv_model qkv_model;
 typedef int (*qkv_attn_hook)(void *user, int layer, const float *q, const float *lse, int n, int pos0,
                              const qkv_kv_cache *cache, const qkv_attn_desc *desc);
 
+/* Opens the model and allocates, once, the run state and KV cache for
+ * p->n_ctx positions. Before allocating, their size is checked against
+ * physical memory and RLIMIT_AS / RLIMIT_DATA: a context that cannot fit is
+ * QKV_ERR_TOO_LARGE, the message naming the bytes it needs. */
 qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
 void qkv_model_close(qkv_model *m);
 const qkv_model_config *qkv_model_get_config(const qkv_model *m);
@@ -1205,10 +1233,10 @@ qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size
                             qkv_error *err);
 void qkv_token_labels_free(char **labels, int n);
 
-/* .npy written as it is produced: open with the full shape, put the
- * elements in C order, close. The file appears at path (renamed from a
- * temporary) only when close finds every element written; abort (or a short
- * close) removes it. */
+/* .npy written as it is produced: open with the full shape (a negative
+ * dimension is QKV_ERR_INVALID), put the elements in C order, close. path is
+ * written in place; a failed write, a close that finds elements missing, or
+ * abort removes it (see qkv_npy_save_f32 on keeping a previous file). */
 typedef struct qkv_npy_writer qkv_npy_writer;
 qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim, const int64_t *shape,
                                qkv_error *err);

@@ -31,7 +31,7 @@ extern const char render_inspect_page[];
 
 struct qkv_html_writer {
     FILE *f;
-    char *path, *tmp;
+    char *path;
     int n, nl, nh;
     int li, hi, row;          /* the next row expected */
     unsigned char carry[3];   /* bytes waiting for a whole base64 group */
@@ -116,20 +116,18 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
     size_t plen = strlen(path);
     if (h) {
         h->path = malloc(plen + 1);
-        h->tmp = malloc(plen + 32);
         h->sink = calloc((size_t)nl * nh, sizeof(double));
         h->entropy = calloc((size_t)nl * nh, sizeof(double));
     }
-    if (!h || !h->path || !h->tmp || !h->sink || !h->entropy) {
+    if (!h || !h->path || !h->sink || !h->entropy) {
         qkv_html_abort(h);
         return qkv_fail(err, QKV_ERR_NOMEM, "html: out of memory");
     }
     memcpy(h->path, path, plen + 1);
-    snprintf(h->tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
     h->n = n;
     h->nl = nl;
     h->nh = nh;
-    h->f = fopen(h->tmp, "wb");
+    h->f = fopen(h->path, "wb");
     if (!h->f) {
         qkv_status st = qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         qkv_html_abort(h);
@@ -212,7 +210,6 @@ qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float
 /* The writer's memory (its file already closed or removed). */
 static void writer_free(qkv_html_writer *h) {
     free(h->path);
-    free(h->tmp);
     free(h->sink);
     free(h->entropy);
     free(h);
@@ -236,12 +233,12 @@ qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err) {
     const char *title, *title_end, *data;
     page_parts(&title, &title_end, &data);
     fputs(data + strlen(PAGE_DATA_MARK), f);
-    int ok = !ferror(f);
+    int ok = fflush(f) == 0 && !ferror(f);
     ok = fclose(f) == 0 && ok;
     h->f = NULL;
-    if (!ok || rename(h->tmp, h->path) != 0) {
+    if (!ok) {
         st = qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", h->path, strerror(errno));
-        unlink(h->tmp);
+        unlink(h->path);
     }
     writer_free(h);
     return st;
@@ -251,7 +248,7 @@ void qkv_html_abort(qkv_html_writer *h) {
     if (!h) return;
     if (h->f) {
         fclose(h->f);
-        unlink(h->tmp);
+        unlink(h->path);
     }
     writer_free(h);
 }

@@ -68,10 +68,17 @@ static int hexval(int c) {
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
-static glyph *font_load(const char *path) {
+/* The glyphs of the .hex font at path into *out; NULL when there is no such
+ * file (the PNG then has no labels). 0, or -1 when out of memory. */
+static int font_load(glyph **out, const char *path) {
+    *out = NULL;
     FILE *f = fopen(path, "r");
-    if (!f) return NULL;
+    if (!f) return 0;
     glyph *g = calloc(65536, sizeof *g);
+    if (!g) {
+        fclose(f);
+        return -1;
+    }
     char line[256];
     while (g && fgets(line, sizeof line, f)) {
         char *colon = strchr(line, ':');
@@ -88,7 +95,8 @@ static glyph *font_load(const char *path) {
                 gl->rows[r][b] = (uint8_t)(hexval(h[(r * bytes + b) * 2]) << 4 | hexval(h[(r * bytes + b) * 2 + 1]));
     }
     fclose(f);
-    return g;
+    *out = g;
+    return 0;
 }
 
 /* ------------------------------------------------------------- canvas */
@@ -168,7 +176,10 @@ qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, cons
     pm->side = n <= max_panel ? n : max_panel; /* accumulation grid: one entry per panel pixel or token */
     const char *fp = d.font_path ? d.font_path : getenv("QKV_FONT");
     if (!fp) fp = "/usr/share/unifont/unifont.hex";
-    pm->font = font_load(fp);
+    if (font_load(&pm->font, fp)) {
+        qkv_png_maps_free(pm);
+        return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory for the font %s", fp);
+    }
     pm->labels = pm->font && pm->cell >= GLYPH_H;
     pm->acc = malloc((size_t)maps * pm->side * pm->side * sizeof(float));
     pm->label = calloc((size_t)n, sizeof(char *));
@@ -263,9 +274,7 @@ qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err)
              c.w - left, 0, mute);
 
     /* encode */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = fopen(path, "wb");
     if (!f) {
         free(c.px);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
@@ -287,9 +296,10 @@ qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err)
     png_destroy_write_struct(png ? &png : NULL, info ? &info : NULL);
     free(rows);
     free(c.px);
+    ok = fflush(f) == 0 && !ferror(f) && ok;
     ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
+    if (!ok) {
+        unlink(path);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot write the PNG", path);
     }
     return QKV_OK;

@@ -48,7 +48,9 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
                          qkv_error *err);
 /* Row `row` of map (li, hi): w[row + 1] (keys 0 .. row), in order. */
 qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float *w, qkv_error *err);
-/* Writes the end of the page and renames it into place. */
+/* Writes the end of the page. The page is written in place at path, and
+ * removed by abort or by any failure (no partial file); keeping a previous
+ * file until the write succeeded is the caller's (cli/outputs.c). */
 qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err);
 void qkv_html_abort(qkv_html_writer *h);
 
@@ -69,6 +71,7 @@ qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, cons
 void qkv_png_maps_row(qkv_png_maps *pm, int li, int hi, int row, const float *w);
 /* 1 if the labels could be drawn (a font was found). */
 int qkv_png_maps_has_font(const qkv_png_maps *pm);
+/* Draws and encodes the PNG at path, in place; a failure removes it. */
 qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err);
 void qkv_png_maps_free(qkv_png_maps *pm);
 

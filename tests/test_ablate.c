@@ -312,8 +312,11 @@ TEST(ablate_cli_bad_input) {
     CHECK_BAD_CLI(head, "--head");
     const char *scope[] = {"ablate", "-p", p, "--scope", "bogus", "--svg", svg, NULL};
     CHECK_BAD_CLI(scope, "--scope");
-    const char *empty[] = {"ablate", "-p", "", "--svg", svg, "--html", svg, NULL};
+    char html[512];
+    snprintf(html, sizeof html, "%s/a.html", test_tmpdir());
+    const char *empty[] = {"ablate", "-p", "", "--svg", svg, "--html", html, NULL};
     CHECK_BAD_CLI(empty, "no tokens");
+    CHECK(!test_file_exists(html), "no page after bad input");
     const char *one[] = {"ablate", "-p", "Hello", "--svg", svg, NULL};
     CHECK_BAD_CLI(one, "at least 2");
     const char *target[] = {"ablate", "-p", p, "--target", " 9 and more", "--svg", svg, NULL};

@@ -21,6 +21,7 @@
 #include "util/cpu.h"
 #include "qkv.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -371,3 +372,109 @@ TEST(kv_alloc_any_size_is_writable_and_aligned_from_2mib) {
     }
     qkv_kv_free(NULL);
 }
+
+/* ------------------------------------------------------ non-finite numbers */
+
+/* What a row of O and LSE must be (qkv.h, "Non-finite numbers"). */
+typedef enum { ROW_FINITE, ROW_MASKED, ROW_NAN, ROW_NEG_INF } row_class;
+static const char *const row_class_names[] = {"finite", "masked (O = 0, LSE = -inf)", "NaN",
+                                              "LSE = -inf, O = NaN"};
+
+static row_class class_of(const float *o, float lse, int d) {
+    int nan = 0, zero = 0, finite = 0;
+    for (int e = 0; e < d; e++) nan += isnan(o[e]), zero += o[e] == 0, finite += isfinite(o[e]);
+    if (lse == -INFINITY && zero == d) return ROW_MASKED;
+    if (lse == -INFINITY && nan == d) return ROW_NEG_INF;
+    if (isnan(lse) && nan == d) return ROW_NAN;
+    return isfinite(lse) && finite == d ? ROW_FINITE : (row_class)-1;
+}
+
+enum { NF_HQ = 2, NF_HKV = 1, NF_L = 6, NF_D = 16 };
+
+/* Every kernel on q, k, v (causal, Lq = Lk = 6, 2 query heads on one KV
+ * head, the given exclusions): each row in the class `want` says, finite
+ * rows equal to the reference's within the usual bound. */
+static void check_non_finite(const char *what, const float *q, const float *k, const float *v, const int *excl,
+                             int n_excl, const row_class want[NF_HQ][NF_L]) {
+    const qkv_attn_desc d = {.n_q_head = NF_HQ, .n_kv_head = NF_HKV, .q_len = NF_L, .kv_len = NF_L,
+                             .head_dim = NF_D, .mask = {.kind = QKV_MASK_CAUSAL, .exclude = excl, .n_exclude = n_excl},
+                             .n_threads = 1};
+    float o_ref[NF_HQ * NF_L * NF_D], lse_ref[NF_HQ * NF_L], o[NF_HQ * NF_L * NF_D], lse[NF_HQ * NF_L];
+    qkv_error err = {0};
+    CHECK(qkv_attention_reference(o_ref, lse_ref, NULL, q, k, v, &d, &err) == QKV_OK, "%s", err.msg);
+    qkv_kv_cache *c = NULL;
+    CHECK(qkv_kv_cache_init(&c, NF_HKV, NF_D, NF_L, QKV_DTYPE_F32, &err) == QKV_OK &&
+              qkv_kv_cache_append(c, k, v, NF_L, &err) == QKV_OK,
+          "cache: %s", err.msg);
+    static const qkv_kernel kernels[] = {QKV_KERNEL_REFERENCE, QKV_KERNEL_FLASH, QKV_KERNEL_DECODE,
+                                         QKV_KERNEL_FLASH_BF16};
+    for (int kc = 0; kc < 2 * 4; kc++) { /* each kernel on the arrays, then on the cache */
+        const qkv_kernel kern = kernels[kc % 4];
+        const int cached = kc >= 4;
+        qkv_status st = cached ? qkv_attention_cached(o, lse, q, c, &d, kern, &err)
+                               : qkv_attention(o, lse, q, k, v, &d, kern, &err);
+        CHECK(st == QKV_OK, "%s %s: %s", what, qkv_kernel_name(kern), err.msg);
+        if (st) continue;
+        for (int h = 0; h < NF_HQ; h++)
+            for (int i = 0; i < NF_L; i++) {
+                const size_t row = (size_t)h * NF_L + i;
+                const row_class got = class_of(o + row * NF_D, lse[row], NF_D),
+                                ref = class_of(o_ref + row * NF_D, lse_ref[row], NF_D);
+                CHECK(got == want[h][i] && ref == want[h][i], "%s, %s%s (%s), head %d row %d: %s (reference %s), want %s",
+                      what, qkv_kernel_name(kern), cached ? " cached" : "", qkv_attn_isa(), h, i,
+                      got < 4 ? row_class_names[got] : "mixed", ref < 4 ? row_class_names[ref] : "mixed",
+                      row_class_names[want[h][i]]);
+                if (got != ROW_FINITE || want[h][i] != ROW_FINITE) continue;
+                /* flash-bf16 rounds Q and p to bf16: its own bound (check_bf16dot); 1e-2 covers it here */
+                const double tol = kern == QKV_KERNEL_FLASH_BF16 ? 1e-2 : 1e-5;
+                for (int e = 0; e < NF_D; e++) {
+                    const float a = o[row * NF_D + e], b = o_ref[row * NF_D + e];
+                    CHECK(fabsf(a - b) <= tol * (1 + fabsf(b)), "%s %s head %d row %d O[%d] %g, reference %g", what,
+                          qkv_kernel_name(kern), h, i, e, a, b);
+                }
+                CHECK(fabsf(lse[row] - lse_ref[row]) <= tol * (1 + fabsf(lse_ref[row])),
+                      "%s %s head %d row %d LSE %g, reference %g", what, qkv_kernel_name(kern), h, i, lse[row],
+                      lse_ref[row]);
+            }
+    }
+    qkv_kv_cache_free(c);
+}
+
+static void fill_row(float *x, float value) {
+    for (int e = 0; e < NF_D; e++) x[e] = value;
+}
+
+static void non_finite_cases(void) {
+    test_rng r = {17};
+    float q[NF_HQ * NF_L * NF_D], k[NF_HKV * NF_L * NF_D], v[NF_HKV * NF_L * NF_D];
+#define Q(h, i) (q + ((size_t)(h) * NF_L + (i)) * NF_D)
+#define K(j) (k + (size_t)(j) * NF_D)
+    /* A: key 0 excluded, so row 0 sees nothing; a NaN in one query; a score
+     * overflowing to +inf (q = k = 1e30); huge finite scores (q = 1e30 against
+     * ordinary keys, ordinary queries against k = 1e30) */
+    test_fill_normal(q, sizeof q / sizeof q[0], &r, 1);
+    test_fill_normal(k, sizeof k / sizeof k[0], &r, 1);
+    test_fill_normal(v, sizeof v / sizeof v[0], &r, 1);
+    Q(0, 1)[5] = NAN;
+    fill_row(Q(0, 2), 1e30f), fill_row(Q(1, 2), 1e30f);
+    fill_row(K(3), 1e30f);
+    fill_row(Q(0, 4), 1e30f), fill_row(Q(1, 4), 1e30f);
+    const int excl[1] = {0};
+    const row_class want_a[NF_HQ][NF_L] = {
+        {ROW_MASKED, ROW_NAN, ROW_FINITE, ROW_FINITE, ROW_NAN, ROW_FINITE},
+        {ROW_MASKED, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_NAN, ROW_FINITE}};
+    check_non_finite("NaN, 1e30, masked", q, k, v, excl, 1, want_a);
+    /* B: every key at -1e30 but key 4 at FLT_MAX: row 2 (q = 1e30) scores -inf on
+     * every key it sees; row 5 (q = FLT_MAX) meets +inf; row 4 (q = 0) scores 0 */
+    test_fill_normal(q, sizeof q / sizeof q[0], &r, 1);
+    for (int j = 0; j < NF_L; j++) fill_row(K(j), j == 4 ? FLT_MAX : -1e30f);
+    for (int h = 0; h < NF_HQ; h++) fill_row(Q(h, 2), 1e30f), fill_row(Q(h, 4), 0), fill_row(Q(h, 5), FLT_MAX);
+    const row_class want_b[NF_HQ][NF_L] = {
+        {ROW_FINITE, ROW_FINITE, ROW_NEG_INF, ROW_FINITE, ROW_FINITE, ROW_NAN},
+        {ROW_FINITE, ROW_FINITE, ROW_NEG_INF, ROW_FINITE, ROW_FINITE, ROW_NAN}};
+    check_non_finite("-inf scores, FLT_MAX", q, k, v, NULL, 0, want_b);
+#undef Q
+#undef K
+}
+
+TEST(non_finite_inputs_one_behaviour_in_every_kernel) { for_each_isa(non_finite_cases); }

@@ -5,7 +5,9 @@
  * loop on its chunk, and the partial results are merged by their LSE:
  *   M = max_s m_s,  l = sum_s l_s exp(m_s - M),  O = sum_s acc_s exp(m_s - M) / l,
  *   LSE = M + log l   (Dao et al., "Flash-Decoding for long-context inference", 2023).
- * A split that saw no visible key has l_s = 0 and m_s = -inf and drops out.
+ * A split that saw no visible key has l_s = 0 and m_s = -inf and drops out;
+ * whether a row is fully masked is decided by its mask, not by M (qkv.h,
+ * "Non-finite numbers").
  */
 #include "attn/internal.h"
 
@@ -124,7 +126,9 @@ void attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, att
             float M = -INFINITY;
             for (int s = 0; s < n_split; s++) M = fmaxf(M, first[(size_t)s * rows_max * stride]);
             float *out = o + row * D;
-            if (M == -INFINITY) {
+            /* masked only when the row sees no key: a visible key scoring -inf
+             * leaves M = -inf too (then l = 0 and O = 0/0 = NaN, IEEE) */
+            if (!attn_row_sees_any(P->mask, &P->ex, P->kv_len, P->kv_len - Lq + i)) {
                 memset(out, 0, (size_t)D * sizeof(float));
                 if (lse) lse[row] = -INFINITY;
                 continue;
@@ -133,7 +137,7 @@ void attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, att
             for (int d = 0; d < D; d++) out[d] = 0;
             for (int s = 0; s < n_split; s++) {
                 const float *p = first + (size_t)s * rows_max * stride;
-                if (p[1] == 0) continue;
+                if (p[1] == 0) continue; /* a split without a key of nonzero weight */
                 float w = expf(p[0] - M);
                 l += p[1] * w;
                 for (int d = 0; d < D; d++) out[d] += p[2 + d] * w;

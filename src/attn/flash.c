@@ -30,18 +30,23 @@ static void block_shape(int G, int q_len, int *nh, int *nq) {
     *nq = n < q_len ? n : q_len;
 }
 
-/* Writes O = acc / l and LSE = m + log l for the rows of a finished block. */
+/* Writes O = acc / l and LSE = m + log l for the rows of a finished block,
+ * in IEEE arithmetic (qkv.h, "Non-finite numbers"): l is NaN after a NaN or
+ * +inf score and 0 when every visible key scored -inf, and both propagate.
+ * Only a row that sees no key at all is written as masked: O = 0, LSE = -inf. */
 static void write_rows(float *o, float *lse, const attn_problem *P, const attn_rows *rows,
                        const attn_scratch *ws) {
     const int D = P->head_dim;
-    for (int hl = 0; hl < rows->nh; hl++) {
-        int h = rows->kvh * P->group + rows->h0 + hl;
-        for (int t = 0; t < rows->nq; t++) {
+    for (int t = 0; t < rows->nq; t++) {
+        const int i = rows->i0 + t;
+        const int sees = attn_row_sees_any(P->mask, &P->ex, P->kv_len, P->kv_len - P->q_len + i);
+        for (int hl = 0; hl < rows->nh; hl++) {
+            int h = rows->kvh * P->group + rows->h0 + hl;
             int r = hl * rows->nq + t;
-            size_t row = (size_t)h * P->q_len + rows->i0 + t;
+            size_t row = (size_t)h * P->q_len + i;
             float l = ws->l[r];
             float *out = o + row * D;
-            if (l > 0) {
+            if (sees) {
                 float inv = 1.0f / l;
                 const float *acc = ws->acc + (size_t)r * P->ld;
                 for (int d = 0; d < D; d++) out[d] = acc[d] * inv;

@@ -40,6 +40,12 @@ static inline int attn_excl_has(const attn_excl *ex, int j) {
 
 /* Visibility by the mask kind's rule for absolute row position p (no exclusions). */
 int attn_rule_visible(const qkv_mask *m, int p, int j);
+/* 1 if the row at absolute position p sees at least one of keys [0, kv_len)
+ * by the rule and the exclusions: the one test of a fully masked row, which
+ * the scores cannot give (a visible key may score -inf, or NaN). Each of the
+ * rule's intervals is walked from its start past excluded keys only, so the
+ * cost is at most the number of exclusions. */
+int attn_row_sees_any(const qkv_mask *m, const attn_excl *ex, int kv_len, int p);
 /* One past the last key any row up to position p_last can see. */
 int attn_key_end(const qkv_mask *m, int kv_len, int p_last);
 /* Rows at positions [p0, p1] against keys [j0, j1). */

@@ -38,6 +38,27 @@ static int rule_visible(const qkv_mask *m, int p, int j) {
     return 0;
 }
 
+/* 1 if some key of [lo, hi] (clipped to [0, kv_len)) is not excluded. */
+static int interval_sees(const attn_excl *ex, int kv_len, int lo, int hi) {
+    if (lo < 0) lo = 0;
+    if (hi > kv_len - 1) hi = kv_len - 1;
+    for (int j = lo; j <= hi; j++)
+        if (!attn_excl_has(ex, j)) return 1;
+    return 0;
+}
+
+int attn_row_sees_any(const qkv_mask *m, const attn_excl *ex, int kv_len, int p) {
+    switch (m->kind) {
+    case QKV_MASK_NONE: return interval_sees(ex, kv_len, 0, kv_len - 1);
+    case QKV_MASK_CAUSAL: return interval_sees(ex, kv_len, 0, p);
+    case QKV_MASK_WINDOW: return interval_sees(ex, kv_len, p - m->window + 1, p);
+    case QKV_MASK_SINK_WINDOW:
+        return interval_sees(ex, kv_len, 0, (m->sinks - 1 < p ? m->sinks - 1 : p)) ||
+               interval_sees(ex, kv_len, p - m->window + 1, p);
+    }
+    return 0;
+}
+
 int attn_key_end(const qkv_mask *m, int kv_len, int p_last) {
     if (m->kind == QKV_MASK_NONE) return kv_len;
     int e = p_last + 1;

@@ -10,6 +10,7 @@
  */
 #include "attn/internal.h"
 
+#include <float.h>
 #include <math.h>
 
 static double kv_at(const void *base, qkv_dtype t, int64_t i) {
@@ -46,39 +47,49 @@ static void reference_head(void *ctx, int64_t item, int thread) {
     for (int i = 0; i < Lq; i++) {
         const float *qi = q + ((size_t)h * Lq + i) * D;
         double *s = scores + ((size_t)h * Lq + i) * Lk;
-        /* scores, masked to -inf */
+        /* scores, masked to -inf; a score beyond the float range is the
+         * +-inf the float kernels compute (qkv.h, "Non-finite numbers") */
+        int n_visible = 0;
         for (int j = 0; j < Lk; j++) {
             if (!qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
                 s[j] = -INFINITY;
                 continue;
             }
+            n_visible++;
             double dot = 0;
             for (int e = 0; e < D; e++) dot += (double)qi[e] * kv_at(k, P.kv_dtype, kv_off + (int64_t)j * D + e);
             s[j] = dot * scale;
+            if (fabs(s[j]) > FLT_MAX) s[j] = s[j] > 0 ? INFINITY : -INFINITY;
         }
-        /* pass 1: max */
-        double mx = -INFINITY;
-        for (int j = 0; j < Lk; j++) mx = s[j] > mx ? s[j] : mx;
         float *oi = o + ((size_t)h * Lq + i) * D;
         float *wi = weights ? weights + ((size_t)h * Lq + i) * Lk : NULL;
-        if (mx == -INFINITY) { /* fully masked row: O = 0, LSE = -inf */
+        if (n_visible == 0) { /* fully masked row: O = 0, LSE = -inf */
             for (int e = 0; e < D; e++) oi[e] = 0;
             if (wi)
                 for (int j = 0; j < Lk; j++) wi[j] = 0;
             if (lse) lse[(size_t)h * Lq + i] = -INFINITY;
             continue;
         }
-        /* pass 2: exp and sum */
+        /* pass 1: max; a NaN score makes it NaN */
+        double mx = -INFINITY;
+        for (int j = 0; j < Lk && !isnan(mx); j++) mx = isnan(s[j]) || s[j] > mx ? s[j] : mx;
+        /* pass 2: exp and sum; when every visible score is -inf, subtract 0
+         * (as the tiled kernels do): sum = 0, O = 0/0 = NaN, LSE = -inf */
+        const double shift = mx == -INFINITY ? 0 : mx;
         double sum = 0;
         for (int j = 0; j < Lk; j++) {
-            s[j] = s[j] == -INFINITY ? 0 : exp(s[j] - mx);
+            s[j] = exp(s[j] - shift); /* masked: exp(-inf) = 0 */
             sum += s[j];
         }
-        /* pass 3: normalise, then O = P V */
+        /* pass 3: normalise, then O = P V over the visible keys (a masked
+         * key's V never enters; a visible key's does, even at weight 0) */
         for (int j = 0; j < Lk; j++) s[j] /= sum;
         double acc[QKV_HEAD_DIM_MAX] = {0};
         for (int j = 0; j < Lk; j++) {
-            if (s[j] == 0) continue;
+            if (!qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
+                s[j] = 0;
+                continue;
+            }
             for (int e = 0; e < D; e++) acc[e] += s[j] * kv_at(v, P.kv_dtype, kv_off + (int64_t)j * D + e);
         }
         for (int e = 0; e < D; e++) oi[e] = (float)acc[e];

@@ -135,11 +135,12 @@ INLINE float vhsum(vf a) {
  * by vscalefps. x is clamped at -138 (t = -200), where vscalefps underflows to
  * exactly 0: so -inf (a masked key) gives exactly 0, and x in (-138, -87) the
  * subnormal values expf gives. Error: the rounding of t adds |x| 2^-24
- * relative, which only matters where exp(x) is tiny. 11 instructions. */
+ * relative, which only matters where exp(x) is tiny. A NaN stays NaN (a NaN
+ * score makes its row NaN, qkv.h). 11 instructions. */
 INLINE vf vexp(vf x) {
     __m512 xv;
     memcpy(&xv, &x, sizeof xv);
-    xv = _mm512_max_ps(xv, _mm512_set1_ps(-138.0f));
+    xv = _mm512_max_ps(_mm512_set1_ps(-138.0f), xv); /* this order keeps a NaN (maxps returns its 2nd operand) */
     __m512 t = _mm512_mul_ps(xv, _mm512_set1_ps(1.44269504088896341f));
     __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* t - round(t) */
     __m512 n = _mm512_sub_ps(t, f);
@@ -157,10 +158,12 @@ INLINE vf vexp(vf x) {
 }
 #else
 /* exp(x) for x <= 0 (scores minus their running max), Cephes polynomial,
- * ~2 ulp; exactly 0 below -87.3 (and for -inf), where expf is subnormal. */
+ * ~2 ulp; exactly 0 below -87.3 (and for -inf), where expf is subnormal; a
+ * NaN stays NaN (a NaN score makes its row NaN, qkv.h). */
 INLINE vf vexp(vf x) {
     const vf lo = vset1(-87.3f);
-    vi keep = x >= lo;
+    const vf x0 = x;
+    vi under = x < lo; /* false for NaN */
     x = vmax(x, lo);
     vf t = x * 1.44269504088896341f;
     vf n = (t + 12582912.0f) - 12582912.0f; /* round to nearest */
@@ -176,7 +179,7 @@ INLINE vf vexp(vf x) {
     vi e = (__builtin_convertvector(n, vi) + 127) << 23;
     vf scale;
     memcpy(&scale, &e, sizeof scale);
-    return vselect(keep, p * scale, vset1(0));
+    return vselect(under, vset1(0), p * scale + (x0 - x0)); /* x0 - x0: 0, or NaN for a NaN */
 }
 #endif
 

@@ -1,8 +1,8 @@
 /*
- * npy.c — reading and writing NumPy .npy files (format versions 1.0, 2.0,
- * 3.0): little-endian float32, int32 and int64 in C order. Everything in the
- * header is checked against the file before the data is read; writes go to a
- * temporary file renamed into place, so a failure leaves no partial output.
+ * npy.c — reading NumPy .npy files (format versions 1.0, 2.0, 3.0):
+ * little-endian float32, int32 and int64 in C order. Everything in the
+ * header is checked against the file before the data is read. Writing is
+ * npy_writer.c's.
  */
 #include "qkv.h"
 #include "util/error.h"
@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 /* Finds 'key': in the header dict and returns a pointer just past the colon. */
 static const char *dict_value(const char *hdr, const char *key) {
@@ -142,41 +141,4 @@ done:
 void qkv_npy_free(qkv_npy *a) {
     free(a->data);
     a->data = NULL;
-}
-
-qkv_status qkv_npy_save_f32(const char *path, const float *data, int ndim, const int64_t *shape,
-                            qkv_error *err) {
-    if (ndim < 0 || ndim > QKV_NPY_MAX_DIMS)
-        return qkv_fail(err, QKV_ERR_INVALID, "%s: cannot write %d dimensions", path, ndim);
-    char dict[512];
-    int len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
-    int64_t count = 1;
-    for (int i = 0; i < ndim; i++) {
-        len += snprintf(dict + len, sizeof dict - (size_t)len, "%lld,%s", (long long)shape[i],
-                        (i + 1 < ndim) ? " " : "");
-        count *= shape[i];
-    }
-    len += snprintf(dict + len, sizeof dict - (size_t)len, "), }");
-    /* pad so that the data starts at a multiple of 64, header ends with '\n' */
-    int total = 10 + len + 1;
-    int pad = (64 - total % 64) % 64;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, 0, 0};
-    int hlen = len + pad + 1;
-    pre[8] = (unsigned char)(hlen & 0xff);
-    pre[9] = (unsigned char)(hlen >> 8);
-    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)len, f) == (size_t)len;
-    for (int i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
-    ok = ok && fputc('\n', f) != EOF;
-    ok = ok && fwrite(data, sizeof(float), (size_t)count, f) == (size_t)count;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", path, strerror(e));
-    }
-    return QKV_OK;
 }

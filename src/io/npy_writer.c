@@ -1,8 +1,10 @@
 /*
- * npy_writer.c — a float32 .npy written as it is produced (attention maps too
- * large to hold): the header carries the full shape, the elements follow in
- * C order. The data goes to path.tmp.PID and is renamed to path only when
- * close has seen every element, so an interrupted run leaves no partial file.
+ * npy_writer.c — the one .npy writer: float32, format 1.0, C order. The
+ * header carries the full shape and the elements follow as they are put, so
+ * arrays too large to hold (attention maps) stream to disk; qkv_npy_save_f32
+ * is open + one put + close. The file at path is written in place and
+ * removed on any failure (no partial file); keeping a previous file until a
+ * write has succeeded is the caller's (qkv's CLI: cli/outputs.c).
  */
 #include "qkv.h"
 #include "util/error.h"
@@ -15,13 +17,13 @@
 
 struct qkv_npy_writer {
     FILE *f;
-    char *path, *tmp;
+    char *path;
     int64_t count, written;
 };
 
 qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim, const int64_t *shape,
                                qkv_error *err) {
-    if (!out || !path) return qkv_fail(err, QKV_ERR_INVALID, "npy writer: NULL argument");
+    if (!out || !path || (ndim > 0 && !shape)) return qkv_fail(err, QKV_ERR_INVALID, "npy writer: NULL argument");
     *out = NULL;
     if (ndim < 0 || ndim > QKV_NPY_MAX_DIMS)
         return qkv_fail(err, QKV_ERR_INVALID, "%s: cannot write %d dimensions", path, ndim);
@@ -29,7 +31,10 @@ qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim,
     int len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
     int64_t count = 1;
     for (int i = 0; i < ndim; i++) {
-        if (shape[i] < 0) return qkv_fail(err, QKV_ERR_INVALID, "%s: negative dimension", path);
+        if (shape[i] < 0)
+            return qkv_fail(err, QKV_ERR_INVALID, "%s: dimension %d is negative (%lld)", path, i, (long long)shape[i]);
+        if (shape[i] && count > INT64_MAX / 4 / shape[i])
+            return qkv_fail(err, QKV_ERR_INVALID, "%s: shape holds more elements than a file can", path);
         len += snprintf(dict + len, sizeof dict - (size_t)len, "%lld,%s", (long long)shape[i],
                         (i + 1 < ndim) ? " " : "");
         count *= shape[i];
@@ -39,15 +44,14 @@ qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim,
     const int pad = (64 - (10 + len + 1) % 64) % 64, hlen = len + pad + 1;
     qkv_npy_writer *w = calloc(1, sizeof *w);
     size_t plen = strlen(path);
-    if (w) w->path = malloc(plen + 1), w->tmp = malloc(plen + 32);
-    if (!w || !w->path || !w->tmp) {
+    if (w) w->path = malloc(plen + 1);
+    if (!w || !w->path) {
         qkv_npy_writer_abort(w);
         return qkv_fail(err, QKV_ERR_NOMEM, "npy writer: out of memory");
     }
     memcpy(w->path, path, plen + 1);
-    snprintf(w->tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
     w->count = count;
-    w->f = fopen(w->tmp, "wb");
+    w->f = fopen(w->path, "wb");
     if (!w->f) {
         qkv_status st = qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         qkv_npy_writer_abort(w);
@@ -83,13 +87,14 @@ qkv_status qkv_npy_writer_close(qkv_npy_writer *w, qkv_error *err) {
     if (w->written != w->count)
         st = qkv_fail(err, QKV_ERR_INVALID, "%s: %lld of %lld elements written; file not kept", w->path,
                       (long long)w->written, (long long)w->count);
-    int closed = fclose(w->f) == 0;
+    const int flushed = fflush(w->f) == 0 && !ferror(w->f);
+    const int e = errno;
+    const int closed = fclose(w->f) == 0;
     w->f = NULL;
-    if (!st && (!closed || rename(w->tmp, w->path) != 0))
-        st = qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", w->path, strerror(errno));
-    if (st) unlink(w->tmp);
+    if (!st && (!flushed || !closed))
+        st = qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", w->path, strerror(flushed ? errno : e));
+    if (st) unlink(w->path);
     free(w->path);
-    free(w->tmp);
     free(w);
     return st;
 }
@@ -98,9 +103,20 @@ void qkv_npy_writer_abort(qkv_npy_writer *w) {
     if (!w) return;
     if (w->f) {
         fclose(w->f);
-        unlink(w->tmp);
+        unlink(w->path);
     }
     free(w->path);
-    free(w->tmp);
     free(w);
+}
+
+qkv_status qkv_npy_save_f32(const char *path, const float *data, int ndim, const int64_t *shape,
+                            qkv_error *err) {
+    qkv_npy_writer *w;
+    qkv_status st = qkv_npy_writer_open(&w, path, ndim, shape, err);
+    if (st) return st;
+    if ((st = qkv_npy_writer_put(w, data, w->count, err))) {
+        qkv_npy_writer_abort(w);
+        return st;
+    }
+    return qkv_npy_writer_close(w, err);
 }

@@ -33,25 +33,28 @@ static int append(char **buf, size_t *len, size_t *cap, const char *a, const cha
     return 0;
 }
 
-/* The default system text a ChatML template inserts, or NULL. The template
- * writes it as a literal: '<|im_start|>system\\n' TEXT '<|im_end|>\\n' where
- * \\n is spelled as a backslash-n escape or a real newline. */
-static char *chatml_default_system(const char *tmpl) {
+/* The default system text a ChatML template inserts, into *out (malloc'd;
+ * NULL when the template has none). The template writes it as a literal:
+ * '<|im_start|>system\\n' TEXT '<|im_end|>\\n' where \\n is spelled as a
+ * backslash-n escape or a real newline. 0, or -1 when out of memory. */
+static int chatml_default_system(char **out, const char *tmpl) {
+    *out = NULL;
     const char *mark = "<|im_start|>system";
     const char *p = strstr(tmpl, mark);
-    if (!p) return NULL;
+    if (!p) return 0;
     p += strlen(mark);
     if (p[0] == '\\' && p[1] == 'n') p += 2;
     else if (p[0] == '\n') p += 1;
-    else return NULL;
+    else return 0;
     const char *e = strstr(p, "<|im_end|>");
     if (!e || memchr(p, '\'', (size_t)(e - p)) || memchr(p, '"', (size_t)(e - p)) || memchr(p, '{', (size_t)(e - p)))
-        return NULL; /* not a plain literal: the template computes it */
+        return 0; /* not a plain literal: the template computes it */
     char *s = malloc((size_t)(e - p) + 1);
-    if (!s) return NULL;
+    if (!s) return -1;
     memcpy(s, p, (size_t)(e - p));
     s[e - p] = 0;
-    return s;
+    *out = s;
+    return 0;
 }
 
 qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
@@ -67,7 +70,8 @@ qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, co
     size_t len = 0, cap = 0;
     int bad = 0;
     if (strstr(tmpl, "<|im_start|>")) {
-        char *dflt = system ? NULL : chatml_default_system(tmpl);
+        char *dflt = NULL;
+        if (!system && chatml_default_system(&dflt, tmpl)) return qkv_fail(err, QKV_ERR_NOMEM, "chat: out of memory");
         const char *sys = system ? system : dflt;
         if (sys) bad |= append(&buf, &len, &cap, "<|im_start|>system\n", sys, "<|im_end|>\n");
         bad |= append(&buf, &len, &cap, "<|im_start|>user\n", user, "<|im_end|>\n");

@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 typedef struct {
     const qkv_gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
@@ -143,12 +145,36 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
     return QKV_OK;
 }
 
+/* The memory an allocation may take: physical memory, or less under
+ * RLIMIT_AS / RLIMIT_DATA (ulimit -v, -d). */
+static double memory_bytes(void) {
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    static const int limits[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        struct rlimit r;
+        if (getrlimit(limits[i], &r) == 0 && r.rlim_cur != RLIM_INFINITY && (double)r.rlim_cur < have)
+            have = (double)r.rlim_cur;
+    }
+    return have;
+}
+
 static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error *err) {
     const qkv_model_config *c = &m->cfg;
     const size_t N = (size_t)m->n_ctx, E = (size_t)c->n_embd, QD = (size_t)c->n_head * c->head_dim,
                  KD = (size_t)c->n_kv_head * c->head_dim, F = (size_t)c->n_ff;
     size_t max_cols = E > QD ? E : QD;
     if (F > max_cols) max_cols = F;
+    /* what the buffers below and the KV cache take, checked before any of them
+     * is allocated (in doubles: no size_t product can wrap here) */
+    const double need = 4.0 * N * (2.0 * E + 4.0 * QD + 4.0 * KD + c->n_head + 2.0 * F) + 8.0 * N +
+                        4.0 * m->n_threads * MATMUL_ROWS * max_cols +
+                        2.0 * c->n_layer * N * KD * qkv_dtype_size(p->kv_dtype);
+    const double have = memory_bytes();
+    if (need > have)
+        return qkv_fail(err, QKV_ERR_TOO_LARGE,
+                        "model: a context of %d positions needs %.0f bytes (%.1f GiB) of run state and KV cache, "
+                        "more than the %.1f GiB of memory there is",
+                        m->n_ctx, need, need / (1 << 30), have / (1 << 30));
     m->x = malloc(N * E * 4);
     m->h = malloc(N * E * 4);
     m->q = malloc(N * QD * 4);

@@ -37,47 +37,29 @@ void qkv_ablate_effect_of(qkv_ablate_effect *e, const float *full_logits, const 
     e->top = probe_argmax(logits, n_vocab);
 }
 
-typedef struct {
-    double v;
-    int i;
-} ranked;
-static int by_value(const void *a, const void *b) {
-    const double x = ((const ranked *)a)->v, y = ((const ranked *)b)->v;
-    return x < y ? -1 : x > y;
-}
-
-/* r[n] <- the ranks of x (1-based; ties share their mean rank). s: [n] scratch. */
-static void ranks(double *r, ranked *s, const double *x, int n) {
-    for (int i = 0; i < n; i++) s[i] = (ranked){.v = x[i], .i = i};
-    qsort(s, (size_t)n, sizeof *s, by_value);
-    for (int i = 0; i < n;) {
-        int e = i + 1;
-        while (e < n && s[e].v == s[i].v) e++;
-        for (int t = i; t < e; t++) r[s[t].i] = 0.5 * (i + e - 1) + 1;
-        i = e;
+/* The rank of x[i] among x[0..n) (1-based; ties share their mean rank), by
+ * counting: O(n) per rank and no memory, so qkv_spearman has no failure to
+ * hide (n is a prompt's length: n^2 is small beside the n forward runs). */
+static double rank_of(const double *x, int n, int i) {
+    int below = 0, equal = 0;
+    for (int j = 0; j < n; j++) {
+        below += x[j] < x[i];
+        equal += x[j] == x[i];
     }
+    return below + 0.5 * (equal + 1);
 }
 
 double qkv_spearman(const double *x, const double *y, int n) {
     if (n < 2) return NAN;
-    double *rx = malloc((size_t)n * sizeof *rx), *ry = malloc((size_t)n * sizeof *ry);
-    ranked *idx = malloc((size_t)n * sizeof *idx);
-    double rho = NAN;
-    if (rx && ry && idx) {
-        ranks(rx, idx, x, n);
-        ranks(ry, idx, y, n);
-        double sx = 0, sy = 0, sxy = 0, mean = 0.5 * (n + 1);
-        for (int i = 0; i < n; i++) {
-            sx += (rx[i] - mean) * (rx[i] - mean);
-            sy += (ry[i] - mean) * (ry[i] - mean);
-            sxy += (rx[i] - mean) * (ry[i] - mean);
-        }
-        if (sx > 0 && sy > 0) rho = sxy / sqrt(sx * sy);
+    double sx = 0, sy = 0, sxy = 0;
+    const double mean = 0.5 * (n + 1);
+    for (int i = 0; i < n; i++) {
+        const double rx = rank_of(x, n, i) - mean, ry = rank_of(y, n, i) - mean;
+        sx += rx * rx;
+        sy += ry * ry;
+        sxy += rx * ry;
     }
-    free(rx);
-    free(ry);
-    free(idx);
-    return rho;
+    return sx > 0 && sy > 0 ? sxy / sqrt(sx * sy) : NAN;
 }
 
 /* ------------------------------------------------- the last row's weights */
