@@ -49,9 +49,14 @@ LIB_SRC    := $(sort $(wildcard src/*/*.c))
 RENDER_SRC := $(sort $(wildcard render/*.c render/*.S))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/*.c))
+ifeq ($(NATIVE),1)
+# valgrind's virtual CPU has no AVX-512: a -march=native binary may not run under it
+TEST_SRC   := $(filter-out tests/test_valgrind.c,$(TEST_SRC))
+endif
 ifeq ($(SANITIZE),1)
-# ASan owns malloc: the allocation counter uses its hooks instead of replacing it
-TEST_SRC   := $(filter-out tests/alloc_count.c,$(TEST_SRC)) tests/sanitize/alloc_count_hooks.c
+# ASan owns malloc: the allocation counter uses its hooks instead of replacing
+# it; valgrind cannot run an ASan binary, so its test is left out
+TEST_SRC   := $(filter-out tests/alloc_count.c tests/test_valgrind.c,$(TEST_SRC)) tests/sanitize/alloc_count_hooks.c
 endif
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 RENDER_OBJ := $(patsubst %.S,$(BUILD)/%.o,$(RENDER_SRC:%.c=$(BUILD)/%.o))
@@ -117,12 +122,14 @@ $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)
 # this CPU has, scalar included) and the NATIVE=1 build. The runner's last
 # line is "N passed, N failed, N skipped"; its exit status is 0 only when
 # nothing failed and nothing was skipped (QKV_ALLOW_SKIP=1 accepts skips).
+# Then the sanitizer build runs SANITIZE_CI_TESTS (see sanitize below).
 ifeq ($(SANITIZE),1)
 test: sanitize
 else
 test: deps model
 	$(MAKE) check
 	$(MAKE) check NATIVE=1 BUILD=$(BUILD)/native
+	$(MAKE) sanitize TESTS="$(SANITIZE_CI_TESTS)"
 endif
 
 # One configuration's tests. CLI tests run $(BUILD)/qkv.
@@ -132,6 +139,14 @@ check: all
 # make sanitize (= make test SANITIZE=1): the suite once more, built with ASan
 # + UBSan in build/asan; the first error of either stops the test or CLI
 # process that hit it, which fails the run. LeakSanitizer checks every exit.
+# The whole suite takes about 5x its plain time under ASan; `make test` runs
+# this subset instead: every parser (GGUF, model config and load checks,
+# tokenizer, .npy through attend, flags, the fuzz corpora) and every
+# command's bad input and one good run of each (demo, sinks: their parts).
+SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks tokenizer_load_checks tok_ fuzz_replay \
+                     dequant alloc_counter attn_plan_runs sampler_draws bad_input rejects_bad cli_every_command \
+                     cli_one_bos explain_json scaling_is_deterministic cost_model_from_gguf attend_cli_matches \
+                     run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json
 SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
 sanitize: deps model
@@ -167,15 +182,23 @@ clean:
 # (fuzz/corpus/<target>/, made by fuzz/make_corpus.py) and every crash
 # reproducer (fuzz/regress/<target>/). `make fuzz FUZZ_SECONDS=N` builds the
 # targets with clang's libFuzzer, ASan and UBSan (the library recompiled the
-# same way in build/fuzz) and runs each N seconds from its corpus; new inputs
-# go to build/fuzz/corpus/<target>/, a crash to build/fuzz/crash-<target>-*.
+# same way in build/libfuzzer) and runs each N seconds from its corpus; new inputs
+# go to build/libfuzzer/corpus/<target>/, a crash to build/libfuzzer/crash-<target>-*.
 FUZZ_SECONDS ?= 20
-FUZZ_BUILD   := build/fuzz
+FUZZ_BUILD   := build/libfuzzer
 FUZZ_CC      := clang
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_LIBS    := $(FUZZ_BUILD)/cli/flags.o $(FUZZ_BUILD)/cli/util.o $(FUZZ_BUILD)/cli/prompt.o \
                 $(FUZZ_BUILD)/libqkv_render.a $(FUZZ_BUILD)/libqkv.a
 $(BUILD)/fuzz/%.o: ALL_CFLAGS += -Irender -Icli
+ifeq ($(FUZZ_LIB),1)
+# clang ignores GCC's target pragmas: the per-ISA files get their ISA as flags
+ISA_AVX2   := -Wno-unknown-pragmas -mavx2 -mfma -mf16c
+ISA_AVX512 := -Wno-unknown-pragmas -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c
+$(BUILD)/src/attn/tile_avx2.o $(BUILD)/src/model/matmul_avx2.o: ALL_CFLAGS += $(ISA_AVX2)
+$(BUILD)/src/attn/tile_avx512.o $(BUILD)/src/model/matmul_avx512.o: ALL_CFLAGS += $(ISA_AVX512)
+$(BUILD)/src/attn/tile_avx512bf16.o: ALL_CFLAGS += $(ISA_AVX512) -mavx512bf16
+endif
 
 $(BUILD)/fuzz-replay-%: $(BUILD)/fuzz/replay.o $(BUILD)/fuzz/fuzz_%.o $(BUILD)/cli/flags.o $(BUILD)/cli/util.o \
                         $(BUILD)/cli/prompt.o $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
@@ -183,7 +206,7 @@ $(BUILD)/fuzz-replay-%: $(BUILD)/fuzz/replay.o $(BUILD)/fuzz/fuzz_%.o $(BUILD)/c
 
 fuzz: model
 	@FUZZ=1 sh scripts/install-deps.sh
-	$(MAKE) $(FUZZ_LIBS) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) OPT_FLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
+	$(MAKE) $(FUZZ_LIBS) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) FUZZ_LIB=1 OPT_FLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
 	@for t in $(FUZZ_TARGETS); do \
 	    echo "clang fuzz/fuzz_$$t.c"; \
 	    $(FUZZ_CC) $(WARN_FLAGS) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -fopenmp -D_GNU_SOURCE -Iinclude -Isrc -Irender -Icli \

@@ -40,13 +40,8 @@ TEST(fuzz_replay_corpora_and_reproducers) {
         int n_corpus = count_files(corpus), n_regress = count_files(regress);
         CHECK(n_corpus >= 8, "%s: %d seed inputs, want at least 8 (run fuzz/make_corpus.py)", corpus, n_corpus);
         const char *argv[] = {corpus, n_regress >= 0 ? regress : NULL, NULL};
-        /* test_run_cli runs $QKV_BIN: point it at the driver for this call */
-        char *saved = strdup(qkv);
-        setenv("QKV_BIN", bin, 1);
         char *out = NULL, *err = NULL;
-        int rc = test_run_cli(argv, NULL, &out, &err);
-        setenv("QKV_BIN", saved, 1);
-        free(saved);
+        int rc = test_run_program(bin, argv, NULL, &out, &err);
         snprintf(want, sizeof want, "replayed %d inputs", n_corpus + (n_regress > 0 ? n_regress : 0));
         const char *e = err ? err : "";
         size_t elen = strlen(e);
