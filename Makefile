@@ -6,6 +6,12 @@
 # target pragmas and are chosen at run time from CPUID. NATIVE=1 compiles
 # everything for this CPU (-march=native); the binary may then not run on
 # another.
+# SANITIZE=1 (make sanitize): AddressSanitizer + UndefinedBehaviorSanitizer
+# (LeakSanitizer comes with ASan) at -O1, in build/asan.
+SANITIZE ?= 0
+ifeq ($(SANITIZE),1)
+BUILD    ?= build/asan
+endif
 BUILD    ?= build
 CC       ?= cc
 NATIVE   ?= 0
@@ -25,6 +31,12 @@ ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -pthread \
 LDLIBS     := -lm -pthread $(LDFLAGS)
 # OpenMP only in the CLI's roofline loops (qkv bench) and a test's two threads
 OMP_FLAGS  := -fopenmp
+ifeq ($(SANITIZE),1)
+SAN_FLAGS  := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+OPT_FLAGS  := -O1 -g
+ALL_CFLAGS += $(SAN_FLAGS)
+LDLIBS     += $(SAN_FLAGS)
+endif
 # libpng (Debian libpng-dev) encodes `qkv inspect --png`: the renderer only
 RENDER_LIBS := -lpng
 
@@ -39,18 +51,29 @@ LIB_SRC    := $(sort $(wildcard src/*/*.c))
 RENDER_SRC := $(sort $(wildcard render/*.c render/*.S))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
 TEST_SRC   := $(sort $(wildcard tests/*.c))
+ifeq ($(NATIVE),1)
+# valgrind's virtual CPU has no AVX-512: a -march=native binary may not run under it
+TEST_SRC   := $(filter-out tests/test_valgrind.c,$(TEST_SRC))
+endif
+ifeq ($(SANITIZE),1)
+# ASan owns malloc: the allocation counter uses its hooks instead of replacing
+# it; valgrind cannot run an ASan binary, so its test is left out
+TEST_SRC   := $(filter-out tests/alloc_count.c tests/test_valgrind.c,$(TEST_SRC)) tests/sanitize/alloc_count_hooks.c
+endif
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 RENDER_OBJ := $(patsubst %.S,$(BUILD)/%.o,$(RENDER_SRC:%.c=$(BUILD)/%.o))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# fuzz/fuzz_<target>.c: libFuzzer targets (the fuzzing section below)
+FUZZ_TARGETS := chat flags gguf npy tokenizer
 # the roofline loops live beside qkv bench; their test links them, and the
 # allocation-failure sweep (tests/test_alloc_fail_cli.c) runs the commands
 # in-process: every CLI object but main's
 TEST_CLI_OBJ := $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ))
 
-.PHONY: all test check demo clean model deps pytest
+.PHONY: all test check demo clean model deps pytest sanitize fuzz
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
-     $(BUILD)/model_steps
+     $(BUILD)/model_steps $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
 
 # Objects depend on the flags they were compiled with: switching NATIVE=1 in
 # the same build directory recompiles everything.
@@ -105,14 +128,36 @@ $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)
 # this CPU has, scalar included) and the NATIVE=1 build. The runner's last
 # line is "N passed, N failed, N skipped"; its exit status is 0 only when
 # nothing failed and nothing was skipped (QKV_ALLOW_SKIP=1 accepts skips).
+# Then the sanitizer build runs SANITIZE_CI_TESTS (see sanitize below).
+ifeq ($(SANITIZE),1)
+test: sanitize
+else
 test: deps model
 	$(MAKE) check
 	$(MAKE) check NATIVE=1 BUILD=$(BUILD)/native
+	$(MAKE) sanitize TESTS="$(SANITIZE_CI_TESTS)"
 	$(MAKE) pytest
+endif
 
 # One configuration's tests. CLI tests run $(BUILD)/qkv.
 check: all
-	QKV_BIN=$(BUILD)/qkv ./$(BUILD)/qkv-test $(TESTS)
+	$(SAN_ENV) QKV_BIN=$(BUILD)/qkv ./$(BUILD)/qkv-test $(TESTS)
+
+# make sanitize (= make test SANITIZE=1): the suite once more, built with ASan
+# + UBSan in build/asan; the first error of either stops the test or CLI
+# process that hit it, which fails the run. LeakSanitizer checks every exit.
+# The whole suite takes about 5x its plain time under ASan; `make test` runs
+# this subset instead: every parser (GGUF, model config and load checks,
+# tokenizer, .npy through attend, flags, the fuzz corpora) and every
+# command's bad input and one good run of each (demo, sinks: their parts).
+SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks tokenizer_load_checks tok_ fuzz_replay \
+                     dequant alloc_counter attn_plan_runs sampler_draws bad_input rejects_bad cli_every_command \
+                     cli_one_bos explain_json scaling_is_deterministic cost_model_from_gguf attend_cli_matches \
+                     run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json
+SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
+           UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
+sanitize: deps model
+	$(MAKE) check SANITIZE=1 BUILD=$(if $(filter 1,$(SANITIZE)),$(BUILD),$(BUILD)/asan)
 
 # The Python package (pyproject.toml, setup.py): `pip install .` into a venv
 # of its own, then its pytest tests (tests/python), whose last line is also
@@ -147,4 +192,53 @@ deps:
 clean:
 	rm -rf build build-*
 
--include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+# ------------------------------------------------------------------ fuzzing
+# fuzz/fuzz_<target>.c are libFuzzer targets. Replay: each is linked with
+# fuzz/replay.c by the ordinary compiler as $(BUILD)/fuzz-replay-<target>,
+# through which tests/test_fuzz_replay.c feeds the committed corpora
+# (fuzz/corpus/<target>/, made by fuzz/make_corpus.py) and every crash
+# reproducer (fuzz/regress/<target>/). `make fuzz FUZZ_SECONDS=N` builds the
+# targets with clang's libFuzzer, ASan and UBSan (the library recompiled the
+# same way in build/libfuzzer) and runs each N seconds from its corpus; new inputs
+# go to build/libfuzzer/corpus/<target>/, a crash to build/libfuzzer/crash-<target>-*.
+FUZZ_SECONDS ?= 20
+FUZZ_BUILD   := build/libfuzzer
+FUZZ_CC      := clang
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_LIBS    := $(FUZZ_BUILD)/cli/flags.o $(FUZZ_BUILD)/cli/util.o $(FUZZ_BUILD)/cli/prompt.o \
+                $(FUZZ_BUILD)/libqkv_render.a $(FUZZ_BUILD)/libqkv.a
+$(BUILD)/fuzz/%.o: ALL_CFLAGS += -Irender -Icli
+ifeq ($(FUZZ_LIB),1)
+# the fuzzed code uses no OpenMP (only qkv bench's roofline loops do)
+OMP_FLAGS  :=
+# clang ignores GCC's target pragmas: the per-ISA files get their ISA as flags
+ISA_AVX2   := -Wno-unknown-pragmas -mavx2 -mfma -mf16c
+ISA_AVX512 := -Wno-unknown-pragmas -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c
+$(BUILD)/src/attn/tile_avx2.o $(BUILD)/src/model/matmul_avx2.o: ALL_CFLAGS += $(ISA_AVX2)
+$(BUILD)/src/attn/tile_avx512.o $(BUILD)/src/model/matmul_avx512.o: ALL_CFLAGS += $(ISA_AVX512)
+$(BUILD)/src/attn/tile_avx512bf16.o: ALL_CFLAGS += $(ISA_AVX512) -mavx512bf16
+endif
+
+$(BUILD)/fuzz-replay-%: $(BUILD)/fuzz/replay.o $(BUILD)/fuzz/fuzz_%.o $(BUILD)/cli/flags.o $(BUILD)/cli/util.o \
+                        $(BUILD)/cli/prompt.o $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
+	$(CC) -o $@ $^ $(RENDER_LIBS) $(LDLIBS)
+
+fuzz: model
+	@FUZZ=1 sh scripts/install-deps.sh
+	$(MAKE) $(FUZZ_LIBS) CC=$(FUZZ_CC) BUILD=$(FUZZ_BUILD) FUZZ_LIB=1 OPT_FLAGS="-O1 -g -fsanitize=fuzzer-no-link $(FUZZ_SAN)"
+	@for t in $(FUZZ_TARGETS); do \
+	    echo "clang fuzz/fuzz_$$t.c"; \
+	    $(FUZZ_CC) $(WARN_FLAGS) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -pthread -D_GNU_SOURCE -Iinclude -Isrc -Irender -Icli \
+	        fuzz/fuzz_$$t.c $(FUZZ_LIBS) $(RENDER_LIBS) -lm -o $(FUZZ_BUILD)/fuzz-$$t || exit 1; \
+	done
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \
+	    echo "fuzz $$t: $(FUZZ_SECONDS) s"; \
+	    $(FUZZ_BUILD)/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -close_fd_mask=1 -rss_limit_mb=2048 -max_len=65536 \
+	        -artifact_prefix=$(FUZZ_BUILD)/crash-$$t- $(FUZZ_BUILD)/corpus/$$t fuzz/corpus/$$t \
+	        > $(FUZZ_BUILD)/fuzz-$$t.log 2>&1 || { tail -40 $(FUZZ_BUILD)/fuzz-$$t.log; exit 1; }; \
+	    tail -1 $(FUZZ_BUILD)/fuzz-$$t.log; \
+	done
+
+-include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) \
+         $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%.d) $(BUILD)/fuzz/replay.d

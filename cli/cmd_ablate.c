@@ -104,8 +104,8 @@ typedef struct {
 /* Attention (mean bars, max ticks) and KL per position, tokens below; 0 or 2. */
 static int plot_positions(FILE *f, const report *r) {
     const int n = r->n;
-    double *mean = malloc((size_t)n * sizeof(double)), *mx = malloc((size_t)n * sizeof(double)),
-           *kl = malloc((size_t)n * sizeof(double));
+    double *mean = calloc((size_t)n, sizeof(double)), *mx = calloc((size_t)n, sizeof(double)),
+           *kl = calloc((size_t)n, sizeof(double));
     if (!mean || !mx || !kl) {
         free(mean), free(mx), free(kl);
         return cli_fail("out of memory");

@@ -89,7 +89,7 @@ static int run_variant(variant *v, const char *model, const int32_t *ids, int n,
     qkv_model *m = NULL;
     const qkv_model_params mp = {.n_ctx = qkv_stream_rows(&v->p, n), .kv_dtype = dtype, .n_threads = threads};
     if (qkv_model_open(&m, model, &mp, &err)) return cli_model_fail(&err, model);
-    const qkv_model_config *c = qkv_model_get_config(m);
+    const qkv_model_config c = *qkv_model_get_config(m); /* a copy: read after the model is closed */
     int rows = 0;
     const double t0 = cli_now_s();
     qkv_status st = qkv_stream_score(v->nll, &rows, m, ids, n, &v->p, &err);
@@ -100,7 +100,7 @@ static int run_variant(variant *v, const char *model, const int32_t *ids, int n,
     for (int t = 0; t < n - 1; t++) s += v->nll[t];
     v->ppl = exp(s / (n - 1));
     v->tokens_per_s = (n - 1) / (dt > 0 ? dt : 1e-9);
-    v->kv_bytes = (int64_t)rows * c->n_layer * 2 * c->n_kv_head * c->head_dim * (int64_t)qkv_dtype_size(dtype);
+    v->kv_bytes = (int64_t)rows * c.n_layer * 2 * c.n_kv_head * c.head_dim * (int64_t)qkv_dtype_size(dtype);
     return 0;
 }
 

@@ -650,8 +650,9 @@ typedef struct {
  * other than "none", head_dim outside [16, 256] or odd); QKV_ERR_FORMAT for
  * a missing required key, a value out of range, heads not a multiple of KV
  * heads, or no vocabulary (token_embd.weight's rows, else the length of
- * tokenizer.ggml.tokens). rope.freq_factors is NULL here: qkv_model_open
- * fills it from rope_freqs.weight. */
+ * tokenizer.ggml.tokens), and when the rows, the token list and
+ * <arch>.vocab_size do not all agree. rope.freq_factors is NULL here:
+ * qkv_model_open fills it from rope_freqs.weight. */
 qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
@@ -675,10 +676,13 @@ typedef struct qkv_model qkv_model;
 typedef int (*qkv_attn_hook)(void *user, int layer, const float *q, const float *lse, int n, int pos0,
                              const qkv_kv_cache *cache, const qkv_attn_desc *desc);
 
-/* Opens the model and allocates, once, the run state and KV cache for
- * p->n_ctx positions. Before allocating, their size is checked against
- * physical memory and RLIMIT_AS / RLIMIT_DATA: a context that cannot fit is
- * QKV_ERR_TOO_LARGE, the message naming the bytes it needs. */
+/* Opens the model at path: qkv_model_config_read, then every weight's shape
+ * and type, and every norm weight finite and every rope_freqs.weight factor
+ * finite and > 0 (QKV_ERR_FORMAT naming the tensor and element otherwise).
+ * Allocates, once, the run state and KV cache for p->n_ctx positions; before
+ * allocating, their size is checked against physical memory and RLIMIT_AS /
+ * RLIMIT_DATA: a context that cannot fit is QKV_ERR_TOO_LARGE, the message
+ * naming the bytes it needs. */
 qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
 void qkv_model_close(qkv_model *m);
 const qkv_model_config *qkv_model_get_config(const qkv_model *m);
@@ -810,8 +814,10 @@ typedef enum {
 
 /* Reads the tokenizer of g. QKV_ERR_FORMAT naming the key when a required key
  * (tokenizer.ggml.model, tokens; merges for "gpt2") is absent, mistyped or
- * inconsistent (ids out of range, array lengths differ, a merge of unknown
- * tokens); QKV_ERR_UNSUPPORTED for another model type or pre-tokenizer name;
+ * inconsistent (more than QKV_MODEL_MAX_VOCAB tokens, any
+ * tokenizer.ggml.*_token_id out of range, a token type outside [0, 6], array
+ * lengths differ, a merge of unknown tokens, a tokenizer.chat_template over
+ * QKV_CHAT_TEMPLATE_MAX bytes); QKV_ERR_UNSUPPORTED for another model type or pre-tokenizer name;
  * QKV_ERR_NOMEM. *out is NULL on failure. */
 qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error *err);
 void qkv_tokenizer_free(qkv_tokenizer *t);   /* NULL is fine */
@@ -893,6 +899,9 @@ qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t 
  *   parse_special set. */
 qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
                            qkv_error *err);
+/* The longest tokenizer.chat_template accepted, in bytes (real ones are a few
+ * KiB); qkv_tokenizer_load and qkv_chat_format refuse a longer one. */
+#define QKV_CHAT_TEMPLATE_MAX (1 << 20)
 
 /* The tokens of a rendered chat (qkv_chat_format's text): control tokens
  * recognised (parse_special), and BOS added as the tokenizer asks when

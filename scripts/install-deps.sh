@@ -7,8 +7,17 @@
 #   python3     drives that browser test (standard library only)
 #   python3-venv, python3-dev  `make pytest` builds the Python package in a venv
 #               (Debian splits ensurepip and Python.h out of python3)
+#   valgrind    the CLI smoke tests under memcheck (tests/test_valgrind.c)
+# and with FUZZ=1 (make fuzz) the libFuzzer toolchain:
+#   clang libclang-rt-14-dev
 set -eu
 need=""
+command -v valgrind >/dev/null 2>&1 || need="$need valgrind"
+if [ "${FUZZ:-0}" = 1 ]; then
+    command -v clang >/dev/null 2>&1 || need="$need clang"
+    [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] ||
+        need="$need libclang-rt-14-dev"
+fi
 [ -f /usr/include/png.h ] || need="$need libpng-dev"
 [ -f /usr/share/unifont/unifont.hex ] || need="$need unifont"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"

@@ -1,6 +1,6 @@
 /*
  * main.c — the test runner: runs every registered TEST (optionally only those
- * whose name contains argv[1]), prints one line per test and ends with
+ * whose name or file contains one of argv[1..]), prints one line per test and ends with
  * "N passed, N failed, N skipped". Exit status 0 only when nothing failed
  * and nothing was skipped (QKV_ALLOW_SKIP=1 lets skips through).
  */
@@ -134,7 +134,10 @@ static char *slurp_fd(int fd) {
 
 int test_run_cli(const char *const *argv, const char *stdin_text, char **out, char **err) {
     const char *bin = getenv("QKV_BIN");
-    if (!bin) bin = "build/qkv";
+    return test_run_program(bin ? bin : "build/qkv", argv, stdin_text, out, err);
+}
+
+int test_run_program(const char *bin, const char *const *argv, const char *stdin_text, char **out, char **err) {
     char outp[600], errp[600], inp[600];
     snprintf(outp, sizeof outp, "%s/.stdout", test_tmpdir());
     snprintf(errp, sizeof errp, "%s/.stderr", test_tmpdir());
@@ -224,13 +227,14 @@ static void make_tmpdir(const char *name) {
 }
 
 int main(int argc, char **argv) {
-    const char *filter = argc > 1 ? argv[1] : NULL;
     const char *allow = getenv("QKV_ALLOW_SKIP");
     const int allow_skip = allow && !strcmp(allow, "1");
     int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < g_n_tests; i++) {
         test_case *t = &g_tests[i];
-        if (filter && !strstr(t->name, filter) && !strstr(t->file, filter)) continue;
+        int selected = argc < 2;
+        for (int k = 1; k < argc && !selected; k++) selected = strstr(t->name, argv[k]) || strstr(t->file, argv[k]);
+        if (!selected) continue;
         g_current = t->name;
         g_failures = 0;
         g_skip_reason[0] = 0;

@@ -107,6 +107,7 @@ TEST(model_config_refuses_hostile_metadata) {
         {{"llama.rope.freq_base", 1, 0, INFINITY}, 0, QKV_ERR_FORMAT, "llama.rope.freq_base = inf is outside"},
         {{"llama.block_count", 0, 0, 0}, 1, QKV_ERR_FORMAT, "missing metadata key llama.block_count"},
         {{"llama.rope.dimension_count", 0, 8, 0}, 0, QKV_ERR_UNSUPPORTED, "partial RoPE (8 of 16 dims)"},
+        {{"llama.vocab_size", 0, 12, 0}, 0, QKV_ERR_FORMAT, "llama.vocab_size = 12, the vocabulary has 10 tokens: they must agree"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qkv_model_config c;

@@ -67,6 +67,8 @@ void test_fill_normal(float *x, size_t n, test_rng *r, float sd);
  * and stderr into malloc'd strings (caller frees). Returns the exit status,
  * or -1 if the process could not be run or was killed by a signal. */
 int test_run_cli(const char *const *argv, const char *stdin_text, char **out, char **err);
+/* The same for any program bin (a path, run without a shell). */
+int test_run_program(const char *bin, const char *const *argv, const char *stdin_text, char **out, char **err);
 
 /* The bad-input contract of every command: runs argv and checks exit status 2,
  * nothing on stdout, exactly one "qkv: " line on stderr containing needle. */

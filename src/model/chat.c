@@ -6,7 +6,7 @@
  *            message is not a system one; its text is read from the template)
  *   Llama-3  <|begin_of_text|><|start_header_id|>role<|end_header_id|>\\n\\ncontent<|eot_id|>
  */
-#include "qkv.h"
+#include "model/internal.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -57,14 +57,24 @@ static int chatml_default_system(char **out, const char *tmpl) {
     return 0;
 }
 
+qkv_status model_chat_template(const char **out, const qkv_gguf *g, qkv_error *err) {
+    static const char key[] = "tokenizer.chat_template";
+    if (qkv_gguf_find_key(g, key) < 0) return qkv_fail(err, QKV_ERR_FORMAT, "%s: no %s", qkv_gguf_path(g), key);
+    size_t len;
+    qkv_status st = qkv_gguf_get_string(out, &len, g, key, err);
+    if (st) return st;
+    if (len > QKV_CHAT_TEMPLATE_MAX)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s is %zu bytes, more than the limit of %d", qkv_gguf_path(g), key,
+                        len, QKV_CHAT_TEMPLATE_MAX);
+    return QKV_OK;
+}
+
 qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
                            qkv_error *err) {
     *out = NULL;
     if (!user) return qkv_fail(err, QKV_ERR_INVALID, "chat: no user text");
-    if (qkv_gguf_find_key(g, "tokenizer.chat_template") < 0)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer.chat_template", qkv_gguf_path(g));
     const char *tmpl;
-    qkv_status st = qkv_gguf_get_string(&tmpl, NULL, g, "tokenizer.chat_template", err);
+    qkv_status st = model_chat_template(&tmpl, g, err);
     if (st) return st;
     char *buf = NULL;
     size_t len = 0, cap = 0;

@@ -96,17 +96,36 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
     /* the vocabulary: rows of the embedding, else the tokenizer's list (a
      * metadata-only file); qkv_model_open checks the weights against it */
     int64_t tid = qkv_gguf_find_tensor(g, "token_embd.weight"), tok = qkv_gguf_find_key(g, "tokenizer.ggml.tokens");
+    int64_t n_vocab = -1; /* -1: unknown */
     if (tid >= 0) {
         const qkv_gguf_tensor *te = qkv_gguf_tensor_info(g, tid);
-        if (te->n_dims != 2 || te->shape[1] != c->n_embd || te->shape[0] > QKV_MODEL_MAX_VOCAB)
+        if (te->n_dims != 2 || te->shape[1] != c->n_embd)
             return qkv_fail(err, QKV_ERR_FORMAT, "%s: token_embd.weight is not [vocab, %d]", qkv_gguf_path(g),
                             c->n_embd);
-        c->n_vocab = (int)te->shape[0];
-    } else if (tok >= 0 && qkv_gguf_arr_len(g, tok) > 0 && qkv_gguf_arr_len(g, tok) <= QKV_MODEL_MAX_VOCAB) {
-        c->n_vocab = (int)qkv_gguf_arr_len(g, tok);
+        n_vocab = te->shape[0];
+        /* the tokenizer's ids index these rows: a shorter list would let the
+         * model produce ids the tokenizer cannot spell */
+        if (tok >= 0 && qkv_gguf_arr_len(g, tok) != (uint64_t)n_vocab)
+            return qkv_fail(err, QKV_ERR_FORMAT,
+                            "%s: tokenizer.ggml.tokens has %llu entries, token_embd.weight has %lld rows: they must agree",
+                            qkv_gguf_path(g), (unsigned long long)qkv_gguf_arr_len(g, tok), (long long)n_vocab);
+    } else if (tok >= 0) {
+        n_vocab = (int64_t)(qkv_gguf_arr_len(g, tok) > INT64_MAX ? INT64_MAX : qkv_gguf_arr_len(g, tok));
     } else {
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: no token_embd.weight and no tokenizer.ggml.tokens: vocabulary size unknown",
                         qkv_gguf_path(g));
+    }
+    if (n_vocab < 1 || n_vocab > QKV_MODEL_MAX_VOCAB)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: a vocabulary of %lld tokens is out of range [1, %d]", qkv_gguf_path(g),
+                        (long long)n_vocab, QKV_MODEL_MAX_VOCAB);
+    c->n_vocab = (int)n_vocab;
+    snprintf(key, sizeof key, "%s.vocab_size", arch);
+    if (qkv_gguf_find_key(g, key) >= 0) {
+        int64_t v;
+        if ((st = qkv_gguf_get_int(&v, g, key, err))) return st;
+        if (v != c->n_vocab)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld, the vocabulary has %d tokens: they must agree",
+                            qkv_gguf_path(g), key, (long long)v, c->n_vocab);
     }
     c->tied_embeddings = qkv_gguf_find_tensor(g, "output.weight") < 0;
     return QKV_OK;

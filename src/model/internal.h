@@ -61,4 +61,8 @@ void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 /* sum_i a[i] * b[i] with independent partial sums (vectorises without -ffast-math). */
 float model_dot(const float *a, const float *b, int n);
 
+/* tokenizer.chat_template of g: a string of at most QKV_CHAT_TEMPLATE_MAX
+ * bytes (QKV_ERR_FORMAT naming the key and the limit otherwise, or when absent). */
+qkv_status model_chat_template(const char **out, const qkv_gguf *g, qkv_error *err);
+
 #endif

@@ -94,11 +94,20 @@ static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, co
     return QKV_OK;
 }
 
-static qkv_status load_norm(float *dst, const qkv_gguf *g, const char *name, int n, qkv_error *err) {
+/* dst[n] <- tensor name, every element finite (and > 0 if positive). */
+static qkv_status load_checked(float *dst, const qkv_gguf *g, const char *name, int n, int positive, qkv_error *err) {
     const qkv_gguf_tensor *t;
     qkv_status st = find_weight(&t, g, name, n, 0, 0, err);
-    if (st) return st;
-    return qkv_dequantize(dst, t->data, t->type, n, err);
+    if (st || (st = qkv_dequantize(dst, t->data, t->type, n, err))) return st;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(dst[i]) || (positive && !(dst[i] > 0)))
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s[%d] = %g is not %s", qkv_gguf_path(g), name, i,
+                            (double)dst[i], positive ? "finite and > 0" : "finite");
+    return QKV_OK;
+}
+
+static qkv_status load_norm(float *dst, const qkv_gguf *g, const char *name, int n, qkv_error *err) {
+    return load_checked(dst, g, name, n, 0, err);
 }
 
 static qkv_status load_weights(qkv_model *m, qkv_error *err) {
@@ -110,8 +119,8 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
     if ((st = find_weight(&m->output, g, "output.weight", c->n_vocab, E, 1, err))) return st;
     if (!m->output) m->output = m->tok_embd;
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
-    m->norm_w = malloc((size_t)(2 * c->n_layer + 1) * E * sizeof(float));
-    if (!m->layers || !m->norm_w) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    if (!m->layers) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    /* every tensor is found before the norms' buffer is sized from the metadata */
     for (int l = 0; l < c->n_layer; l++) {
         layer_weights *w = &m->layers[l];
         char name[96];
@@ -128,18 +137,22 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
         WEIGHT(w_up, "ffn_up.weight", F, E)
         WEIGHT(w_down, "ffn_down.weight", E, F)
 #undef WEIGHT
+    }
+    m->norm_w = malloc((size_t)(2 * c->n_layer + 1) * E * sizeof(float));
+    if (!m->norm_w) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    for (int l = 0; l < c->n_layer; l++) {
+        char name[96];
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
         if ((st = load_norm(m->norm_w + (size_t)(2 * l) * E, g, name, E, err))) return st;
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
         if ((st = load_norm(m->norm_w + (size_t)(2 * l + 1) * E, g, name, E, err))) return st;
     }
     if ((st = load_norm(m->norm_w + (size_t)(2 * c->n_layer) * E, g, "output_norm.weight", E, err))) return st;
-    const qkv_gguf_tensor *rf;
-    if ((st = find_weight(&rf, g, "rope_freqs.weight", c->head_dim / 2, 0, 1, err))) return st;
-    if (rf) {
+    /* Llama-3.1 scaling: each frequency is divided by its factor */
+    if (qkv_gguf_find_tensor(g, "rope_freqs.weight") >= 0) {
         m->rope_factors = malloc((size_t)(c->head_dim / 2) * sizeof(float));
         if (!m->rope_factors) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
-        if ((st = qkv_dequantize(m->rope_factors, rf->data, rf->type, c->head_dim / 2, err))) return st;
+        if ((st = load_checked(m->rope_factors, g, "rope_freqs.weight", c->head_dim / 2, 1, err))) return st;
         m->cfg.rope.freq_factors = m->rope_factors;
     }
     return QKV_OK;

@@ -21,6 +21,7 @@
  * normalisers (NFKC, precompiled charsmaps), and the pre-tokenizers of other
  * model families (qkv.h lists the names accepted).
  */
+#include "model/internal.h"
 #include "model/unicode.h"
 #include "util/error.h"
 
@@ -181,6 +182,24 @@ static qkv_status load_id(int32_t *out, const qkv_gguf *g, const char *key, int 
     return QKV_OK;
 }
 
+/* Every other tokenizer.ggml.*_token_id (padding, separator, cls, mask, eot,
+ * fim ...): qkv reads none of them, but an id outside the vocabulary means
+ * the file does not describe one tokenizer; refused like bos and eos. */
+static qkv_status check_other_ids(const qkv_gguf *g, int n_vocab, qkv_error *err) {
+    static const char prefix[] = "tokenizer.ggml.", suffix[] = "_token_id";
+    for (int64_t k = 0; k < qkv_gguf_n_kv(g); k++) {
+        const char *key = qkv_gguf_key(g, k);
+        size_t n = strlen(key);
+        if (n < sizeof prefix - 1 + sizeof suffix - 1 || strncmp(key, prefix, sizeof prefix - 1) ||
+            strcmp(key + n - (sizeof suffix - 1), suffix))
+            continue;
+        int32_t id;
+        qkv_status s = load_id(&id, g, key, n_vocab, err);
+        if (s) return s;
+    }
+    return QKV_OK;
+}
+
 static qkv_status load_flag(int *out, const qkv_gguf *g, const char *key, int dflt,
                             qkv_error *err) {
     *out = dflt;
@@ -249,9 +268,9 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens is not an array of strings",
                         path);
     uint64_t n = qkv_gguf_arr_len(g, kt);
-    if (n < 1 || n > INT32_MAX / 2)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries", path,
-                        (unsigned long long)n);
+    if (n < 1 || n > QKV_MODEL_MAX_VOCAB)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries, out of range [1, %d]",
+                        path, (unsigned long long)n, QKV_MODEL_MAX_VOCAB);
     t->n_vocab = (int)n;
 
     /* token types and scores: optional, but of the vocabulary's length */
@@ -265,6 +284,13 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
                             "%s: tokenizer.ggml.token_type is not an integer array of %llu", path,
                             (unsigned long long)n);
         types = qkv_gguf_arr_data(g, kty);
+        /* 0 is GGUF's "undefined" (read as normal); anything past BYTE is no type */
+        for (uint64_t i = 0; i < n; i++) {
+            int64_t ty = arr_int(types, types_ty, i);
+            if (ty < 0 || ty > QKV_TOKEN_BYTE)
+                return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%llu] = %lld is outside [0, %d]",
+                                path, (unsigned long long)i, (long long)ty, QKV_TOKEN_BYTE);
+        }
     }
     int64_t ksc = qkv_gguf_find_key(g, "tokenizer.ggml.scores");
     if (ksc >= 0) {
@@ -306,7 +332,7 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
         size_t len;
         const char *s = qkv_gguf_arr_str(g, kt, i, &len);
         int64_t ty = types ? arr_int(types, types_ty, i) : QKV_TOKEN_NORMAL;
-        if (ty < QKV_TOKEN_NORMAL || ty > QKV_TOKEN_BYTE) ty = QKV_TOKEN_NORMAL;
+        if (ty == 0) ty = QKV_TOKEN_NORMAL;
         t->types[i] = (uint8_t)ty;
         if (scores) t->scores[i] = ((const float *)scores)[i];
         t->text_off[i] = o;
@@ -477,6 +503,11 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error 
     if ((s = load_id(&t->bos, g, "tokenizer.ggml.bos_token_id", t->n_vocab, err))) goto fail;
     if ((s = load_id(&t->eos, g, "tokenizer.ggml.eos_token_id", t->n_vocab, err))) goto fail;
     if ((s = load_id(&t->unk, g, "tokenizer.ggml.unknown_token_id", t->n_vocab, err))) goto fail;
+    if ((s = check_other_ids(g, t->n_vocab, err))) goto fail;
+    if (qkv_gguf_find_key(g, "tokenizer.chat_template") >= 0) {
+        const char *tmpl;
+        if ((s = model_chat_template(&tmpl, g, err))) goto fail;
+    }
     if (t->unk < 0 && t->type == QKV_VOCAB_SPM) t->unk = qkv_token_find(t, "<unk>", 5);
 
     int dflt_bos = t->type == QKV_VOCAB_SPM || t->pre == QKV_PRE_LLAMA3;

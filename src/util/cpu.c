@@ -5,6 +5,7 @@
  */
 #include "util/cpu.h"
 
+#include <cpuid.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +23,18 @@ int cpu_isa_parse(cpu_isa *out, const char *name) {
     return 0;
 }
 
+/* F16C is CPUID.1:ECX bit 29, read directly: clang's __builtin_cpu_supports
+ * (the fuzz build's compiler) does not know "f16c". */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 int cpu_isa_supported(cpu_isa isa) {
     switch (isa) {
     case CPU_ISA_SCALAR: return 1;
     case CPU_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case CPU_ISA_AVX512:
         return cpu_isa_supported(CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""make_corpus.py -- writes the fuzz targets' seed corpora, fuzz/corpus/<target>/.
+
+Python 3 standard library only; deterministic (running it again rewrites the
+same bytes), so the committed corpora are this script's output. Run from the
+repository root:  python3 fuzz/make_corpus.py
+
+  gguf       small valid GGUFs qkv reads whole: tiny Llama models (F32 and F16
+             weights, SentencePiece and byte-level BPE vocabularies, ChatML and
+             Llama-3 templates, rope_freqs), a metadata-only model, a
+             vocabulary-only file, and the small committed test fixtures
+  npy        .npy files of every dtype and header version the loader takes
+  tokenizer  flag byte (bit 0 vocabulary, bit 1 specials, bit 2 BOS/EOS) + text
+  chat       TEMPLATE \\0 SYSTEM \\0 USER
+  flags      argv[1..] joined by NUL bytes
+"""
+import os
+import shutil
+import struct
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "fuzz", "corpus")
+
+# ------------------------------------------------------------------ GGUF
+
+U32, I32, F32, BOOL, STRING, ARRAY = 4, 5, 6, 7, 8, 9
+GGML_F32, GGML_F16 = 0, 1
+
+CHATML = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+          "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML_SYSTEM = ("{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are a helpful assistant."
+                 "<|im_end|>\\n' }}{% endif %}" + CHATML)
+LLAMA3 = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + "
+          "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}")
+
+
+def gstr(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv(key, vtype, value):
+    out = gstr(key) + struct.pack("<I", vtype)
+    if vtype == U32:
+        out += struct.pack("<I", value)
+    elif vtype == I32:
+        out += struct.pack("<i", value)
+    elif vtype == F32:
+        out += struct.pack("<f", value)
+    elif vtype == BOOL:
+        out += struct.pack("<B", value)
+    elif vtype == STRING:
+        out += gstr(value)
+    elif vtype == ARRAY:
+        etype, items = value
+        out += struct.pack("<IQ", etype, len(items))
+        for it in items:
+            out += gstr(it) if etype == STRING else struct.pack({I32: "<i", F32: "<f", U32: "<I"}[etype], it)
+    return out
+
+
+def gguf(kvs, tensors=()):
+    """kvs: [(key, type, value)]; tensors: [(name, shape outermost first, ggml type, values)]."""
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
+    body = b"".join(kv(*x) for x in kvs)
+    infos, data = b"", b""
+    for name, shape, gtype, values in tensors:
+        infos += gstr(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", d) for d in reversed(shape))
+        infos += struct.pack("<IQ", gtype, len(data))
+        data += struct.pack("<%d%s" % (len(values), "f" if gtype == GGML_F32 else "e"), *values)
+        data += b"\0" * (-len(data) % 32)
+    out = head + body + infos
+    return out + b"\0" * (-len(out) % 32) + data
+
+
+def spm_vocab(n):
+    toks = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(4)] + ["\u2581" + chr(97 + i) for i in range(n - 7)]
+    types = [2, 3, 3] + [6] * 4 + [1] * (n - 7)
+    return [("tokenizer.ggml.model", STRING, "llama"), ("tokenizer.ggml.tokens", ARRAY, (STRING, toks)),
+            ("tokenizer.ggml.token_type", ARRAY, (I32, types)),
+            ("tokenizer.ggml.scores", ARRAY, (F32, [-float(i) for i in range(n)])),
+            ("tokenizer.ggml.bos_token_id", U32, 1), ("tokenizer.ggml.eos_token_id", U32, 2)]
+
+
+def bpe_vocab(n, pre):
+    special = ["<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|eot_id|>",
+               "<|start_header_id|>", "<|end_header_id|>"]
+    base = ["a", "b", "\u0120", "\u0120a", "ab", "\u010a"]
+    toks = (special + base + ["x%d" % i for i in range(n)])[:n]
+    types = [3 if t in special else 1 for t in toks]
+    return [("tokenizer.ggml.model", STRING, "gpt2"), ("tokenizer.ggml.pre", STRING, pre),
+            ("tokenizer.ggml.tokens", ARRAY, (STRING, toks)), ("tokenizer.ggml.token_type", ARRAY, (I32, types)),
+            ("tokenizer.ggml.merges", ARRAY, (STRING, ["\u0120 a", "a b"])),
+            ("tokenizer.ggml.bos_token_id", U32, 2), ("tokenizer.ggml.eos_token_id", U32, 3),
+            ("tokenizer.ggml.padding_token_id", U32, 1)]
+
+
+def tiny_llama(vocab, template, gtype=GGML_F32, rope_freqs=False, layers=1):
+    E, F, V = 16, 16, 16
+    meta = [("general.architecture", STRING, "llama"), ("llama.block_count", U32, layers),
+            ("llama.embedding_length", U32, E), ("llama.attention.head_count", U32, 1),
+            ("llama.attention.head_count_kv", U32, 1), ("llama.feed_forward_length", U32, F),
+            ("llama.context_length", U32, 32), ("llama.attention.layer_norm_rms_epsilon", F32, 1e-5),
+            ("llama.rope.freq_base", F32, 10000.0)] + vocab
+    if template:
+        meta.append(("tokenizer.chat_template", STRING, template))
+
+    def mat(r, c, k):
+        return [((i * 7 + k) % 11 - 5) / 50 for i in range(r * c)]
+
+    ts = [("token_embd.weight", (V, E), gtype, mat(V, E, 1)), ("output_norm.weight", (E,), GGML_F32, [1.0] * E)]
+    if rope_freqs:
+        ts.append(("rope_freqs.weight", (E // 2,), GGML_F32, [1.0 + i for i in range(E // 2)]))
+    for l in range(layers):
+        for k, (suffix, shape) in enumerate([("attn_q", (E, E)), ("attn_k", (E, E)), ("attn_v", (E, E)),
+                                             ("attn_output", (E, E)), ("ffn_gate", (F, E)), ("ffn_up", (F, E)),
+                                             ("ffn_down", (E, F))]):
+            ts.append(("blk.%d.%s.weight" % (l, suffix), shape, gtype, mat(shape[0], shape[1], k + l)))
+        ts.append(("blk.%d.attn_norm.weight" % l, (E,), GGML_F32, [1.0] * E))
+        ts.append(("blk.%d.ffn_norm.weight" % l, (E,), GGML_F32, [1.0] * E))
+    return gguf(meta, ts)
+
+
+def gguf_seeds():
+    seeds = {
+        "tiny-spm-f32.gguf": tiny_llama(spm_vocab(16), CHATML_SYSTEM),
+        "tiny-spm-f16.gguf": tiny_llama(spm_vocab(16), None, GGML_F16, layers=2),
+        "tiny-bpe-smollm.gguf": tiny_llama(bpe_vocab(16, "smollm"), CHATML),
+        "tiny-bpe-llama3-rope.gguf": tiny_llama(bpe_vocab(16, "llama-bpe"), LLAMA3, rope_freqs=True),
+        "meta-only.gguf": gguf([("general.architecture", STRING, "llama"), ("llama.block_count", U32, 2),
+                                ("llama.embedding_length", U32, 64), ("llama.attention.head_count", U32, 4),
+                                ("llama.feed_forward_length", U32, 128), ("llama.vocab_size", U32, 16)] +
+                               spm_vocab(16)),
+        "vocab-only.gguf": gguf(bpe_vocab(16, "llama3") + [("tokenizer.chat_template", STRING, LLAMA3)]),
+        "empty.gguf": gguf([]),
+    }
+    for rel in ("tests/fixtures/gguf/meta.gguf", "tests/fixtures/tokenizer/llama_bpe.gguf",
+                "tests/fixtures/tokenizer/spm.gguf", "tests/fixtures/tokenizer/bad_merge.gguf",
+                "tests/fixtures/tokenizer/bad_bos.gguf"):
+        with open(os.path.join(ROOT, rel), "rb") as f:
+            seeds["fixture-" + os.path.basename(rel)] = f.read()
+    return seeds
+
+# ------------------------------------------------------------------- npy
+
+
+def npy(descr, shape, payload, version=1, fortran="False"):
+    sh = "(" + "".join("%d," % d for d in shape) + ")" if len(shape) == 1 else "(" + ", ".join(map(str, shape)) + ")"
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, sh)
+    lenfmt, pre = ("<H", 10) if version == 1 else ("<I", 12)
+    pad = -(pre + len(header) + 1) % 64
+    header = header + " " * pad + "\n"
+    return b"\x93NUMPY" + bytes([version, 0]) + struct.pack(lenfmt, len(header)) + header.encode() + payload
+
+
+def npy_seeds():
+    f4 = lambda n: struct.pack("<%df" % n, *[i / 4 - 1 for i in range(n)])
+    return {
+        "f32-3.npy": npy("<f4", (3,), f4(3)),
+        "f32-2x3.npy": npy("<f4", (2, 3), f4(6)),
+        "f32-2x3x4.npy": npy("<f4", (2, 3, 4), f4(24)),
+        "f32-1x2x2x2.npy": npy("<f4", (1, 2, 2, 2), f4(8)),
+        "f32-0x4.npy": npy("<f4", (0, 4), b""),
+        "f32-scalar.npy": npy("<f4", (), f4(1)),
+        "i32-4.npy": npy("<i4", (4,), struct.pack("<4i", 1, -2, 3, 2**31 - 1)),
+        "i64-3.npy": npy("<i8", (3,), struct.pack("<3q", 0, -1, 2**40)),
+        "f32-v2.npy": npy("<f4", (2, 2), f4(4), version=2),
+        "f32-fortran.npy": npy("<f4", (2, 2), f4(4), fortran="True"),
+        "f32-bigendian.npy": npy(">f4", (2,), struct.pack(">2f", 1, 2)),
+        "f32-short.npy": npy("<f4", (4,), f4(3)),
+    }
+
+# ------------------------------------------------------------- tokenizer
+
+
+def tokenizer_seeds():
+    texts = [b"Hello world\n", "年假怎么申请？".encode(), b"def f(x):\n    return x * 2  # 1234567\n",
+             b"<|im_start|>user\nhi<|im_end|>\n", b"<|begin_of_text|><|start_header_id|>user<|end_header_id|>",
+             b"\xff\xfe invalid \xe5\xb9 utf-8 \xc0\x80", b"   \t\t\n\n  spaces  ", b"I'm don't we'll THEY'RE",
+             "Ünïcödé çåsé — “quotes” …".encode(), "🙂👍🏽 emoji ZWJ 👩‍💻".encode(), b"a" * 300,
+             b"12345678901234567890 3.14159 1e-5", b"", b"\x00\x01\x02 control \x7f"]
+    seeds = {}
+    for i, t in enumerate(texts):
+        for flags in (0, 1, 6, 7):
+            seeds["text%02d-flags%d" % (i, flags)] = bytes([flags]) + t
+    return seeds
+
+# ------------------------------------------------------------------ chat
+
+
+def chat_seeds():
+    with open(os.path.join(ROOT, "tests/fixtures/model/smollm2/chat_template.jinja"), "rb") as f:
+        smollm2 = f.read()
+    combos = [(smollm2, None, b"hi"), (smollm2, b"be brief", "年假怎么申请？".encode()),
+              (CHATML.encode(), None, b"hello"), (CHATML_SYSTEM.encode(), b"", b""),
+              (LLAMA3.encode(), None, b"What is 2+2?"), (LLAMA3.encode(), b"You are terse.", b"<|eot_id|>"),
+              (b"{{ messages }}", None, b"unknown template"), (b"<|im_start|>system\\nno end", None, b"x"),
+              (b"<|im_start|>system\nplain<|im_end|>", None, b"y")]
+    seeds = {}
+    for i, (tmpl, system, user) in enumerate(combos):
+        seeds["chat%02d" % i] = tmpl + b"\0" + (system + b"\0" + user if system is not None else user)
+    return seeds
+
+# ----------------------------------------------------------------- flags
+
+
+def flags_seeds():
+    lists = [["--bool", "--int", "42", "--string", "s"], ["-i", "-5", "--i64", "4611686018427387904"],
+             ["--float", "0.5", "--double", "-1e300"], ["--colour", "green", "--colours", "red,blue"],
+             ["--ints", "0,1,2,100"], ["--half", "3"], ["-p", "hello", "--chat", "--system", "sys"],
+             ["--tokens", "1,2,3", "--special"], ["-f", "-"], ["--help"], ["--int"], ["--bogus"],
+             ["--int", "4097"], ["--float", "nan"], ["--ints", ",,"], ["--colours", "red,,"],
+             ["--int", "0x10"], ["--double", "1e309"], ["extra"]]
+    return {"argv%02d" % i: "\0".join(a).encode() for i, a in enumerate(lists)}
+
+
+def main():
+    targets = {"gguf": gguf_seeds(), "npy": npy_seeds(), "tokenizer": tokenizer_seeds(), "chat": chat_seeds(),
+               "flags": flags_seeds()}
+    for target, seeds in targets.items():
+        d = os.path.join(OUT, target)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        for name, data in sorted(seeds.items()):
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        print("%s: %d seeds, %d bytes" % (target, len(seeds), sum(map(len, seeds.values()))))
+
+
+if __name__ == "__main__":
+    main()
