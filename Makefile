@@ -102,6 +102,7 @@ $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)
 test: deps model
 	$(MAKE) check
 	$(MAKE) check NATIVE=1 BUILD=$(BUILD)/native
+	$(MAKE) mpi-test
 
 # One configuration's tests. CLI tests run $(BUILD)/qkv.
 check: all
@@ -129,5 +130,8 @@ deps:
 
 clean:
 	rm -rf build build-*
+
+# context parallelism over MPI: make mpi, make mpi-test
+include mpi/mpi.mk
 
 -include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
