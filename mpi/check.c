@@ -42,7 +42,7 @@ qkv_status cp_check_collective(qkv_status local_status, const qkv_attn_desc *d, 
     MPI_Iallreduce(v, lo, n, MPI_INT, MPI_MIN, comm, &req[0]);
     MPI_Iallreduce(v, hi, n, MPI_INT, MPI_MAX, comm, &req[1]);
     qkv_error werr;
-    if (cp_wait(req, 2, timeout_s, comm, "the other ranks to check the call", &werr)) {
+    if (qkv_cp_wait(req, 2, timeout_s, comm, "the other ranks to check the call", &werr)) {
         /* a timeout outranks this rank's own complaint: the job is stuck */
         if (err) *err = werr;
         return werr.status;

@@ -50,7 +50,7 @@ static qkv_status check_tiling(const qkv_cp_kv_shard *sh, int kv_len, MPI_Comm c
     if (!all) return qkv_fail(err, QKV_ERR_NOMEM, "context-parallel decode: out of memory");
     MPI_Request req;
     MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, comm, &req);
-    qkv_status st = cp_wait(&req, 1, tmo, comm, "the other ranks' shard bounds", err);
+    qkv_status st = qkv_cp_wait(&req, 1, tmo, comm, "the other ranks' shard bounds", err);
     int64_t end = 0;
     for (int x = 0; !st && x < P; x++) {
         if (all[2 * x] != end)
@@ -111,7 +111,7 @@ qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_s
     MPI_Op_create(lse_merge_op, 1, &op);
     MPI_Request req;
     MPI_Iallreduce(MPI_IN_PLACE, rec, rows, rec_type, op, comm, &req);
-    qkv_status wst = cp_wait(&req, 1, tmo, comm, "the decode reduction", st ? NULL : err);
+    qkv_status wst = qkv_cp_wait(&req, 1, tmo, comm, "the decode reduction", st ? NULL : err);
     if (!st) st = wst;
     if (!wst) { /* a request still in flight keeps its type and operator */
         MPI_Op_free(&op);

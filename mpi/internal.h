@@ -1,7 +1,7 @@
 /*
  * internal.h — what the files of libqkv_mpi share: the block attention that
  * places a key block and a run of query rows at their global positions, the
- * log-sum-exp merge, the bounded wait, and the collective argument check.
+ * log-sum-exp merge, and the collective argument check.
  *
  * Legend: Hq, Hkv, D as in qkv.h; n = query rows of a run, m = keys of a
  * block; "position" is a global row of the sequence (query row i of the
@@ -52,14 +52,6 @@ int cp_block_visible(const qkv_mask *mask, int64_t qpos, int n, int64_t kpos, in
  * runs whose bottom-right alignment puts every row at its own position. */
 qkv_status cp_block_attend(cp_block *b, int r0, int n, int64_t qpos, const void *k, const void *v,
                            int k_rows, int kj0, int m, int64_t kpos, qkv_error *err);
-
-/* ------------------------------------------------------------- wait.c */
-
-/* Waits for reqs[0 .. n) (MPI_REQUEST_NULL entries are done) polling with
- * MPI_Testall, at most timeout_s; QKV_ERR_IO "rank R: timed out after T s
- * waiting for <what>" when it runs out (the requests stay in flight). */
-qkv_status cp_wait(MPI_Request *reqs, int n, double timeout_s, MPI_Comm comm, const char *what,
-                   qkv_error *err);
 
 /* ------------------------------------------------------------ check.c */
 

@@ -7,6 +7,8 @@
  */
 #include "internal.h"
 
+#include <string.h>
+
 /* Run `i` of n rows cut into `parts` runs. */
 static void cut(int *start, int *len, int n, int parts, int i) {
     const int base = n / parts, extra = n % parts;
@@ -39,4 +41,24 @@ qkv_status qkv_cp_rows_of(qkv_cp_rows *out, int n, int n_ranks, int rank, qkv_cp
         return QKV_OK;
     }
     return qkv_fail(err, QKV_ERR_INVALID, "context parallel: unknown layout %d", (int)layout);
+}
+
+/* part[h, t] <-> whole[h, row(t)] for the rows of `rows`, in order. */
+static void copy_rows(float *whole, float *part, int H, int L, int X, const qkv_cp_rows *rows, int to_part) {
+    const size_t bytes = (size_t)X * sizeof(float);
+    for (int64_t h = 0, t = 0; h < H; h++)
+        for (int s = 0; s < rows->n_seg; s++)
+            for (int i = 0; i < rows->len[s]; i++, t++) {
+                float *w = whole + (h * L + rows->start[s] + i) * X, *p = part + t * X;
+                if (to_part) memcpy(p, w, bytes);
+                else memcpy(w, p, bytes);
+            }
+}
+
+void qkv_cp_rows_take(float *part, const float *whole, int H, int L, int X, const qkv_cp_rows *rows) {
+    copy_rows((float *)whole, part, H, L, X, rows, 1);
+}
+
+void qkv_cp_rows_put(float *whole, const float *part, int H, int L, int X, const qkv_cp_rows *rows) {
+    copy_rows(whole, (float *)part, H, L, X, rows, 0);
 }

@@ -56,6 +56,13 @@ typedef struct {
 qkv_status qkv_cp_rows_of(qkv_cp_rows *out, int n, int n_ranks, int rank, qkv_cp_layout layout,
                           qkv_error *err);
 
+/* A rank's rows out of a whole array and back, for whoever scatters and
+ * gathers (qkv-mpi attend's rank 0):
+ *   whole: [H, L, X] f32, L = the sequence's rows (X = D, or 1 for LSE)
+ *   part:  [H, rows->total, X] f32, the rank's rows in rows' order */
+void qkv_cp_rows_take(float *part, const float *whole, int H, int L, int X, const qkv_cp_rows *rows);
+void qkv_cp_rows_put(float *whole, const float *part, int H, int L, int X, const qkv_cp_rows *rows);
+
 /* Time spent by one call (seconds, this rank) and what it moved. */
 typedef struct {
     double total_s;         /* the whole call */
@@ -111,6 +118,14 @@ typedef struct {
  */
 qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_shard *shard,
                          const qkv_attn_desc *d, MPI_Comm comm, const qkv_cp_params *p, qkv_error *err);
+
+/* The one way libqkv_mpi waits, for callers' own transfers too: polls
+ * reqs[0 .. n) (MPI_REQUEST_NULL entries count as done) with MPI_Testall
+ * for at most timeout_s seconds. QKV_ERR_IO "rank R: timed out after T s
+ * waiting for <what> (did a rank die?)" when it runs out; the requests then
+ * stay in flight (MPI_Abort). */
+qkv_status qkv_cp_wait(MPI_Request *reqs, int n, double timeout_s, MPI_Comm comm, const char *what,
+                       qkv_error *err);
 
 #ifdef __cplusplus
 }

@@ -134,7 +134,7 @@ qkv_status qkv_cp_attention(float *o, float *lse, const float *q, const void *k,
         if (st) break;
         char what[96];
         snprintf(what, sizeof what, "the K/V block of rank %d from rank %d", nb, prev);
-        st = cp_wait(req, 4, tmo, comm, what, err);
+        st = qkv_cp_wait(req, 4, tmo, comm, what, err);
         stats.wait_s += MPI_Wtime() - t1;
         if (receiving) cur_k = into[0], cur_v = into[1];
     }

@@ -13,7 +13,7 @@ double cp_timeout(const qkv_cp_params *p) {
     return p && p->timeout_s > 0 ? p->timeout_s : CP_DEFAULT_TIMEOUT_S;
 }
 
-qkv_status cp_wait(MPI_Request *reqs, int n, double timeout_s, MPI_Comm comm, const char *what,
+qkv_status qkv_cp_wait(MPI_Request *reqs, int n, double timeout_s, MPI_Comm comm, const char *what,
                    qkv_error *err) {
     const double t0 = MPI_Wtime();
     for (long polls = 0;; polls++) {

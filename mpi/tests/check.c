@@ -69,14 +69,6 @@ typedef struct {
     qkv_dtype dtype;
 } cp_case;
 
-/* Gathers rows `rows` of a [H, L, X] array into [H, rows.total, X]. */
-static void take_rows(float *dst, const float *src, int H, int L, int X, const qkv_cp_rows *rows) {
-    for (int h = 0, t = 0; h < H; h++)
-        for (int s = 0; s < rows->n_seg; s++)
-            for (int i = 0; i < rows->len[s]; i++, t++)
-                memcpy(dst + (size_t)t * X, src + ((size_t)h * L + rows->start[s] + i) * X, (size_t)X * sizeof(float));
-}
-
 static void run_case(const cp_case *c) {
     if (c->layout == QKV_CP_ZIGZAG && (c->lq < 2 * g_size || c->lk < 2 * g_size)) return;
     if (c->lq < g_size || c->lk < g_size) return;
@@ -100,11 +92,11 @@ static void run_case(const cp_case *c) {
           *vl = malloc((size_t)c->hkv * rk.total * c->d * 4), *ol = malloc((size_t)c->hq * rq.total * c->d * 4),
           *ll = malloc((size_t)c->hq * rq.total * 4), *ow = malloc((size_t)c->hq * rq.total * c->d * 4),
           *lw = malloc((size_t)c->hq * rq.total * 4);
-    take_rows(ql, q, c->hq, c->lq, c->d, &rq);
-    take_rows(kl, k, c->hkv, c->lk, c->d, &rk);
-    take_rows(vl, v, c->hkv, c->lk, c->d, &rk);
-    take_rows(ow, o_ref, c->hq, c->lq, c->d, &rq);
-    take_rows(lw, lse_ref, c->hq, c->lq, 1, &rq);
+    qkv_cp_rows_take(ql, q, c->hq, c->lq, c->d, &rq);
+    qkv_cp_rows_take(kl, k, c->hkv, c->lk, c->d, &rk);
+    qkv_cp_rows_take(vl, v, c->hkv, c->lk, c->d, &rk);
+    qkv_cp_rows_take(ow, o_ref, c->hq, c->lq, c->d, &rq);
+    qkv_cp_rows_take(lw, lse_ref, c->hq, c->lq, 1, &rq);
     void *kld = malloc((size_t)c->hkv * rk.total * c->d * es), *vld = malloc((size_t)c->hkv * rk.total * c->d * es);
     qkv_convert_from_f32(kld, c->dtype, kl, (size_t)c->hkv * rk.total * c->d);
     qkv_convert_from_f32(vld, c->dtype, vl, (size_t)c->hkv * rk.total * c->d);
