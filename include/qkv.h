@@ -709,6 +709,25 @@ qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int 
 qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
 /* Installs (or with NULL removes) the attention hook. */
 void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
+/* Who computes a layer's attention when it is not the model's own kernel:
+ * context parallelism (libqkv_mpi), where the keys of the sequence are
+ * spread over machines. Called in every layer after the call's n keys and
+ * values were appended to the layer's KV cache; it writes
+ *   att: [Hq, n, D] the attention output of the n rows, lse: [Hq, n]
+ * from q: [Hq, n, D] (rotated) and whatever keys it chooses (cache: this
+ * model's own; desc: the call the model would have made on it, kv_dtype
+ * and kv_head_stride of the cache). A failure stops the forward call with
+ * its status and message. Interventions (exclusions, zeroed heads) are not
+ * applied; the hook (qkv_model_set_hook) still sees q and the LSE. */
+typedef qkv_status (*qkv_attn_replace_fn)(void *user, int layer, float *att, float *lse, const float *q, int n,
+                                          const qkv_kv_cache *cache, const qkv_attn_desc *desc, qkv_error *err);
+/* Installs (or with NULL removes) the replacement. */
+void qkv_model_set_attention(qkv_model *m, qkv_attn_replace_fn fn, void *user);
+/* The next token is rotated at RoPE position qkv_model_pos(m) + offset (the
+ * offset qkv_model_evict without shift accumulates): a model holding one
+ * rank's part of a longer sequence sets it to the global position of its
+ * first row. offset >= 0, else QKV_ERR_INVALID. */
+qkv_status qkv_model_set_rope_offset(qkv_model *m, int offset, qkv_error *err);
 /* Masks keys at these absolute positions in every layer and head for the
  * following forward calls (an intervention; NULL/0 clears). Copied. */
 qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err);

@@ -119,6 +119,31 @@ typedef struct {
 qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_shard *shard,
                          const qkv_attn_desc *d, MPI_Comm comm, const qkv_cp_params *p, qkv_error *err);
 
+/*
+ * A model whose sequence is split across the ranks (weights on every rank):
+ * the prompt's rows are cut as CONTIGUOUS cuts them, each rank runs the
+ * model on its rows at their global positions, and every layer's attention
+ * is qkv_cp_attention over the ring (causal). Decode: every rank runs the
+ * new token (the same on all), the last rank keeps its K/V, and each layer
+ * attends with qkv_cp_decode over the sharded cache. m is opened by the
+ * caller on every rank, with n_ctx >= its rows of the prompt + the tokens
+ * to generate + 1; the model's attention replacement and RoPE offset are
+ * this object's while it lives. Every call is collective over comm.
+ */
+typedef struct qkv_cp_model qkv_cp_model;
+qkv_status qkv_cp_model_init(qkv_cp_model **out, qkv_model *m, MPI_Comm comm, const qkv_cp_params *p, qkv_error *err);
+void qkv_cp_model_free(qkv_cp_model *cm);   /* NULL is fine; removes the replacement */
+/* Prefill of tokens [n] (the same array on every rank, n >= P) into an
+ * empty model.
+ *   rows_logits: [R.total, V] this rank's rows (qkv_cp_rows_of(n, P, rank,
+ *                CONTIGUOUS)), or NULL
+ *   last:        [V] the logits of token n-1, on every rank */
+qkv_status qkv_cp_model_prefill(qkv_cp_model *cm, float *rows_logits, float *last, const int32_t *tokens, int n,
+                                qkv_error *err);
+/* One decode step of token (the same on every rank) at the next global
+ * position; logits: [V] on every rank. */
+qkv_status qkv_cp_model_decode(qkv_cp_model *cm, float *logits, int32_t token, qkv_error *err);
+
 /* The one way libqkv_mpi waits, for callers' own transfers too: polls
  * reqs[0 .. n) (MPI_REQUEST_NULL entries count as done) with MPI_Testall
  * for at most timeout_s seconds. QKV_ERR_IO "rank R: timed out after T s

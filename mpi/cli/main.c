@@ -42,6 +42,15 @@ int mpi_cli_share(int rc, int *header, int n, double timeout_s) {
     return rc;
 }
 
+int mpi_cli_agree(int rc, double timeout_s) {
+    int worst = rc;
+    MPI_Request req;
+    MPI_Iallreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, g_job.comm, &req);
+    qkv_error err = {0};
+    if (qkv_cp_wait(&req, 1, timeout_s, g_job.comm, "the other ranks to agree", &err)) return mpi_cli_fail(&err);
+    return worst;
+}
+
 void mpi_cli_fault_point(void) {
     const char *f = getenv("QKV_MPI_FAULT");
     if (!f) return;
@@ -64,6 +73,7 @@ typedef struct {
 static const command commands[] = {
     {"attend", mpi_cmd_attend, "context-parallel attention of .npy arrays: rank 0 reads, scatters, gathers, writes"},
     {"bench", mpi_cmd_bench, "ring attention over the ranks: time, communication against compute"},
+    {"run", mpi_cmd_run, "a GGUF model with the prompt split across the ranks (context-parallel attention)"},
 };
 
 static void usage(FILE *f) {

@@ -37,6 +37,9 @@ int mpi_cli_fail(const qkv_error *err);
 /* Rank 0 tells every rank whether it may go on (rc 0) with `n` ints of
  * header; a bounded broadcast. Returns rc as rank 0 had it (2: stop). */
 int mpi_cli_share(int rc, int *header, int n, double timeout_s);
+/* The largest rc over the ranks (0: every rank may go on); a bounded
+ * all-reduce. */
+int mpi_cli_agree(int rc, double timeout_s);
 /* The test hook QKV_MPI_FAULT=exit:R (rank R exits with status 3 without
  * MPI_Finalize, as a crashed rank does) or stall:R (rank R sleeps far past
  * any timeout). Called where the commands start their collective work. */
@@ -44,5 +47,6 @@ void mpi_cli_fault_point(void);
 
 int mpi_cmd_attend(int argc, char **argv);
 int mpi_cmd_bench(int argc, char **argv);
+int mpi_cmd_run(int argc, char **argv);
 
 #endif
