@@ -22,7 +22,8 @@
  * hang; the communicator then has requests in flight and the caller should
  * MPI_Abort. Every rank must make the same call (the same descriptor and
  * parameters); the library checks this collectively and all ranks return
- * the same status.
+ * the same status, but for QKV_ERR_IO (a timeout or an MPI error), which
+ * only the ranks that saw it return.
  */
 #ifndef QKV_MPI_H
 #define QKV_MPI_H

@@ -79,12 +79,15 @@ qkv_status qkv_cp_attention(float *o, float *lse, const float *q, const void *k,
     float *lse_tmp = malloc((size_t)hq * mq.total * sizeof(float));
     float *lse_own = lse ? NULL : malloc((size_t)hq * mq.total * sizeof(float));
     int *excl_tmp = malloc((size_t)max_k * sizeof(int));
-    char *buf[2][2] = {{malloc(nkv * es), malloc(nkv * es)}, {P > 2 ? malloc(nkv * es) : NULL, P > 2 ? malloc(nkv * es) : NULL}};
+    /* receive buffers: none on one rank, one pair on two, two pairs (alternating) beyond */
+    const int n_bufs = P > 2 ? 2 : P - 1;
+    char *buf[2][2] = {{NULL, NULL}, {NULL, NULL}};
+    for (int i = 0; i < n_bufs; i++) buf[i][0] = malloc(nkv * es), buf[i][1] = malloc(nkv * es);
     qkv_error aerr = {0};
     qkv_status ast = QKV_OK;
     if (nkv > INT_MAX) ast = qkv_fail(&aerr, QKV_ERR_TOO_LARGE, "context parallel: a K/V block of %zu elements exceeds one MPI message", nkv);
-    else if (!rq || !rk || !last || !need || !q_tmp || !o_tmp || !lse_tmp || (!lse && !lse_own) || !excl_tmp || !buf[0][0] ||
-             !buf[0][1] || (P > 2 && (!buf[1][0] || !buf[1][1])))
+    else if (!rq || !rk || !last || !need || !q_tmp || !o_tmp || !lse_tmp || (!lse && !lse_own) || !excl_tmp ||
+             (n_bufs > 0 && (!buf[0][0] || !buf[0][1])) || (n_bufs > 1 && (!buf[1][0] || !buf[1][1])))
         ast = qkv_fail(&aerr, QKV_ERR_NOMEM, "context parallel: rank %d: out of memory", r);
     else
         ast = qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, d->n_threads, &aerr);

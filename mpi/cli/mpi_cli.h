@@ -31,8 +31,9 @@ extern const char *const mpi_cli_layouts[]; /* "contiguous", "zigzag": qkv_cp_la
     CLI_FLAG("--timeout", NULL, CLI_DOUBLE, (dst), 0.01, 86400, "S",              \
              "longest wait for another rank before the job is aborted (default 60)")
 
-/* After a failed library call: a timeout aborts the job (this rank prints
- * "qkv: <msg>", MPI_Abort status 2); anything else returns 2, rank 0 printing. */
+/* After a failed library call: QKV_ERR_IO (a timeout or an MPI error, seen
+ * by this rank alone) aborts the job (this rank prints "qkv: <msg>", MPI_Abort
+ * status 2); anything else is collective and returns 2, rank 0 printing. */
 int mpi_cli_fail(const qkv_error *err);
 /* Rank 0 tells every rank whether it may go on (rc 0) with `n` ints of
  * header; a bounded broadcast. Returns rc as rank 0 had it (2: stop). */
