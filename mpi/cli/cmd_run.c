@@ -129,14 +129,17 @@ static int run(const mpi_run_args *a) {
     if ((rc = mpi_cli_agree(ost ? CLI_EXIT_BAD_INPUT : 0, a->timeout))) goto done;
     mpi_cli_fault_point();
     const int V = qkv_model_get_config(m)->n_vocab;
-    if (g_job.rank == 0 && qkv_tokenizer_load(&tok, qkv_model_gguf(m), &err)) MPI_Abort(g_job.comm, CLI_EXIT_BAD_INPUT);
+    if (g_job.rank == 0 && qkv_tokenizer_load(&tok, qkv_model_gguf(m), &err)) { /* it tokenised the prompt: cannot happen */
+        cli_fail("%s", err.msg);
+        MPI_Abort(g_job.comm, CLI_EXIT_BAD_INPUT);
+    }
     last = malloc((size_t)V * sizeof(float));
     if (a->logits) rows_logits = malloc((size_t)rows.total * V * sizeof(float));
     const qkv_sampler_params sp = {.temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .seed = (uint64_t)a->seed};
     const qkv_cp_params cpp = {.timeout_s = a->timeout};
     if (!last || (a->logits && !rows_logits) || qkv_sampler_init(&sampler, V, &sp, &err) ||
         qkv_cp_model_init(&cm, m, g_job.comm, &cpp, &err)) {
-        fprintf(stderr, "qkv: run: rank %d: out of memory\n", g_job.rank);
+        fprintf(stderr, "qkv: run: rank %d: %s\n", g_job.rank, err.msg[0] ? err.msg : "out of memory");
         MPI_Abort(g_job.comm, CLI_EXIT_BAD_INPUT);
     }
     const double t0 = MPI_Wtime();
