@@ -202,5 +202,6 @@ int cmd_inspect(int argc, char **argv);
 int cmd_sinks(int argc, char **argv);
 int cmd_ablate(int argc, char **argv);
 int cmd_stream(int argc, char **argv);
+int cmd_needle(int argc, char **argv);
 
 #endif /* QKV_CLI_H */

@@ -49,16 +49,6 @@ static int parse_args(run_args *a, int argc, char **argv) {
     return rc ? rc : cli_prompt_check(&a->prompt);
 }
 
-/* 1 if id ends generation: EOS, or an end-of-turn control token. */
-static int is_stop(const qkv_tokenizer *tok, int32_t id) {
-    if (id == qkv_tokenizer_eos(tok)) return 1;
-    if (qkv_token_type_of(tok, id) != QKV_TOKEN_CONTROL) return 0;
-    size_t len;
-    const char *t = qkv_token_text(tok, id, &len);
-    return t && (!strcmp(t, "<|im_end|>") || !strcmp(t, "<|eot_id|>") || !strcmp(t, "<|end_of_text|>") ||
-                 !strcmp(t, "<|endoftext|>") || !strcmp(t, "</s>"));
-}
-
 static int run(const run_args *a) {
     qkv_error err = {0};
     qkv_model_params mp = {.n_ctx = a->ctx, .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads};
@@ -97,7 +87,7 @@ static int run(const run_args *a) {
     int n_done = 0;
     for (; n_done < a->n_gen; n_done++) {
         int32_t next = qkv_sample(sampler, last);
-        if (is_stop(tok, next)) break;
+        if (qkv_token_ends_turn(tok, next)) break;
         if (a->print_ids) {
             printf("%s%d", n_done ? " " : "", next);
         } else {

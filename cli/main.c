@@ -22,6 +22,7 @@ static const command commands[] = {
     {"sinks", cmd_sinks, "how much attention piles on the first tokens over long text, per layer and head"},
     {"ablate", cmd_ablate, "weight against influence: hide each token's key in turn, KL of the next-token distribution"},
     {"stream", cmd_stream, "perplexity with a bounded KV cache: full, sliding window, attention sinks, recompute"},
+    {"needle", cmd_needle, "needle in a haystack: is the fact found, and how much attention the answer puts on it"},
     {"demo", cmd_demo, "the embedded default walk-through run by `make demo`"},
 };
 

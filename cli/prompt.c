@@ -28,14 +28,6 @@ int cli_tokenizer_open(qkv_gguf **g, qkv_tokenizer **tok, const char *model) {
     return cli_model_fail(&err, model);
 }
 
-/* 1 if text starts with the tokenizer's BOS token. */
-static int writes_bos(const qkv_tokenizer *tok, const char *text, size_t len) {
-    size_t bl = 0;
-    const int32_t bos = qkv_tokenizer_bos(tok);
-    const char *b = bos >= 0 ? qkv_token_text(tok, bos, &bl) : NULL;
-    return b && bl > 0 && len >= bl && !memcmp(text, b, bl);
-}
-
 static int tokenize_text(cli_prompt *out, const cli_prompt_args *a, const qkv_gguf *g, const qkv_tokenizer *tok) {
     size_t len = 0;
     char *owned = NULL, *chat = NULL;
@@ -55,12 +47,12 @@ static int tokenize_text(cli_prompt *out, const cli_prompt_args *a, const qkv_gg
         }
         text = chat;
         len = strlen(chat);
-        if (writes_bos(tok, text, len)) add_special = 0; /* the template's BOS, not a second one */
     }
     int64_t bound = qkv_tokenize_bound(len), n = 0;
     out->ids = malloc((size_t)(bound > 0 ? bound : 1) * sizeof(int32_t));
     if (!out->ids) rc = cli_fail("out of memory for %zu bytes of prompt", len);
-    else if (qkv_tokenize(tok, text, len, add_special, a->special || a->chat, out->ids, bound, &n, &err))
+    else if (a->chat ? qkv_chat_tokenize(tok, text, len, add_special, out->ids, bound, &n, &err)
+                     : qkv_tokenize(tok, text, len, add_special, a->special, out->ids, bound, &n, &err))
         rc = cli_fail("%s", err.msg);
     else if (n > 0x7fffffff)
         rc = cli_fail("the prompt has %lld tokens, more than a run can take", (long long)n);

@@ -917,6 +917,17 @@ qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t 
 qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
                            qkv_error *err);
 
+/* The tokens of a rendered chat (qkv_chat_format's text): control tokens
+ * recognised (parse_special), and BOS added as the tokenizer asks when
+ * add_special is set, unless the text already starts with the BOS token (the
+ * template's own). Arguments and errors as qkv_tokenize. */
+qkv_status qkv_chat_tokenize(const qkv_tokenizer *t, const char *text, size_t len, int add_special,
+                             int32_t *out_ids, int64_t max_ids, int64_t *n, qkv_error *err);
+
+/* 1 if id ends a generated answer: the tokenizer's EOS, or an end-of-turn
+ * control token (<|im_end|>, <|eot_id|>, <|end_of_text|>, <|endoftext|>, </s>). */
+int qkv_token_ends_turn(const qkv_tokenizer *t, int32_t id);
+
 /* ------------------------------------------------------------ probe: maps */
 
 /*
@@ -1158,6 +1169,81 @@ int qkv_stream_rows(const qkv_stream_params *p, int n);
  * bad parameters or a too small context. */
 qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32_t *tokens, int n,
                             const qkv_stream_params *p, qkv_error *err);
+
+/* ----------------------------------------------------------- probe: needle */
+
+/*
+ * Needle in a haystack, with telemetry (the article's third caution: a long
+ * context holds the sentence, but does the model find it?). A needle
+ * sentence is put into a haystack text at a depth, a question follows in the
+ * chat template, the model answers greedily, and the answer is scored by
+ * substring (RULER's string_match_all). From the kernel's LSE, the attention
+ * the query producing the first answer token (the prompt's last position)
+ * puts on the needle's tokens, per layer and head, and the retrieval score
+ * of every head (Wu et al. 2024, arXiv:2404.15574): at each answer step a
+ * head copies when its strongest key lies in the needle and holds the token
+ * just generated; its score is the share of needle tokens it copied.
+ */
+
+/* The byte offset in text[0 .. len) where a sentence starts that is nearest
+ * at or before depth percent (0 .. 100) of the text: just after ". ", "! ",
+ * "? " (any whitespace after the mark) or a blank line; 0 if none is;
+ * len for depth 100. */
+size_t qkv_needle_offset(const char *text, size_t len, double depth);
+
+/* Where expected first occurs in answer, ASCII case folded (RULER: r.lower()
+ * in pred.lower()): its byte offset, or -1 (always for an empty expected). */
+long qkv_needle_match(const char *answer, const char *expected);
+
+typedef struct {
+    const char *needle;     /* the sentence put into the haystack */
+    const char *question;   /* the user's question after the haystack */
+    const char *system;     /* the chat's system turn; NULL: the template's own */
+    int max_answer;         /* tokens the answer may take, >= 1 */
+} qkv_needle_text;
+
+/* One prompt: the first tokens of the haystack (repeated from its start
+ * if it is shorter), the needle at a sentence boundary at depth percent of
+ * them (qkv_needle_offset of their text), then "\n\n" and the question, as
+ * the user turn of the GGUF's chat template (qkv_chat_format, then
+ * qkv_chat_tokenize). As many haystack tokens as leave n + max_answer <=
+ * length. */
+typedef struct {
+    int32_t *ids;           /* [n] malloc'd (qkv_needle_prompt_free) */
+    int n;
+    int needle_pos;         /* tokens [needle_pos, needle_pos + needle_len) hold the needle's bytes */
+    int needle_len;
+    int haystack_tokens;    /* haystack tokens used (before the needle went in) */
+} qkv_needle_prompt;
+
+/* hay: [n_hay] the haystack's tokens (qkv_tokenize without special tokens).
+ * QKV_ERR_INVALID for a depth outside [0, 100], max_answer < 1, or a length
+ * too small for the template, needle and question with max_answer (the
+ * message says the least length that fits). */
+qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, const qkv_tokenizer *t,
+                                   const int32_t *hay, int64_t n_hay, const qkv_needle_text *nt, int length,
+                                   double depth, qkv_error *err);
+void qkv_needle_prompt_free(qkv_needle_prompt *p);
+
+/* What one prompt gave; the caller owns every array. */
+typedef struct {
+    int32_t *answer;        /* [max_answer] the greedy answer, stop token left out */
+    int n_answer;
+    double *mass_max;       /* [L] first answer token: needle mass, the largest over heads */
+    double *mass_mean;      /* [L] ... the mean over heads */
+    double *retrieval;      /* [L, Hq] += the share of needle tokens each head copied */
+    double *step_mass_max;  /* [max_answer, L] or NULL: as mass_max, for the row producing answer token k */
+    double *step_mass_mean; /* [max_answer, L] or NULL: as mass_mean, likewise */
+} qkv_needle_result;
+
+/* Runs p from an empty cache and answers greedily (at most max_answer
+ * tokens; a qkv_token_ends_turn token stops it). Uses the model's hook slot
+ * (cleared on return) and needs qkv_model_n_ctx(m) >= p->n + max_answer.
+ * The needle mass of head h in layer l is the sum of the weights its last
+ * prompt row gives keys needle_pos .. needle_pos + needle_len - 1, each
+ * exp(scale q.k - lse) from the kernel's LSE. */
+qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenizer *t, const qkv_needle_prompt *p,
+                          int max_answer, qkv_error *err);
 
 /* Readable labels for token pieces (bytes, as qkv_token_piece gives them):
  * a space is shown as "·", a newline "↵", a tab "→", other controls as

@@ -56,16 +56,6 @@ static int parse_args(mpi_run_args *a, int argc, char **argv) {
     return rc ? rc : cli_prompt_check(&a->prompt);
 }
 
-/* The same stop rule as qkv run: EOS or an end-of-turn control token. */
-static int is_stop(const qkv_tokenizer *tok, int32_t id) {
-    if (id == qkv_tokenizer_eos(tok)) return 1;
-    if (qkv_token_type_of(tok, id) != QKV_TOKEN_CONTROL) return 0;
-    size_t len;
-    const char *t = qkv_token_text(tok, id, &len);
-    return t && (!strcmp(t, "<|im_end|>") || !strcmp(t, "<|eot_id|>") || !strcmp(t, "<|end_of_text|>") ||
-                 !strcmp(t, "<|endoftext|>") || !strcmp(t, "</s>"));
-}
-
 /* Rank 0 streams every rank's prompt logits into path, in rank order. */
 static int write_logits(const char *path, const float *mine, int n, int V, double timeout) {
     qkv_cp_rows r;
@@ -150,7 +140,7 @@ static int run(const mpi_run_args *a) {
     while (n_done < a->n_gen) {
         /* every rank draws (the same stream everywhere); rank 0's token and its stop rule decide */
         int msg[2] = {qkv_sample(sampler, last), 0};
-        if (g_job.rank == 0) msg[1] = is_stop(tok, msg[0]);
+        if (g_job.rank == 0) msg[1] = qkv_token_ends_turn(tok, msg[0]);
         MPI_Ibcast(msg, 2, MPI_INT, 0, g_job.comm, &req);
         if (qkv_cp_wait(&req, 1, a->timeout, g_job.comm, "rank 0's next token", &err)) { rc = mpi_cli_fail(&err); goto done; }
         if (msg[1]) break;

@@ -89,3 +89,17 @@ qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, co
     *out = buf;
     return QKV_OK;
 }
+
+/* 1 if text starts with the tokenizer's BOS token. */
+static int starts_with_bos(const qkv_tokenizer *t, const char *text, size_t len) {
+    size_t bl = 0;
+    const int32_t bos = qkv_tokenizer_bos(t);
+    const char *b = bos >= 0 ? qkv_token_text(t, bos, &bl) : NULL;
+    return b && bl > 0 && len >= bl && !memcmp(text, b, bl);
+}
+
+qkv_status qkv_chat_tokenize(const qkv_tokenizer *t, const char *text, size_t len, int add_special,
+                             int32_t *out_ids, int64_t max_ids, int64_t *n, qkv_error *err) {
+    if (t && text && starts_with_bos(t, text, len)) add_special = 0; /* the template's BOS, not a second one */
+    return qkv_tokenize(t, text, len, add_special, 1, out_ids, max_ids, n, err);
+}

@@ -566,6 +566,17 @@ float qkv_token_score(const qkv_tokenizer *t, int32_t id) {
     return valid_id(t, id) ? t->scores[id] : 0.0f;
 }
 
+int qkv_token_ends_turn(const qkv_tokenizer *t, int32_t id) {
+    if (!valid_id(t, id)) return 0;
+    if (id == t->eos) return 1;
+    if (t->types[id] != QKV_TOKEN_CONTROL) return 0;
+    static const char *const ends[] = {"<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "</s>"};
+    const char *text = qkv_token_text(t, id, NULL);
+    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++)
+        if (!strcmp(text, ends[i])) return 1;
+    return 0;
+}
+
 /* --------------------------------------------------------------- tokenize */
 
 typedef struct {

@@ -29,19 +29,12 @@ double qkv_kl_logits(const float *p_logits, const float *q_logits, int n) {
     return kl > 0 ? kl : 0; /* rounding can leave -1e-17 for equal inputs */
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 void qkv_ablate_effect_of(qkv_ablate_effect *e, const float *full_logits, const float *logits, int n_vocab,
                           int32_t target) {
     e->kl = qkv_kl_logits(full_logits, logits, n_vocab);
     e->dp_target = exp((double)logits[target] - probe_log_sum_exp(logits, n_vocab)) -
                    exp((double)full_logits[target] - probe_log_sum_exp(full_logits, n_vocab));
-    e->top = argmax(logits, n_vocab);
+    e->top = probe_argmax(logits, n_vocab);
 }
 
 typedef struct {
@@ -128,7 +121,7 @@ static qkv_status check_target(int32_t target, const qkv_model_config *c, qkv_er
 
 /* The full run's summary: target (or the top token) and its probability. */
 static void summarise(qkv_ablate_summary *sum, const float *full, int n_vocab, int32_t target) {
-    sum->top_full = argmax(full, n_vocab);
+    sum->top_full = probe_argmax(full, n_vocab);
     sum->target = target >= 0 ? target : sum->top_full;
     sum->p_target = exp((double)full[sum->target] - probe_log_sum_exp(full, n_vocab));
     sum->spearman_attn_kl = NAN;

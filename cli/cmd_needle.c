@@ -1,0 +1,552 @@
+/*
+ * cmd_needle.c — `qkv needle`: dilution and retrieval. For each (length,
+ * depth) of a grid, a needle sentence goes into a haystack text at that
+ * depth (at a sentence boundary), a question follows in the chat template,
+ * the model answers greedily and the answer is scored by substring
+ * (qkv_needle_prompt_build, qkv_needle_run: src/probe/needle*.c). Beside
+ * each verdict, the attention the first answer token puts on the needle,
+ * read from the fast kernel's LSE, and over the whole grid every head's
+ * retrieval score. Prints the grid or JSON; draws it as an SVG (and an HTML
+ * page with the answers).
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_HAYSTACK "/usr/share/common-licenses/GPL-3"
+#define DEFAULT_NEEDLE "The secret number that unlocks the archive is 4817."
+#define DEFAULT_QUESTION "What is the secret number that unlocks the archive? Answer with the number only."
+#define DEFAULT_ANSWER "4817"
+#define HAYSTACK_MAX_BYTES ((size_t)64 << 20)
+
+typedef struct {
+    int length;
+    int depth;
+    int tokens, needle_pos, needle_len;
+    int correct;
+    char *answer;           /* the reply's text */
+    double mass_max, mass_mean;
+    double *by_layer_max, *by_layer_mean;  /* [L] */
+    int answer_step;        /* the reply token where the answer starts; -1 if it is not there */
+    double answer_mass_max, answer_mass_mean;
+    double *answer_by_layer;               /* [L] that token's row: max over heads */
+    double seconds;
+} cell;
+
+typedef struct {
+    const char *model, *haystack, *needle, *question, *answer;
+    const cli_ints *lengths, *depths;
+    int n_layer, n_head, hay_tokens;
+    cell *cells;            /* [lengths, depths] */
+    double *retrieval;      /* [L, Hq] mean over the cells */
+} grid;
+
+static const cell *at(const grid *g, int li, int di) { return &g->cells[(size_t)li * g->depths->n + di]; }
+
+/* ---------------------------------------------------------------- output */
+
+static void print_row_values(const grid *g, const char *title, int which) {
+    printf("\n%s\n  length", title);
+    for (int d = 0; d < g->depths->n; d++) printf("  %5d%%", g->depths->v[d]);
+    printf("\n");
+    for (int l = 0; l < g->lengths->n; l++) {
+        printf("  %6d", g->lengths->v[l]);
+        for (int d = 0; d < g->depths->n; d++) {
+            const cell *c = at(g, l, d);
+            if (which == 0) printf("  %6s", c->correct ? "yes" : "no");
+            else if (which == 3 && c->answer_step < 0) printf("  %6s", "-");
+            else printf("  %6.3f", which == 1 ? c->mass_max : which == 2 ? c->mass_mean : c->answer_mass_max);
+        }
+        printf("\n");
+    }
+}
+
+/* Heads by retrieval score, best first; [L * Hq] indices. */
+static int *ranked_heads(const grid *g) {
+    const int n = g->n_layer * g->n_head;
+    int *idx = malloc((size_t)n * sizeof *idx);
+    if (!idx) return NULL;
+    for (int i = 0; i < n; i++) idx[i] = i;
+    for (int i = 1; i < n; i++) { /* insertion sort: stable, a few hundred heads */
+        const int x = idx[i];
+        int j = i;
+        while (j > 0 && g->retrieval[idx[j - 1]] < g->retrieval[x]) idx[j] = idx[j - 1], j--;
+        idx[j] = x;
+    }
+    return idx;
+}
+
+static void print_grid(const grid *g, const int *rank) {
+    int n_right = 0;
+    for (int i = 0; i < g->lengths->n * g->depths->n; i++) n_right += g->cells[i].correct;
+    printf("qkv needle: %s, haystack %s (%d tokens)\n  needle:   %s\n  question: %s\n  answer:   %s\n",
+           cli_basename(g->model), cli_basename(g->haystack), g->hay_tokens, g->needle, g->question, g->answer);
+    print_row_values(g, "correct (the answer is in the greedy reply), by prompt length (tokens) and needle depth", 0);
+    print_row_values(g, "needle mass of the first answer token: the largest over layers and heads", 1);
+    print_row_values(g, "needle mass of the first answer token: the mean over layers and heads", 2);
+    print_row_values(g, "needle mass of the reply token that starts the answer: the largest over layers and heads", 3);
+    printf("\n%d of %d correct. Replies:\n", n_right, g->lengths->n * g->depths->n);
+    for (int l = 0; l < g->lengths->n; l++)
+        for (int d = 0; d < g->depths->n; d++) {
+            const cell *c = at(g, l, d);
+            printf("  %6d @ %3d%%  %-3s  ", c->length, c->depth, c->correct ? "yes" : "no");
+            for (const char *s = c->answer; *s; s++) putchar(*s == '\n' ? ' ' : *s);
+            printf("\n");
+        }
+    printf("\nretrieval heads (Wu et al. 2024: share of the needle's tokens a head copied, mean over the cells):\n");
+    int shown = 0;
+    for (int i = 0; i < g->n_layer * g->n_head && shown < 10; i++, shown++) {
+        if (g->retrieval[rank[i]] <= 0) break;
+        printf("  layer %2d head %2d  %.3f\n", rank[i] / g->n_head, rank[i] % g->n_head, g->retrieval[rank[i]]);
+    }
+    if (!shown) printf("  none: no head's strongest key was a needle token the reply copied\n");
+}
+
+static void json_doubles(const double *v, int n) {
+    printf("[");
+    for (int i = 0; i < n; i++) printf("%s%.6g", i ? ", " : "", v[i]);
+    printf("]");
+}
+
+static void print_json(const grid *g, const int *rank) {
+    printf("{\n  \"model\": ");
+    cli_json_string(stdout, g->model);
+    printf(",\n  \"haystack\": ");
+    cli_json_string(stdout, g->haystack);
+    printf(",\n  \"haystack_tokens\": %d,\n  \"needle\": ", g->hay_tokens);
+    cli_json_string(stdout, g->needle);
+    printf(",\n  \"question\": ");
+    cli_json_string(stdout, g->question);
+    printf(",\n  \"answer\": ");
+    cli_json_string(stdout, g->answer);
+    printf(",\n  \"cells\": [\n");
+    const int nc = g->lengths->n * g->depths->n;
+    for (int i = 0; i < nc; i++) {
+        const cell *c = &g->cells[i];
+        printf("    {\"length\": %d, \"depth\": %d, \"tokens\": %d, \"needle_pos\": %d, \"needle_tokens\": %d, "
+               "\"correct\": %s, \"answer\": ",
+               c->length, c->depth, c->tokens, c->needle_pos, c->needle_len, c->correct ? "true" : "false");
+        cli_json_string(stdout, c->answer);
+        printf(", \"needle_mass_max\": %.6g, \"needle_mass_mean\": %.6g, \"needle_mass_by_layer\": ", c->mass_max,
+               c->mass_mean);
+        json_doubles(c->by_layer_max, g->n_layer);
+        printf(", \"needle_mass_mean_by_layer\": ");
+        json_doubles(c->by_layer_mean, g->n_layer);
+        if (c->answer_step >= 0) {
+            printf(", \"answer_step\": %d, \"answer_mass_max\": %.6g, \"answer_mass_mean\": %.6g, "
+                   "\"answer_mass_by_layer\": ",
+                   c->answer_step, c->answer_mass_max, c->answer_mass_mean);
+            json_doubles(c->answer_by_layer, g->n_layer);
+        } else {
+            printf(", \"answer_step\": null, \"answer_mass_max\": null, \"answer_mass_mean\": null, "
+                   "\"answer_mass_by_layer\": null");
+        }
+        printf(", \"seconds\": %.3f}%s\n", c->seconds, i + 1 < nc ? "," : "");
+    }
+    printf("  ],\n  \"retrieval_heads\": [\n");
+    const int nh = g->n_layer * g->n_head;
+    for (int i = 0; i < nh; i++)
+        printf("    {\"layer\": %d, \"head\": %d, \"score\": %.6g}%s\n", rank[i] / g->n_head, rank[i] % g->n_head,
+               g->retrieval[rank[i]], i + 1 < nh ? "," : "");
+    printf("  ]\n}\n");
+}
+
+/* ------------------------------------------------------------------ SVG */
+
+/* t in [0, 1] -> a light-to-dark blue. */
+static void blue(char *rgb, size_t n, double t) {
+    if (t < 0) t = 0;
+    if (t > 1) t = 1;
+    snprintf(rgb, n, "rgb(%d,%d,%d)", (int)(247 - 239 * t), (int)(251 - 203 * t), (int)(255 - 148 * t));
+}
+
+/* The value panel `which` shows: 1 the first answer token's needle mass
+ * (max), 2 the token starting the answer's (max; -1 when absent). */
+static double panel_value(const cell *c, int which) {
+    return which == 1 ? c->mass_max : c->answer_step >= 0 ? c->answer_mass_max : -1;
+}
+
+/* One length x depth panel at (x0, y0): which 0 correct, else panel_value. */
+static void svg_panel(FILE *f, const grid *g, int which, int x0, int y0, const char *label) {
+    const int cw = 52, ch = 26;
+    double hi = 0;
+    for (int i = 0; i < g->lengths->n * g->depths->n; i++) {
+        const double v = panel_value(&g->cells[i], which);
+        if (v > hi) hi = v;
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">", x0, y0 - 26);
+    cli_svg_text(f, label);
+    fprintf(f, "</text>\n<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"10\" fill=\"#666\">tokens \\ "
+               "depth</text>\n",
+            x0 - 4, y0 - 6);
+    for (int d = 0; d < g->depths->n; d++)
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">%d%%</text>\n", x0 + d * cw + cw / 2,
+                y0 - 6, g->depths->v[d]);
+    for (int l = 0; l < g->lengths->n; l++) {
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#333\">%d</text>\n", x0 - 6, y0 + l * ch + 17,
+                g->lengths->v[l]);
+        for (int d = 0; d < g->depths->n; d++) {
+            const cell *c = at(g, l, d);
+            char fill[32], text[16];
+            const double v = panel_value(c, which);
+            if (which == 0) snprintf(fill, sizeof fill, "%s", c->correct ? "#2f9e44" : "#e03131");
+            else if (v < 0) snprintf(fill, sizeof fill, "#e9ecef");
+            else blue(fill, sizeof fill, hi > 0 ? v / hi : 0);
+            if (which == 0) snprintf(text, sizeof text, "%s", c->correct ? "yes" : "no");
+            else if (v < 0) snprintf(text, sizeof text, "-");
+            else snprintf(text, sizeof text, "%.3f", v);
+            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", x0 + d * cw, y0 + l * ch,
+                    cw - 2, ch - 2, fill);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\" fill=\"%s\">%s</text>\n",
+                    x0 + d * cw + cw / 2 - 1, y0 + l * ch + 17,
+                    which == 0 || (hi > 0 && v / hi > 0.55) ? "white" : "#333", text);
+        }
+    }
+}
+
+/* The mean needle mass per layer, one line per length (depths averaged). */
+static void svg_layers(FILE *f, const grid *g, int x0, int y0, int pw, int ph) {
+    static const char *const colours[] = {"#1f5fbf", "#e8590c", "#2f9e44", "#9c36b5", "#e03131", "#868e96"};
+    double hi = 0;
+    for (int i = 0; i < g->lengths->n * g->depths->n; i++)
+        for (int k = 0; k < g->n_layer; k++)
+            if (g->cells[i].by_layer_mean[k] > hi) hi = g->cells[i].by_layer_mean[k];
+    if (hi <= 0) hi = 1;
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">needle mass of the first answer token by layer, mean over heads "
+               "and depths (top of the panel: %.3g)</text>\n",
+            x0, y0 - 8, hi);
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#999\"/>\n", x0, y0, pw, ph);
+    for (int l = 0; l < g->lengths->n; l++) {
+        fprintf(f, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"%s\" points=\"", colours[l % 6]);
+        for (int k = 0; k < g->n_layer; k++) {
+            double s = 0;
+            for (int d = 0; d < g->depths->n; d++) s += at(g, l, d)->by_layer_mean[k];
+            s /= g->depths->n;
+            fprintf(f, "%.1f,%.1f ", x0 + (g->n_layer > 1 ? (double)k * pw / (g->n_layer - 1) : 0),
+                    y0 + ph - s / hi * ph);
+        }
+        fputs("\"/>\n", f);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"%s\">%d tokens</text>\n", x0 + pw + 8, y0 + 14 + 16 * l,
+                colours[l % 6], g->lengths->v[l]);
+    }
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">layer 0</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" "
+               "fill=\"#666\">layer %d</text>\n",
+            x0, y0 + ph + 16, x0 + pw, y0 + ph + 16, g->n_layer - 1);
+}
+
+static void svg_body(FILE *f, const grid *g, const char *title) {
+    const int pw = 52 * g->depths->n, y0 = 80, gap = 90, x0 = 70;
+    const int W = x0 + 3 * pw + 2 * gap + 40 > 860 ? x0 + 3 * pw + 2 * gap + 40 : 860;
+    const int H = y0 + 26 * g->lengths->n + 290;
+    cli_svg_head(f, W, H, title);
+    svg_panel(f, g, 0, x0, y0, "correct");
+    svg_panel(f, g, 1, x0 + pw + gap, y0, "needle mass: first answer token");
+    svg_panel(f, g, 2, x0 + 2 * (pw + gap), y0, "needle mass: token starting the answer");
+    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">needle mass: the attention weight a row puts on the needle's "
+               "tokens, the largest over layers and heads</text>\n",
+            x0, y0 + 26 * g->lengths->n + 20);
+    svg_layers(f, g, x0, y0 + 26 * g->lengths->n + 70, 600, 160);
+    fputs("</svg>\n", f);
+}
+
+static int write_output(const char *path, const grid *g, const char *title, int html) {
+    cli_outfile out;
+    FILE *f = cli_outfile_open(&out, path);
+    if (!f) return CLI_EXIT_BAD_INPUT;
+    if (html) {
+        fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qkv needle</title><style>body{font-family:"
+              "sans-serif;margin:24px}h1{font-size:18px}table{border-collapse:collapse}td,th{padding:2px 10px;"
+              "text-align:right}td.t{text-align:left;font-family:monospace}</style></head><body>\n<h1>",
+              f);
+        cli_svg_text(f, title);
+        fputs("</h1>\n<p>needle: ", f);
+        cli_svg_text(f, g->needle);
+        fputs("<br>question: ", f);
+        cli_svg_text(f, g->question);
+        fputs("<br>answer: ", f);
+        cli_svg_text(f, g->answer);
+        fputs("</p>\n", f);
+    }
+    svg_body(f, g, title);
+    if (html) {
+        fputs("<table>\n<tr><th>length</th><th>depth</th><th>tokens</th><th>needle at</th><th>correct</th>"
+              "<th>mass max</th><th>mass mean</th><th>reply</th></tr>\n",
+              f);
+        for (int i = 0; i < g->lengths->n * g->depths->n; i++) {
+            const cell *c = &g->cells[i];
+            fprintf(f, "<tr><td>%d</td><td>%d%%</td><td>%d</td><td>%d</td><td>%s</td><td>%.4f</td><td>%.4f</td>"
+                       "<td class=\"t\">",
+                    c->length, c->depth, c->tokens, c->needle_pos, c->correct ? "yes" : "no", c->mass_max, c->mass_mean);
+            cli_svg_text(f, c->answer);
+            fputs("</td></tr>\n", f);
+        }
+        fputs("</table>\n</body></html>\n", f);
+    }
+    return cli_outfile_close(&out);
+}
+
+/* ------------------------------------------------------------------ main */
+
+/* The text of ids, special tokens left out; NULL after an error line. */
+static char *reply_text(const qkv_tokenizer *tok, const int32_t *ids, int n) {
+    size_t len = 0, cap = 256;
+    qkv_error err = {0};
+    for (;;) {
+        char *s = malloc(cap);
+        if (!s) break;
+        qkv_status st = qkv_detokenize(tok, ids, n, 1, s, cap, &len, &err);
+        if (st == QKV_OK) return s;
+        free(s);
+        if (st != QKV_ERR_FULL) {
+            cli_fail("%s", err.msg);
+            return NULL;
+        }
+        cap = len + 1;
+    }
+    cli_fail("out of memory");
+    return NULL;
+}
+
+/* *step <- the reply token whose text holds byte `offset` of the reply
+ * (where the answer starts); 0 or 2 after an error line. */
+static int answer_step(int *step, const qkv_tokenizer *tok, const int32_t *ids, int n, long offset) {
+    for (int i = 0; i < n; i++) {
+        char *s = reply_text(tok, ids, i + 1);
+        if (!s) return CLI_EXIT_BAD_INPUT;
+        const long len = (long)strlen(s);
+        free(s);
+        if (len > offset) {
+            *step = i;
+            return 0;
+        }
+    }
+    *step = n - 1;
+    return 0;
+}
+
+/* The haystack's tokens (no BOS) into *ids; 0 or 2 after an error line. */
+static int haystack_tokens(int32_t **ids, int *n, const char *text, size_t len, const qkv_tokenizer *tok) {
+    const int64_t bound = qkv_tokenize_bound(len);
+    int64_t got = 0;
+    qkv_error err = {0};
+    *ids = malloc((size_t)(bound > 0 ? bound : 1) * sizeof **ids);
+    if (!*ids) return cli_fail("out of memory for the haystack");
+    if (qkv_tokenize(tok, text, len, 0, 0, *ids, bound, &got, &err)) return cli_fail("haystack: %s", err.msg);
+    if (got > 0x7fffffff) return cli_fail("the haystack has %lld tokens, more than a run can take", (long long)got);
+    *n = (int)got;
+    return 0;
+}
+
+static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokenizer *tok, const int32_t *hay,
+                    const qkv_needle_text *nt, int verbose) {
+    const int L = g->n_layer, H = g->n_head, n_cells = g->lengths->n * g->depths->n;
+    int32_t *answer = malloc((size_t)nt->max_answer * sizeof *answer);
+    double *step_max = malloc((size_t)nt->max_answer * L * sizeof(double)),
+           *step_mean = malloc((size_t)nt->max_answer * L * sizeof(double)); /* [max_answer, L] */
+    if (!answer || !step_max || !step_mean) {
+        free(answer), free(step_max), free(step_mean);
+        return cli_fail("out of memory");
+    }
+    int rc = 0;
+    for (int i = 0; !rc && i < n_cells; i++) {
+        cell *c = &g->cells[i];
+        c->length = g->lengths->v[i / g->depths->n];
+        c->depth = g->depths->v[i % g->depths->n];
+        if (!(c->by_layer_max = calloc((size_t)L, sizeof(double))) ||
+            !(c->by_layer_mean = calloc((size_t)L, sizeof(double))) ||
+            !(c->answer_by_layer = calloc((size_t)L, sizeof(double)))) {
+            rc = cli_fail("out of memory");
+            break;
+        }
+        qkv_error err = {0};
+        qkv_needle_prompt p;
+        const double t0 = cli_now_s();
+        if (qkv_needle_prompt_build(&p, gg, tok, hay, g->hay_tokens, nt, c->length, c->depth, &err)) {
+            rc = cli_fail("%s", err.msg);
+            break;
+        }
+        qkv_needle_result r = {.answer = answer, .mass_max = c->by_layer_max, .mass_mean = c->by_layer_mean,
+                               .retrieval = g->retrieval, .step_mass_max = step_max, .step_mass_mean = step_mean};
+        if (qkv_needle_run(&r, m, tok, &p, nt->max_answer, &err)) rc = cli_fail("%s", err.msg);
+        c->tokens = p.n;
+        c->needle_pos = p.needle_pos;
+        c->needle_len = p.needle_len;
+        qkv_needle_prompt_free(&p);
+        if (rc || !(c->answer = reply_text(tok, answer, r.n_answer))) {
+            rc = rc ? rc : CLI_EXIT_BAD_INPUT;
+            break;
+        }
+        c->seconds = cli_now_s() - t0;
+        const long found = qkv_needle_match(c->answer, g->answer);
+        c->correct = found >= 0;
+        c->answer_step = -1;
+        if (found >= 0 && (rc = answer_step(&c->answer_step, tok, answer, r.n_answer, found))) break;
+        for (int l = 0; l < L; l++) {
+            if (c->by_layer_max[l] > c->mass_max) c->mass_max = c->by_layer_max[l];
+            c->mass_mean += c->by_layer_mean[l] / L;
+            if (c->answer_step < 0) continue;
+            const size_t k = (size_t)c->answer_step * L + l;
+            c->answer_by_layer[l] = step_max[k];
+            if (step_max[k] > c->answer_mass_max) c->answer_mass_max = step_max[k];
+            c->answer_mass_mean += step_mean[k] / L;
+        }
+        if (verbose)
+            fprintf(stderr, "qkv needle: %d tokens, depth %d%%: %s in %.1f s\n", c->tokens, c->depth,
+                    c->correct ? "correct" : "wrong", c->seconds);
+    }
+    for (int i = 0; i < L * H; i++) g->retrieval[i] /= n_cells;
+    free(answer);
+    free(step_max);
+    free(step_mean);
+    return rc;
+}
+
+int cmd_needle(int argc, char **argv) {
+    const char *model = CLI_DEFAULT_MODEL, *haystack = DEFAULT_HAYSTACK, *svg = NULL, *html = NULL;
+    qkv_needle_text nt = {.needle = DEFAULT_NEEDLE, .question = DEFAULT_QUESTION, .max_answer = 16};
+    const char *expected = DEFAULT_ANSWER;
+    cli_ints lengths = {0}, depths = {0};
+    int json = 0, threads = 0, verbose = 0, kv_dtype = QKV_DTYPE_F32;
+    cli_flag flags[] = {
+        CLI_FLAG_MODEL(&model),
+        CLI_FLAG("--file", "-f", CLI_STRING, &haystack, 0, 0, "FILE", "the haystack text (default " DEFAULT_HAYSTACK ")"),
+        CLI_FLAG("--lengths", NULL, CLI_INTS, &lengths, 1, QKV_MODEL_MAX_CTX, "L1,L2,...",
+                 "prompt lengths in tokens, answer included (default 1024,2048,4096,8192)"),
+        CLI_FLAG("--depths", NULL, CLI_INTS, &depths, 0, 100, "D1,D2,...",
+                 "needle depths, percent of the haystack (default 0,25,50,75,100)"),
+        CLI_FLAG("--needle", NULL, CLI_STRING, &nt.needle, 0, 0, "TEXT", "the sentence hidden in the haystack"),
+        CLI_FLAG("--question", NULL, CLI_STRING, &nt.question, 0, 0, "TEXT", "asked after the haystack"),
+        CLI_FLAG("--answer", NULL, CLI_STRING, &expected, 0, 0, "TEXT",
+                 "a reply is correct when it contains this (case folded)"),
+        CLI_FLAG("--system", NULL, CLI_STRING, &nt.system, 0, 0, "TEXT", "system turn (default: the template's own)"),
+        CLI_FLAG("--max-answer", NULL, CLI_INT, &nt.max_answer, 1, 1024, "N", "reply tokens at most (default 16)"),
+        CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
+        CLI_FLAG("--svg", NULL, CLI_STRING, &svg, 0, 0, "FILE", "the grid: correctness and needle mass side by side"),
+        CLI_FLAG("--html", NULL, CLI_STRING, &html, 0, 0, "FILE", "a self-contained page: the grid and the replies"),
+        CLI_FLAG_KV_DTYPE(&kv_dtype, "KV cache storage: f32 (default), bf16, f16"),
+        CLI_FLAG_THREADS(&threads),
+        CLI_FLAG_VERBOSE(&verbose),
+        {0},
+    };
+    const cli_command cmd = {
+        .name = "needle", .usage = "[-m MODEL] [-f HAYSTACK] [--lengths L,...] [--depths D,...] [flags]",
+        .about = "Needle in a haystack with attention telemetry: for each length and depth the needle\n"
+        "sentence goes into the haystack at a sentence boundary, the question follows as a chat\n"
+        "turn, the model answers greedily and the reply is scored by substring (RULER's\n"
+        "string_match_all). From the kernel's LSE: the weight the first answer token puts on\n"
+        "the needle's tokens, and each head's retrieval score (Wu et al. 2024). Cost per cell:\n"
+        "one prefill of the length plus one decode step per reply token.",
+        .notes = "JSON: {\"model\", \"haystack\", \"haystack_tokens\", \"needle\", \"question\", \"answer\",\n"
+        "\"cells\": [{\"length\", \"depth\", \"tokens\", \"needle_pos\", \"needle_tokens\", \"correct\", \"answer\",\n"
+        "\"needle_mass_max\", \"needle_mass_mean\", \"needle_mass_by_layer\" (max over heads),\n"
+        "\"needle_mass_mean_by_layer\", \"answer_step\", \"answer_mass_max\", \"answer_mass_mean\",\n"
+        "\"answer_mass_by_layer\" (the reply token where the answer starts; null if absent), \"seconds\"}],\n"
+        "\"retrieval_heads\": [{\"layer\", \"head\", \"score\"}]}.",
+        .flags = flags};
+    int rc = cli_parse(&cmd, argc, argv);
+    if (rc) {
+        cli_ints_free(&lengths);
+        cli_ints_free(&depths);
+        return rc < 0 ? 0 : rc;
+    }
+    qkv_gguf *g = NULL;
+    qkv_tokenizer *tok = NULL;
+    qkv_model *m = NULL;
+    char *text = NULL;
+    int32_t *hay = NULL, *needle_ids = NULL;
+    int *rank = NULL;
+    grid gr = {.model = model, .haystack = haystack, .needle = nt.needle, .question = nt.question, .answer = expected,
+               .lengths = &lengths, .depths = &depths};
+    if (!lengths.n) rc = cli_parse_ints(&lengths, "--lengths", "1024,2048,4096,8192", 1, QKV_MODEL_MAX_CTX);
+    if (!rc && !depths.n) rc = cli_parse_ints(&depths, "--depths", "0,25,50,75,100", 0, 100);
+    if (!rc && !nt.needle[0]) rc = cli_fail("--needle is empty");
+    if (!rc && !expected[0]) rc = cli_fail("--answer is empty");
+    if (!rc && !nt.question[0]) rc = cli_fail("--question is empty");
+    if (!rc && qkv_needle_match(nt.needle, expected) < 0)
+        rc = cli_fail("--answer '%s' is not in the needle: the model could not find it", expected);
+    size_t len = 0;
+    if (rc) goto done;
+    if (!(text = cli_read_file(haystack, HAYSTACK_MAX_BYTES, &len))) {
+        rc = CLI_EXIT_BAD_INPUT;
+        goto done;
+    }
+    if ((rc = cli_tokenizer_open(&g, &tok, model))) goto done;
+    if (qkv_needle_match(text, expected) >= 0) {
+        rc = cli_fail("%s: the answer '%s' is already in the haystack", haystack, expected);
+        goto done;
+    }
+    int n_needle = 0;
+    if ((rc = haystack_tokens(&hay, &gr.hay_tokens, text, len, tok)) ||
+        (rc = haystack_tokens(&needle_ids, &n_needle, nt.needle, strlen(nt.needle), tok)))
+        goto done;
+    if (n_needle >= gr.hay_tokens) {
+        rc = cli_fail("the needle (%d tokens) is not shorter than the haystack %s (%d tokens)", n_needle, haystack,
+                      gr.hay_tokens);
+        goto done;
+    }
+    int max_len = 0;
+    for (int i = 0; i < lengths.n; i++)
+        if (lengths.v[i] > max_len) max_len = lengths.v[i];
+    qkv_model_params mp = {.n_ctx = max_len, .kv_dtype = (qkv_dtype)kv_dtype, .n_threads = threads};
+    qkv_error err = {0};
+    qkv_model_config cfg;
+    if (qkv_model_config_read(&cfg, g, &err)) {
+        rc = cli_model_fail(&err, model);
+        goto done;
+    }
+    if (max_len > cfg.n_ctx_train) {
+        rc = cli_fail("--lengths: %d tokens exceed the model's context of %d", max_len, cfg.n_ctx_train);
+        goto done;
+    }
+    if (qkv_model_open(&m, model, &mp, &err)) {
+        rc = cli_model_fail(&err, model);
+        goto done;
+    }
+    gr.n_layer = cfg.n_layer;
+    gr.n_head = cfg.n_head;
+    gr.cells = calloc((size_t)lengths.n * depths.n, sizeof *gr.cells);
+    gr.retrieval = calloc((size_t)cfg.n_layer * cfg.n_head, sizeof(double));
+    if (!gr.cells || !gr.retrieval) {
+        rc = cli_fail("out of memory");
+        goto done;
+    }
+    const double t0 = cli_now_s();
+    if ((rc = run_grid(&gr, m, g, tok, hay, &nt, verbose)) || !(rank = ranked_heads(&gr))) {
+        if (!rc) rc = cli_fail("out of memory");
+        goto done;
+    }
+    char title[512];
+    snprintf(title, sizeof title, "%s: needle in %s, %d lengths x %d depths", cli_basename(model),
+             cli_basename(haystack), lengths.n, depths.n);
+    if ((svg && (rc = write_output(svg, &gr, title, 0))) || (html && (rc = write_output(html, &gr, title, 1))))
+        goto done;
+    if (json) print_json(&gr, rank);
+    else print_grid(&gr, rank);
+    if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
+    if (html) fprintf(json ? stderr : stdout, "wrote %s\n", html);
+    if (verbose)
+        fprintf(stderr, "qkv needle: %d cells, %.1f s, peak RSS %.1f MiB\n", lengths.n * depths.n, cli_now_s() - t0,
+                cli_peak_rss_mib());
+done:
+    if (gr.cells)
+        for (int i = 0; i < lengths.n * depths.n; i++) {
+            free(gr.cells[i].answer);
+            free(gr.cells[i].by_layer_max);
+            free(gr.cells[i].by_layer_mean);
+            free(gr.cells[i].answer_by_layer);
+        }
+    free(gr.cells);
+    free(gr.retrieval);
+    free(rank);
+    free(hay);
+    free(needle_ids);
+    free(text);
+    qkv_model_close(m);
+    qkv_tokenizer_free(tok);
+    qkv_gguf_close(g);
+    cli_ints_free(&lengths);
+    cli_ints_free(&depths);
+    return rc;
+}
