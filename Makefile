@@ -137,6 +137,7 @@ test: deps model
 	$(MAKE) check NATIVE=1 BUILD=$(BUILD)/native
 	$(MAKE) sanitize TESTS="$(SANITIZE_CI_TESTS)"
 	$(MAKE) pytest
+	$(MAKE) mpi-test
 endif
 
 # One configuration's tests. CLI tests run $(BUILD)/qkv.
@@ -239,6 +240,9 @@ fuzz: model
 	        > $(FUZZ_BUILD)/fuzz-$$t.log 2>&1 || { tail -40 $(FUZZ_BUILD)/fuzz-$$t.log; exit 1; }; \
 	    tail -1 $(FUZZ_BUILD)/fuzz-$$t.log; \
 	done
+
+# context parallelism over MPI: make mpi, make mpi-test
+include mpi/mpi.mk
 
 -include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) \
          $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%.d) $(BUILD)/fuzz/replay.d

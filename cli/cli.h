@@ -201,6 +201,9 @@ void cli_svg_text(FILE *f, const char *s);
 void cli_svg_head(FILE *f, int w, int h, const char *title);
 /* s as a JSON string, quotes included (render/json.c: the one writer). */
 #define cli_json_string(f, s) qkv_json_string((f), (s), 0)
+/* A float32 .npy of 3 dims (or 4 with a leading 1, dropped) of at most 2^30
+ * per dim (cmd_attend.c): 0, or 2 after an error line naming path (a freed). */
+int cli_load_3d(qkv_npy *a, const char *path);
 /* The last component of a path. */
 const char *cli_basename(const char *path);
 double cli_status_mib(const char *key);  /* a /proc/self/status field ("VmRSS") in MiB, or -1 */

@@ -111,8 +111,7 @@ static int parse_args(attend_args *a, int argc, char **argv) {
     return 0;
 }
 
-/* Loads a float32 array of 3 dims (or 4 with a leading 1). */
-static int load_3d(qkv_npy *a, const char *path) {
+int cli_load_3d(qkv_npy *a, const char *path) {
     qkv_error err = {0};
     if (qkv_npy_load(a, path, &err)) return cli_fail("%s", err.msg);
     if (a->type != QKV_NPY_F32) {
@@ -160,9 +159,9 @@ static int attend(attend_args *a) {
         (a->weights && !(w_tmp = cli_output_add(a->weights))))
         return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
     qkv_npy q = {0}, k = {0}, v = {0};
-    int rc = load_3d(&q, a->q);
-    if (!rc) rc = load_3d(&k, a->k);
-    if (!rc) rc = load_3d(&v, a->v);
+    int rc = cli_load_3d(&q, a->q);
+    if (!rc) rc = cli_load_3d(&k, a->k);
+    if (!rc) rc = cli_load_3d(&v, a->v);
     float *o = NULL, *lse = NULL, *w = NULL;
     void *kd = NULL, *vd = NULL;
     int64_t *pos = NULL;

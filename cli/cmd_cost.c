@@ -172,7 +172,7 @@ static int load_gguf(qkv_cost_config *c, const char *path) {
 /* ------------------------------------------------------------------ JSON */
 
 static void print_json(const qkv_cost_config *c, const char *source, const char *dtype,
-                       const qkv_cost *r, int n) {
+                       const qkv_cost *r, int n, const qkv_ring_params *ring, const qkv_ring_cost *rc) {
     printf("{\n  \"model\": {\"name\": ");
     cli_json_string(stdout, c->name);
     printf(", \"source\": ");
@@ -208,8 +208,20 @@ static void print_json(const qkv_cost_config *c, const char *source, const char 
                x->flash_bytes_per_layer, x->flash_bytes_per_layer / 1048576.0);
         printf("\"flash_saves_bytes_per_layer\": %.0f, ",
                x->score_table_bytes_per_layer - x->flash_bytes_per_layer);
-        printf("\"kv_cache_bytes\": %.0f, \"kv_cache_gib\": %.6f}%s\n", x->kv_cache_bytes,
-               x->kv_cache_bytes / 1073741824.0, i + 1 < n ? "," : "");
+        printf("\"kv_cache_bytes\": %.0f, \"kv_cache_gib\": %.6f", x->kv_cache_bytes, x->kv_cache_bytes / 1073741824.0);
+        if (ring) {
+            const qkv_ring_cost *y = &rc[i];
+            printf(", \"ring\": {\"ranks\": %d, \"link_gbs\": %g, \"rank_gflops\": %g, \"tokens_per_rank\": %.1f, "
+                   "\"kv_bytes_per_rank\": %.0f, \"kv_gib_per_rank\": %.6f, \"block_bytes\": %.0f, "
+                   "\"ring_bytes_per_layer\": %.0f, \"ring_mib_per_layer\": %.4f, \"step_compute_s\": %.6g, "
+                   "\"step_transfer_s\": %.6g, \"hidden\": %s, \"min_tokens_per_rank\": %.1f, "
+                   "\"prefill_attn_s\": %.6g, \"prefill_attn_one_rank_s\": %.6g}",
+                   ring->ranks, ring->link_gbs, ring->rank_gflops, y->tokens_per_rank, y->kv_bytes_per_rank,
+                   y->kv_bytes_per_rank / 1073741824.0, y->block_bytes, y->ring_bytes_per_layer,
+                   y->ring_bytes_per_layer / 1048576.0, y->step_compute_s, y->step_transfer_s, y->hidden ? "true" : "false",
+                   y->min_tokens_per_rank, y->prefill_attn_s, y->prefill_attn_one_s);
+        }
+        printf("}%s\n", i + 1 < n ? "," : "");
     }
     printf("  ]\n}\n");
 }
@@ -294,6 +306,44 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
            d, a, b);
 }
 
+/* Seconds as "12.3 ms", "4.5 s", "2.1 h". */
+static void fmt_seconds(char *buf, size_t cap, double t) {
+    if (t < 1) snprintf(buf, cap, "%.1f ms", t * 1e3);
+    else if (t < 3600) snprintf(buf, cap, "%.1f s", t);
+    else snprintf(buf, cap, "%.1f h", t / 3600);
+}
+
+/* The prefill over ring.ranks machines: one row per figure, one column per context. */
+static void print_ring_text(const qkv_ring_params *ring, const qkv_ring_cost *rc, int n) {
+    printf("\n  across %d ranks (ring attention; link %g GB/s, %g GFLOP/s of attention per rank)\n", ring->ranks,
+           ring->link_gbs, ring->rank_gflops);
+    static const char *const labels[] = {"  tokens per rank", "  KV cache per rank", "  ring traffic per layer, per rank",
+                                         "  one step: compute", "  one step: transfer", "  transfer hidden",
+                                         "  prefill attention, all layers", "  ... on one rank"};
+    for (int k = 0; k < 8; k++) {
+        printf("  ");
+        put_cell(labels[k], LABEL_W, 0);
+        for (int i = 0; i < n; i++) {
+            char buf[64];
+            const qkv_ring_cost *y = &rc[i];
+            switch (k) {
+            case 0: fmt_count(buf, sizeof buf, (int64_t)y->tokens_per_rank); break;
+            case 1: fmt_bytes(buf, sizeof buf, y->kv_bytes_per_rank); break;
+            case 2: fmt_bytes(buf, sizeof buf, y->ring_bytes_per_layer); break;
+            case 3: fmt_seconds(buf, sizeof buf, y->step_compute_s); break;
+            case 4: fmt_seconds(buf, sizeof buf, y->step_transfer_s); break;
+            case 5: snprintf(buf, sizeof buf, "%s", y->hidden ? "yes" : "no"); break;
+            case 6: fmt_seconds(buf, sizeof buf, y->prefill_attn_s); break;
+            default: fmt_seconds(buf, sizeof buf, y->prefill_attn_one_s); break;
+            }
+            put_cell(buf, COL_W, 1);
+        }
+        putchar('\n');
+    }
+    printf("\nA ring step moves one rank's K/V of a layer while the rank computes; it hides\n"
+           "from %.0f tokens per rank on (Hkv·e·F / (Hq·B)).\n", rc[0].min_tokens_per_rank);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int cmd_cost(int argc, char **argv) {
@@ -301,6 +351,7 @@ int cmd_cost(int argc, char **argv) {
     elem_type elem = {2, "bf16"};
     int json = 0, tied = -1;
     ctx_list ctx = {{8192, 32768, 131072}, 3};
+    qkv_ring_params ring = {.ranks = 0, .link_gbs = 12.5, .rank_gflops = 200};
     enum { L_, HID, HEADS, KVH, HD, FFN, VOC, NSZ };
     int size[NSZ] = {0};
     char presets[256] = "";
@@ -325,9 +376,16 @@ int cmd_cost(int argc, char **argv) {
         CLI_FLAG_FN("--ctx", &ctx, parse_ctx_list, "LIST", "context lengths, comma separated, K = 1024 (default 8K,32K,128K)"),
         CLI_FLAG_FN("--dtype", &elem, parse_dtype, "T", "storage of scores and K/V: f32, bf16, f16, fp8 (default bf16)"),
         CLI_FLAG_JSON(&json, "the same figures as JSON, units in the key names"),
+        CLI_FLAG("--ranks", NULL, CLI_INT, &ring.ranks, 1, 1 << 20, "N",
+                 "also the prefill split over N machines (ring attention, libqkv_mpi)"),
+        CLI_FLAG("--link-gbs", NULL, CLI_DOUBLE, &ring.link_gbs, 1e-6, 1e9, "X",
+                 "with --ranks: GB/s each rank sends at (default 12.5: 100 Gb/s Ethernet)"),
+        CLI_FLAG("--rank-gflops", NULL, CLI_DOUBLE, &ring.rank_gflops, 1e-6, 1e12, "G",
+                 "with --ranks: attention GFLOP/s of one rank (default 200: qkv's\n"
+                 "flash prefill on 2 Ice Lake cores, BENCHMARKS.md)"),
         {0},
     };
-    const cli_command cmd = {.name = "cost", .usage = "[--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--json]",
+    const cli_command cmd = {.name = "cost", .usage = "[--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--ranks N [--link-gbs X]] [--json]",
                              .about = "What attention costs next to the weight matmuls, from a model configuration.",
                              .notes = "Weight matmuls per token = 2 x the weights a token is multiplied by: per layer\n"
                              "q,k,v,o and gate,up,down, plus the lm_head (the embedding is a lookup). For\n"
@@ -336,6 +394,8 @@ int cmd_cost(int argc, char **argv) {
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     const cli_flag *sz = &flags[2]; /* --layers .. --vocab, in size[] order */
     if (preset && model) return cli_fail("cost: --preset and --model exclude each other");
+    if (!ring.ranks && (cli_given(&cmd, "--link-gbs") || cli_given(&cmd, "--rank-gflops")))
+        return cli_fail("cost: --link-gbs and --rank-gflops need --ranks");
 
     qkv_cost_config c;
     memset(&c, 0, sizeof c);
@@ -374,9 +434,15 @@ int cmd_cost(int argc, char **argv) {
     if (tied >= 0) c.tied_embeddings = tied;
 
     qkv_cost r[MAX_CTX];
-    for (int i = 0; i < ctx.n; i++)
+    qkv_ring_cost rc[MAX_CTX];
+    for (int i = 0; i < ctx.n; i++) {
         if (qkv_cost_eval(&r[i], &c, ctx.v[i], elem.bytes, &err)) return cli_fail("cost: %s", err.msg);
-    if (json) print_json(&c, source, elem.name, r, ctx.n);
-    else print_text(&c, source, elem.name, r, ctx.n);
+        if (ring.ranks && qkv_cost_ring(&rc[i], &c, ctx.v[i], elem.bytes, &ring, &err)) return cli_fail("cost: %s", err.msg);
+    }
+    if (json) print_json(&c, source, elem.name, r, ctx.n, ring.ranks ? &ring : NULL, rc);
+    else {
+        print_text(&c, source, elem.name, r, ctx.n);
+        if (ring.ranks) print_ring_text(&ring, rc, ctx.n);
+    }
     return 0;
 }

@@ -610,6 +610,38 @@ qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err);
 qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
                          qkv_error *err);
 
+/* Across machines: ring attention (context parallelism, libqkv_mpi) for a
+ * causal prefill of ctx tokens split over P ranks, balanced (zigzag layout,
+ * every rank the same causal work). Each layer runs P steps; at each, a rank
+ * attends its queries to the K/V block in hand while sending it on and
+ * receiving the next, so a step takes max(compute, transfer) and step 0 only
+ * its compute. With t = n / P tokens per rank, one step computes
+ * 2 n^2 Hq D / P^2 FLOPs and moves 2 t Hkv D e bytes: the transfer hides
+ * once t >= Hkv e F / (Hq B) (F the rank's attention FLOP/s, B its link). */
+typedef struct {
+    int ranks;              /* P >= 1 */
+    double link_gbs;        /* B: GB/s (10^9 B/s) each rank sends (and receives) at */
+    double rank_gflops;     /* F: attention GFLOP/s of one rank (qkv bench measures it) */
+} qkv_ring_params;
+
+typedef struct {
+    double tokens_per_rank;       /* t = n / P */
+    double kv_bytes_per_rank;     /* t x kv_bytes_per_token: the rank's share of the KV cache */
+    double block_bytes;           /* 2 t Hkv D e: one layer's K/V of one rank, one ring step's message */
+    double ring_bytes_per_layer;  /* (P - 1) x block_bytes: what each rank sends per layer */
+    double step_compute_s;        /* 2 n^2 Hq D / P^2 / F */
+    double step_transfer_s;       /* block_bytes / B (0 for P = 1) */
+    int hidden;                   /* 1 if step_transfer_s <= step_compute_s */
+    double min_tokens_per_rank;   /* Hkv e F / (Hq B): the t from which the transfer hides */
+    double prefill_attn_s;        /* all layers: L (step_compute + (P - 1) max(step_compute, step_transfer)) */
+    double prefill_attn_one_s;    /* the same prefill's attention on one rank: prefill_attn_flops / F */
+} qkv_ring_cost;
+
+/* QKV_ERR_INVALID for a bad configuration, ctx < P, P < 1, or a bandwidth or
+ * rate that is not positive. */
+qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+                         const qkv_ring_params *p, qkv_error *err);
+
 /* ------------------------------------------------------------------- model */
 
 /* A Llama-architecture model from a GGUF file: embedding, L x [RMSNorm,
@@ -709,6 +741,25 @@ qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int 
 qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
 /* Installs (or with NULL removes) the attention hook. */
 void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
+/* Who computes a layer's attention when it is not the model's own kernel:
+ * context parallelism (libqkv_mpi), where the keys of the sequence are
+ * spread over machines. Called in every layer after the call's n keys and
+ * values were appended to the layer's KV cache; it writes
+ *   att: [Hq, n, D] the attention output of the n rows, lse: [Hq, n]
+ * from q: [Hq, n, D] (rotated) and whatever keys it chooses (cache: this
+ * model's own; desc: the call the model would have made on it, kv_dtype
+ * and kv_head_stride of the cache). A failure stops the forward call with
+ * its status and message. Interventions (exclusions, zeroed heads) are not
+ * applied; the hook (qkv_model_set_hook) still sees q and the LSE. */
+typedef qkv_status (*qkv_attn_replace_fn)(void *user, int layer, float *att, float *lse, const float *q, int n,
+                                          const qkv_kv_cache *cache, const qkv_attn_desc *desc, qkv_error *err);
+/* Installs (or with NULL removes) the replacement. */
+void qkv_model_set_attention(qkv_model *m, qkv_attn_replace_fn fn, void *user);
+/* The next token is rotated at RoPE position qkv_model_pos(m) + offset (the
+ * offset qkv_model_evict without shift accumulates): a model holding one
+ * rank's part of a longer sequence sets it to the global position of its
+ * first row. offset >= 0, else QKV_ERR_INVALID. */
+qkv_status qkv_model_set_rope_offset(qkv_model *m, int offset, qkv_error *err);
 /* Masks keys at these absolute positions in every layer and head for the
  * following forward calls (an intervention; NULL/0 clears). Copied. */
 qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err);

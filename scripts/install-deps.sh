@@ -10,6 +10,7 @@
 #   valgrind    the CLI smoke tests under memcheck (tests/test_valgrind.c)
 # and with FUZZ=1 (make fuzz) the libFuzzer toolchain:
 #   clang libclang-rt-14-dev
+#   openmpi-bin, libopenmpi-dev  mpicc and mpirun for libqkv_mpi and qkv-mpi (make mpi-test)
 set -eu
 need=""
 command -v valgrind >/dev/null 2>&1 || need="$need valgrind"
@@ -29,6 +30,8 @@ if command -v python3 >/dev/null 2>&1; then
 else
     need="$need python3-venv python3-dev"
 fi
+command -v mpirun >/dev/null 2>&1 || need="$need openmpi-bin"
+command -v mpicc >/dev/null 2>&1 || need="$need libopenmpi-dev"
 [ -n "$need" ] || exit 0
 if [ "$(id -u)" != 0 ]; then
     echo "install-deps: missing Debian packages:$need (run: sudo apt-get install$need)" >&2

@@ -104,3 +104,32 @@ qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, s
     out->kv_cache_bytes = n * out->kv_bytes_per_token;
     return QKV_OK;
 }
+
+qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+                         const qkv_ring_params *p, qkv_error *err) {
+    qkv_cost one;
+    qkv_status s = qkv_cost_eval(&one, c, ctx, elem_bytes, err);
+    if (s) return s;
+    if (!p || p->ranks < 1) return qkv_fail(err, QKV_ERR_INVALID, "ranks must be >= 1, got %d", p ? p->ranks : 0);
+    if (ctx < p->ranks)
+        return qkv_fail(err, QKV_ERR_INVALID, "%d ranks exceed the context's %lld tokens", p->ranks, (long long)ctx);
+    if (!(p->link_gbs > 0) || !(p->rank_gflops > 0))
+        return qkv_fail(err, QKV_ERR_INVALID, "link GB/s (%g) and rank GFLOP/s (%g) must be > 0", p->link_gbs,
+                        p->rank_gflops);
+    memset(out, 0, sizeof *out);
+    const double P = p->ranks, n = (double)ctx, t = n / P, e = (double)elem_bytes, L = c->n_layer;
+    const double F = p->rank_gflops * 1e9, B = p->link_gbs * 1e9, qdim = (double)c->n_head * c->head_dim;
+    out->tokens_per_rank = t;
+    out->kv_bytes_per_rank = t * one.kv_bytes_per_token;
+    out->block_bytes = 2 * t * c->n_kv_head * c->head_dim * e;
+    out->ring_bytes_per_layer = (P - 1) * out->block_bytes;
+    /* a layer's causal attention, 2 n^2 Hq D, shared evenly by P ranks over P steps */
+    out->step_compute_s = 2 * n * n * qdim / (P * P) / F;
+    out->step_transfer_s = p->ranks > 1 ? out->block_bytes / B : 0;
+    out->hidden = out->step_transfer_s <= out->step_compute_s;
+    out->min_tokens_per_rank = (double)c->n_kv_head * e * F / ((double)c->n_head * B);
+    const double slow = out->step_compute_s > out->step_transfer_s ? out->step_compute_s : out->step_transfer_s;
+    out->prefill_attn_s = L * (out->step_compute_s + (P - 1) * slow);
+    out->prefill_attn_one_s = one.prefill_attn_flops / F;
+    return QKV_OK;
+}

@@ -61,6 +61,8 @@ struct qkv_model {
     int zero_layer, zero_head;       /* the head whose attention output is zeroed; -1: none */
     qkv_attn_hook hook;
     void *hook_user;
+    qkv_attn_replace_fn replace;     /* computes every layer's attention instead of plan (NULL: plan) */
+    void *replace_user;
     qkv_mask_kind mask_kind;         /* CAUSAL, WINDOW or SINK_WINDOW (qkv_model_set_mask) */
     int mask_window, mask_sinks;
     int rope_offset;                 /* positions evicted without a shift: RoPE position = row + offset */
@@ -296,6 +298,17 @@ qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *
     return QKV_OK;
 }
 
+void qkv_model_set_attention(qkv_model *m, qkv_attn_replace_fn fn, void *user) {
+    m->replace = fn;
+    m->replace_user = user;
+}
+
+qkv_status qkv_model_set_rope_offset(qkv_model *m, int offset, qkv_error *err) {
+    if (offset < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: RoPE offset %d < 0", offset);
+    m->rope_offset = offset;
+    return QKV_OK;
+}
+
 void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user) {
     m->hook = hook;
     m->hook_user = user;
@@ -398,9 +411,14 @@ static qkv_status attention_layer(qkv_model *m, int l, int n, int pos0, qkv_erro
                                    .exclude = m->exclude, .n_exclude = m->n_exclude},
                           .n_threads = m->n_threads};
     if ((m->exclude_layer >= 0 && m->exclude_layer != l) || m->exclude_head >= 0) desc.mask.n_exclude = 0;
-    if ((st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err)) ||
-        (st = intervene_heads(m, l, n, &desc, err)))
+    if (m->replace) {
+        desc.kv_dtype = qkv_kv_cache_dtype(m->cache[l]);
+        desc.kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D;
+        if ((st = m->replace(m->replace_user, l, m->att, m->lse, m->qt, n, m->cache[l], &desc, err))) return st;
+    } else if ((st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err)) ||
+               (st = intervene_heads(m, l, n, &desc, err))) {
         return st;
+    }
     if (m->hook) {
         desc.kv_dtype = qkv_kv_cache_dtype(m->cache[l]);
         desc.kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D;

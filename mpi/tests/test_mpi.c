@@ -1,0 +1,326 @@
+/*
+ * test_mpi.c — libqkv_mpi and qkv-mpi under mpirun (make mpi-test; the runner
+ * is tests/main.c). Open MPI missing is a failure, never a skip.
+ *   - qkv-mpi-check at -np 1, 2, 3, 4: qkv_cp_attention and qkv_cp_decode
+ *     against single-process qkv_attention (mpi/tests/check.c says what).
+ *   - qkv-mpi attend at -np 1 .. 4 on the PyTorch fixtures of tests/fixtures/attn
+ *     (causal, window, sinks + window, no mask, exclusions, GQA, MQA, lengths
+ *     that do not divide by the rank count, Lq != Lk, rows and ranks that see
+ *     no key), both layouts: O and LSE equal to `qkv attend` on the same
+ *     flags within 1e-5 relative (atol 1e-5 * max|O| for O entries near 0),
+ *     and to PyTorch's float64 SDPA within tests/test_oracle_attn.c's
+ *     tolerances.
+ *   - bad input: more ranks than rows, mismatched shapes, a missing file: one
+ *     "qkv: " line from rank 0, exit 2, no output file (mpirun -q keeps its
+ *     own summary off stderr).
+ *   - a rank that exits, and one that stalls: the job ends non-zero in
+ *     seconds, no output file, the stall named ("timed out") on stderr.
+ * Every mpirun runs under timeout(1), so a hang fails the test instead of CI.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "testing.h"
+
+#include "qkv.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FIX "tests/fixtures/attn/"
+/* timeout(1) limits: a hang is a failure, a loaded machine is not (the
+ * 3,000-token run takes ~15 s on 2 quiet cores, 90 s at load average 15) */
+#define MPI_RUN_LIMIT "120"
+#define MPI_RUN_LIMIT_MODEL "900"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *env_or(const char *name, const char *fallback) {
+    const char *v = getenv(name);
+    return v && *v ? v : fallback;
+}
+
+/* mpirun's path (make mpi-test sets QKV_MPIRUN); a test fails without it. */
+static const char *mpirun_path(void) {
+    const char *p = getenv("QKV_MPIRUN");
+    if (!p || !*p || access(p, X_OK)) {
+        CHECK(0, "mpirun not found (QKV_MPIRUN='%s'): Open MPI is missing; run make deps", p ? p : "");
+        return NULL;
+    }
+    return p;
+}
+
+/* timeout LIMIT mpirun -q ... -np np [-x QKV_MPI_FAULT=fault] prog args...; the exit status. */
+static int mpi_run_limit(const char *limit, int np, const char *fault, const char *prog, const char *const *args, char **out,
+                         char **err) {
+    const char *mpirun = mpirun_path();
+    if (!mpirun) return -1;
+    char nps[16], fx[64];
+    snprintf(nps, sizeof nps, "%d", np);
+    snprintf(fx, sizeof fx, "QKV_MPI_FAULT=%s", fault ? fault : "");
+    const char *argv[64] = {limit, mpirun, "-q", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none",
+                            "-np", nps};
+    int n = 9;
+    if (fault) argv[n++] = "-x", argv[n++] = fx;
+    argv[n++] = prog;
+    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    char *saved = strdup(env_or("QKV_BIN", "build/qkv"));
+    setenv("QKV_BIN", "/usr/bin/timeout", 1);
+    const int rc = test_run_cli(argv, NULL, out, err);
+    setenv("QKV_BIN", saved, 1);
+    free(saved);
+    return rc;
+}
+
+static int mpi_run(int np, const char *fault, const char *prog, const char *const *args, char **out, char **err) {
+    return mpi_run_limit(MPI_RUN_LIMIT, np, fault, prog, args, out, err);
+}
+
+static const char *qkv_mpi(void) { return env_or("QKV_MPI_BIN", "build/qkv-mpi"); }
+
+static void run_check(int np) {
+    char *out = NULL, *err = NULL;
+    const int rc = mpi_run(np, NULL, env_or("QKV_MPI_CHECK", "build/mpi/qkv-mpi-check"), (const char *const[]){NULL}, &out, &err);
+    CHECK(rc == 0 && out && strstr(out, ", 0 failed"), "qkv-mpi-check -np %d: exit %d\n%s%s", np, rc, out ? out : "", err ? err : "");
+    free(out);
+    free(err);
+}
+
+TEST(mpi_check_np1) { run_check(1); }
+TEST(mpi_check_np2) { run_check(2); }
+TEST(mpi_check_np3) { run_check(3); }
+TEST(mpi_check_np4) { run_check(4); }
+
+typedef struct {
+    const char *name;
+    int lq, lk;
+    const char *flags[6];
+} fixture;
+
+static const fixture fixtures[] = {
+    {"gqa4_d16_causal_129", 129, 129, {"--causal"}},
+    {"gqa8_d16_causal_200", 200, 200, {"--causal"}},
+    {"mqa_d256_causal_24", 24, 24, {"--causal"}},
+    {"mha_d80_window7_33x45", 33, 45, {"--window", "7"}},
+    {"mha_d16_window1_9x9", 9, 9, {"--window", "1"}},
+    {"gqa2_d80_sinkwindow4_9_30x70", 30, 70, {"--window", "9", "--sinks", "4"}},
+    {"gqa8_d128_none_5x64", 5, 64, {NULL}},
+    {"mha_d64_causal_excl_19", 19, 19, {"--causal", "--exclude", "18,0,5,5"}},
+    {"mha_d16_causal_fullmask_6", 6, 6, {"--causal", "--exclude", "0,2,3"}},
+    {"mha_d16_causal_lq_gt_lk_8x5", 8, 5, {"--causal"}},
+};
+
+/* argv for `attend` on fixture f writing o, lse, with extra flags. */
+static void attend_argv(const char **argv, const fixture *f, char paths[3][512], const char *o, const char *lse,
+                        const char *layout) {
+    int n = 0;
+    argv[n++] = "attend";
+    const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(paths[i], 512, FIX "%s.%s.npy", f->name, names[i]);
+        argv[n++] = i == 0 ? "--q" : i == 1 ? "--k" : "--v";
+        argv[n++] = paths[i];
+    }
+    argv[n++] = "--out", argv[n++] = o, argv[n++] = "--lse", argv[n++] = lse;
+    for (int i = 0; i < 6 && f->flags[i]; i++) argv[n++] = f->flags[i];
+    if (layout) argv[n++] = "--layout", argv[n++] = layout;
+    argv[n] = NULL;
+}
+
+static int load(qkv_npy *a, const char *path, int64_t count) {
+    qkv_error err = {0};
+    if (qkv_npy_load(a, path, &err)) {
+        CHECK(0, "%s", err.msg);
+        return 0;
+    }
+    CHECK(a->count == count, "%s: %lld values, want %lld", path, (long long)a->count, (long long)count);
+    return a->count == count;
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+TEST(mpi_attend_matches_qkv_attend_and_pytorch) {
+    char o1[512], l1[512], o2[512], l2[512], paths[3][512], what[160];
+    snprintf(o1, sizeof o1, "%s/o1.npy", test_tmpdir());
+    snprintf(l1, sizeof l1, "%s/l1.npy", test_tmpdir());
+    snprintf(o2, sizeof o2, "%s/o2.npy", test_tmpdir());
+    snprintf(l2, sizeof l2, "%s/l2.npy", test_tmpdir());
+    for (size_t c = 0; c < sizeof fixtures / sizeof fixtures[0]; c++) {
+        const fixture *f = &fixtures[c];
+        const char *argv[32];
+        char *err = NULL;
+        attend_argv(argv, f, paths, o1, l1, NULL);
+        int rc = test_run_cli(argv, NULL, NULL, &err);
+        CHECK(rc == 0, "qkv attend %s: exit %d: %s", f->name, rc, err);
+        free(err);
+        qkv_npy so, sl, to, tl, mo, ml;
+        char tp[2][512];
+        snprintf(tp[0], 512, FIX "%s.o.npy", f->name);
+        snprintf(tp[1], 512, FIX "%s.lse.npy", f->name);
+        qkv_npy_load(&to, tp[0], NULL);
+        qkv_npy_load(&tl, tp[1], NULL);
+        if (rc || !load(&so, o1, to.count) || !load(&sl, l1, tl.count)) return;
+        const double omax = max_abs(to.data, (size_t)to.count);
+        for (int np = 1; np <= 4; np++) {
+            if (f->lq < np || f->lk < np) continue;
+            const char *layout = (np % 2 == 0 && f->lq >= 2 * np && f->lk >= 2 * np) ? "zigzag" : "contiguous";
+            attend_argv(argv, f, paths, o2, l2, layout);
+            rc = mpi_run(np, NULL, qkv_mpi(), argv, NULL, &err);
+            CHECK(rc == 0, "qkv-mpi attend %s -np %d: exit %d: %s", f->name, np, rc, err);
+            free(err);
+            if (rc || !load(&mo, o2, to.count) || !load(&ml, l2, tl.count)) return;
+            snprintf(what, sizeof what, "%s np=%d %s: O vs qkv attend", f->name, np, layout);
+            CHECK_CLOSE(what, mo.data, so.data, (size_t)so.count, 1e-5 * omax, 1e-5);
+            snprintf(what, sizeof what, "%s np=%d %s: LSE vs qkv attend", f->name, np, layout);
+            CHECK_CLOSE(what, ml.data, sl.data, (size_t)sl.count, 0, 1e-5);
+            snprintf(what, sizeof what, "%s np=%d %s: O vs PyTorch", f->name, np, layout);
+            CHECK_CLOSE(what, mo.data, to.data, (size_t)to.count, 1e-5 * omax + 1e-7, 0);
+            snprintf(what, sizeof what, "%s np=%d %s: LSE vs PyTorch", f->name, np, layout);
+            CHECK_CLOSE(what, ml.data, tl.data, (size_t)tl.count, 1e-5, 1e-6);
+            qkv_npy_free(&mo);
+            qkv_npy_free(&ml);
+        }
+        qkv_npy_free(&so); qkv_npy_free(&sl); qkv_npy_free(&to); qkv_npy_free(&tl);
+    }
+}
+
+/* One "qkv: " line holding needle from rank 0, exit 2, stdout empty, no output file. */
+static void expect_bad(int np, const char *const *argv, const char *needle, const char *out_path) {
+    char *out = NULL, *err = NULL;
+    const int rc = mpi_run(np, NULL, qkv_mpi(), argv, &out, &err);
+    int lines = 0;
+    for (const char *p = err ? err : ""; *p; p++) lines += *p == '\n';
+    CHECK(rc == 2, "'%s': exit %d, want 2 (stderr: %s)", needle, rc, err);
+    CHECK(out && !*out, "'%s': stdout not empty: %.80s", needle, out);
+    CHECK(lines == 1 && err && !strncmp(err, "qkv: ", 5) && strstr(err, needle), "stderr is not one 'qkv: ' line with '%s': %s",
+          needle, err);
+    CHECK(!test_file_exists(out_path), "'%s': an output file was written", needle);
+    free(out);
+    free(err);
+}
+
+TEST(mpi_attend_bad_input) {
+    char o[512];
+    snprintf(o, sizeof o, "%s/o.npy", test_tmpdir());
+    const char *two_rows[] = {"attend", "--q", FIX "mqa_d64_sinkwindow1_3_2x150.q.npy", "--k", FIX "mqa_d64_sinkwindow1_3_2x150.k.npy",
+                              "--v", FIX "mqa_d64_sinkwindow1_3_2x150.v.npy", "--out", o, "--window", "3", "--sinks", "1", NULL};
+    expect_bad(3, two_rows, "3 ranks exceed the sequence's 2 rows", o);
+    const char *zigzag[] = {"attend", "--q", FIX "mha_d16_causal_fullmask_6.q.npy", "--k", FIX "mha_d16_causal_fullmask_6.k.npy",
+                            "--v", FIX "mha_d16_causal_fullmask_6.v.npy", "--out", o, "--layout", "zigzag", NULL};
+    expect_bad(4, zigzag, "zigzag over 4 ranks needs at least 8 rows", o);
+    const char *mismatch[] = {"attend", "--q", FIX "mha_d64_causal_37.q.npy", "--k", FIX "mha_d64_causal_37.k.npy",
+                              "--v", FIX "mha_d64_causal_excl_19.v.npy", "--out", o, NULL};
+    expect_bad(2, mismatch, "shape differs from k's", o);
+    const char *missing[] = {"attend", "--q", FIX "no_such.q.npy", "--k", FIX "mha_d64_causal_37.k.npy",
+                             "--v", FIX "mha_d64_causal_37.v.npy", "--out", o, NULL};
+    expect_bad(4, missing, "no_such.q.npy", o);
+    const char *flags[] = {"attend", "--q", "a", "--k", "b", "--v", "c", "--out", o, "--sinks", "2", NULL};
+    expect_bad(2, flags, "--sinks needs --window", o);
+}
+
+/* A rank that exits (fault exit:R) or stalls (stall:R): non-zero, quick, no output. */
+static void expect_dead_rank(const char *fault, const char *needle) {
+    char o[512];
+    snprintf(o, sizeof o, "%s/o.npy", test_tmpdir());
+    const char *argv[] = {"attend", "--q", FIX "gqa4_d16_causal_129.q.npy", "--k", FIX "gqa4_d16_causal_129.k.npy",
+                          "--v", FIX "gqa4_d16_causal_129.v.npy", "--out", o, "--causal", "--timeout", "2", NULL};
+    char *err = NULL;
+    const double t0 = now_s();
+    const int rc = mpi_run(3, fault, qkv_mpi(), argv, NULL, &err);
+    const double dt = now_s() - t0;
+    CHECK(rc != 0 && rc != 124, "%s: exit %d (124: the job hung until timeout(1)): %s", fault, rc, err);
+    CHECK(dt < 30, "%s: the job took %.1f s to end", fault, dt);
+    CHECK(!test_file_exists(o), "%s: an output file was written", fault);
+    CHECK(!needle || (err && strstr(err, needle)), "%s: stderr lacks '%s': %s", fault, needle, err);
+    free(err);
+}
+
+TEST(mpi_rank_that_exits_ends_the_job) { expect_dead_rank("exit:1", NULL); }
+TEST(mpi_rank_that_stalls_times_out) { expect_dead_rank("stall:2", "timed out after 2 s waiting for"); }
+
+TEST(mpi_bench_reports_the_ring) {
+    const char *argv[] = {"bench", "--n", "96", "--hq", "4", "--hkv", "2", "--d", "16", "--repeat", "1", "--json", NULL};
+    char *out = NULL, *err = NULL;
+    const int rc = mpi_run(3, NULL, qkv_mpi(), argv, &out, &err);
+    CHECK(rc == 0, "qkv-mpi bench: exit %d: %s", rc, err);
+    /* causal contiguous over 3 ranks: blocks 0 and 1 travel 2 and 1 hops: 3 blocks of 32 rows x 2 heads x 16 x 4 B x (K, V) */
+    CHECK(out && strstr(out, "\"ranks\": 3") && strstr(out, "\"mib_sent_per_rank\": 0.008"), "bench JSON: %s", out);
+    free(out);
+    free(err);
+}
+
+/* The first n ids of the GPL-3 under the model's tokenizer, as "id,id,...". */
+static char *gpl_ids(int n) {
+    qkv_gguf *g = NULL;
+    qkv_tokenizer *tok = NULL;
+    size_t len = 0;
+    char *text = test_read_file("/usr/share/common-licenses/GPL-3", &len);
+    int32_t *ids = malloc((size_t)qkv_tokenize_bound(len) * sizeof *ids);
+    char *list = malloc((size_t)n * 12 + 1);
+    int64_t got = 0;
+    CHECK(text && ids && list && qkv_gguf_open(&g, test_model_path(), NULL) == QKV_OK &&
+              qkv_tokenizer_load(&tok, g, NULL) == QKV_OK &&
+              qkv_tokenize(tok, text, len, 1, 0, ids, qkv_tokenize_bound(len), &got, NULL) == QKV_OK && got >= n,
+          "tokenizing the GPL-3 (%lld ids)", (long long)got);
+    size_t o = 0;
+    for (int i = 0; list && i < n && i < got; i++) o += (size_t)sprintf(list + o, "%s%d", i ? "," : "", ids[i]);
+    qkv_tokenizer_free(tok);
+    qkv_gguf_close(g);
+    free(text);
+    free(ids);
+    return list;
+}
+
+/* 3,000 tokens over 3 ranks: the logits of every prompt position within 1e-4
+ * of single-process `qkv run` (measured 5.8e-5: float32 matmuls and merges
+ * through 30 layers), and the same greedy continuation. */
+TEST(mpi_run_3000_tokens_3_ranks_matches_qkv_run) {
+    if (!test_require_model()) return;
+    char *ids = gpl_ids(3000);
+    if (!ids) return;
+    char l1[512], l2[512];
+    snprintf(l1, sizeof l1, "%s/run.npy", test_tmpdir());
+    snprintf(l2, sizeof l2, "%s/mpi.npy", test_tmpdir());
+    const char *argv1[] = {"run", "-m", test_model_path(), "--tokens", ids, "-n", "4", "--print-ids", "--logits", l1, NULL};
+    const char *argv2[] = {"run", "-m", test_model_path(), "--tokens", ids, "-n", "4", "--print-ids", "--logits", l2, NULL};
+    char *out1 = NULL, *out2 = NULL, *err = NULL;
+    int rc = test_run_cli(argv1, NULL, &out1, &err);
+    CHECK(rc == 0, "qkv run: exit %d: %s", rc, err);
+    free(err);
+    rc = mpi_run_limit(MPI_RUN_LIMIT_MODEL, 3, NULL, qkv_mpi(), argv2, &out2, &err);
+    CHECK(rc == 0, "qkv-mpi run: exit %d: %s", rc, err);
+    free(err);
+    CHECK(out1 && out2 && !strcmp(out1, out2) && strlen(out1) > 4, "continuations differ: '%s' against '%s'", out1, out2);
+    qkv_npy a, b;
+    if (!test_failures() && load(&a, l1, (int64_t)3000 * 49152) && load(&b, l2, a.count)) {
+        CHECK_CLOSE("qkv-mpi run logits vs qkv run", b.data, a.data, (size_t)a.count, 1e-4, 0);
+        qkv_npy_free(&a);
+        qkv_npy_free(&b);
+    }
+    unlink(l1);
+    unlink(l2);
+    free(out1);
+    free(out2);
+    free(ids);
+}
+
+TEST(mpi_run_bad_input) {
+    const char *two[] = {"run", "-m", test_model_path(), "--tokens", "1,2", "-n", "1", NULL};
+    char o[512];
+    snprintf(o, sizeof o, "%s/none.npy", test_tmpdir());
+    if (!test_require_model()) return;
+    expect_bad(3, two, "3 ranks exceed the prompt's 2 tokens", o);
+    const char *nomodel[] = {"run", "-m", "no/such.gguf", "-p", "hello", NULL};
+    expect_bad(2, nomodel, "no/such.gguf", o);
+}
