@@ -171,7 +171,12 @@ static int gather(float *o, float *lse, const float *ol, const float *ll, const 
 static int attend(const mpi_attend_args *a) {
     qkv_npy q = {0}, k = {0}, v = {0};
     int hdr[H_N] = {0}, rc = 0;
-    if (g_job.rank == 0) rc = load_inputs(&q, &k, &v, hdr, a);
+    /* rank 0 writes the outputs: each to its own temporary, renamed when all
+     * are written (cli/outputs.c), declared before any work */
+    const char *out_tmp = NULL, *lse_tmp = NULL;
+    if (g_job.rank == 0 && (!(out_tmp = cli_output_add(a->out)) || (a->lse && !(lse_tmp = cli_output_add(a->lse)))))
+        rc = CLI_EXIT_BAD_INPUT;
+    if (g_job.rank == 0 && !rc) rc = load_inputs(&q, &k, &v, hdr, a);
     if ((rc = mpi_cli_share(rc, hdr, H_N, a->timeout))) goto done_inputs;
     const int P = g_job.size, hq = hdr[H_HQ], hkv = hdr[H_HKV], d = hdr[H_D];
     const qkv_dtype dt = (qkv_dtype)a->kv_dtype;
@@ -203,15 +208,15 @@ static int attend(const mpi_attend_args *a) {
     }
     if ((rc = gather(o, lse, ol, ll, hdr, a)) || g_job.rank != 0) goto done;
     const int64_t shape[3] = {hq, hdr[H_LQ], d};
-    if (qkv_npy_save_f32(a->out, o, 3, shape, &err)) { rc = cli_fail("%s", err.msg); goto done; }
-    if (a->lse && qkv_npy_save_f32(a->lse, lse, 2, shape, &err)) { rc = cli_fail("%s", err.msg); unlink(a->out); }
+    if (qkv_npy_save_f32(out_tmp, o, 3, shape, &err) || (a->lse && qkv_npy_save_f32(lse_tmp, lse, 2, shape, &err)))
+        rc = cli_outputs_fail(err.msg);
 done:
     free(ql); free(kl); free(vl); free(ol); free(ll); free(kd); free(vd); free(o); free(lse);
 done_inputs:
     qkv_npy_free(&q);
     qkv_npy_free(&k);
     qkv_npy_free(&v);
-    return rc;
+    return cli_outputs_finish(rc);
 }
 
 int mpi_cmd_attend(int argc, char **argv) {

@@ -68,7 +68,7 @@ static int write_logits(const char *path, const float *mine, int n, int V, doubl
     }
     const int64_t shape[2] = {n, V};
     qkv_npy_writer *w = NULL;
-    if (qkv_npy_writer_open(&w, path, 2, shape, &err)) return cli_fail("%s", err.msg);
+    if (qkv_npy_writer_open(&w, path, 2, shape, &err)) return cli_outputs_fail(err.msg);
     float *buf = malloc(((size_t)n / g_job.size + 1) * V * sizeof(float));
     int rc = buf ? 0 : cli_fail("run: out of memory for the logits");
     for (int x = 0; !rc && x < g_job.size; x++) {
@@ -80,9 +80,9 @@ static int write_logits(const char *path, const float *mine, int n, int V, doubl
             if (qkv_cp_wait(&req, 1, timeout, g_job.comm, "the ranks' logits", &err)) { rc = mpi_cli_fail(&err); break; }
             rows = buf;
         }
-        if (qkv_npy_writer_put(w, rows, (int64_t)r.total * V, &err)) rc = cli_fail("%s", err.msg);
+        if (qkv_npy_writer_put(w, rows, (int64_t)r.total * V, &err)) rc = cli_outputs_fail(err.msg);
     }
-    if (!rc && qkv_npy_writer_close(w, &err)) rc = cli_fail("%s", err.msg);
+    if (!rc && qkv_npy_writer_close(w, &err)) rc = cli_outputs_fail(err.msg);
     else if (rc) qkv_npy_writer_abort(w);
     free(buf);
     return rc;
@@ -97,8 +97,11 @@ static int run(const mpi_run_args *a) {
     cli_prompt pr = {0};
     float *rows_logits = NULL, *last = NULL;
     int hdr[2] = {0, 0}, rc = 0; /* n_prompt, n_vocab */
-    /* rank 0 reads the prompt (stdin reaches rank 0 only) */
-    if (g_job.rank == 0 && !(rc = cli_prompt_load_from(&pr, &a->prompt, a->model, 0))) {
+    /* rank 0 writes --logits (to a temporary, renamed at the end: cli/outputs.c)
+     * and reads the prompt (stdin reaches rank 0 only) */
+    const char *logits_tmp = NULL;
+    if (g_job.rank == 0 && a->logits && !(logits_tmp = cli_output_add(a->logits))) rc = CLI_EXIT_BAD_INPUT;
+    if (g_job.rank == 0 && !rc && !(rc = cli_prompt_load_from(&pr, &a->prompt, a->model, 0))) {
         hdr[0] = pr.n;
         if (pr.n < g_job.size) rc = cli_fail("run: %d ranks exceed the prompt's %d tokens", g_job.size, pr.n);
     }
@@ -135,7 +138,7 @@ static int run(const mpi_run_args *a) {
     const double t0 = MPI_Wtime();
     if (qkv_cp_model_prefill(cm, rows_logits, last, pr.ids, n, &err)) { rc = mpi_cli_fail(&err); goto done; }
     const double t1 = MPI_Wtime();
-    if (a->logits && (rc = write_logits(a->logits, rows_logits, n, V, a->timeout))) goto done;
+    if (a->logits && (rc = write_logits(logits_tmp, rows_logits, n, V, a->timeout))) goto done;
     int n_done = 0;
     while (n_done < a->n_gen) {
         /* every rank draws (the same stream everywhere); rank 0's token and its stop rule decide */
@@ -171,7 +174,7 @@ done:
     qkv_cp_model_free(cm);
     qkv_tokenizer_free(tok);
     qkv_model_close(m);
-    return rc;
+    return cli_outputs_finish(rc);
 }
 
 int mpi_cmd_run(int argc, char **argv) {
