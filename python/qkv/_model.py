@@ -8,10 +8,17 @@ import dataclasses
 import html
 import os
 import tempfile
+import time
 
 import numpy as np
 
 from . import _qkv
+
+# qkv needle's defaults (cli/cmd_needle.c)
+GPL3 = "/usr/share/common-licenses/GPL-3"
+NEEDLE = "The secret number that unlocks the archive is 4817."
+QUESTION = "What is the secret number that unlocks the archive? Answer with the number only."
+ANSWER = "4817"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +98,7 @@ class Model:
         self._c = _qkv.Model(os.fspath(path), 0 if ctx is None else int(ctx), kv_dtype, int(threads))
         self.config = Config(**self._c.config())
         self._generating = False  # a generate() iterator holds the KV cache
+        self._kv_elem = {"f32": 4, "bf16": 2, "f16": 2}.get(kv_dtype, 4)  # bytes per cached K or V element
 
     def close(self):
         """Frees the model; later calls raise ValueError."""
@@ -323,3 +331,128 @@ class Model:
         return dict(target=t, p_target=p, top_full=top_full, scope=scope, layer=layer, head=head,
                     attn_mean=values[0], attn_max=values[1], kl=values[2], dp_target=values[3], top_after=top,
                     spearman_attn_kl=None if np.isnan(rho) else rho)
+
+    # ------------------------------------------------------------ stream
+
+    def stream(self, ids, *, window=256, sinks=4, chunk=64):
+        """Perplexity of the sequence ids under a bounded KV cache (qkv stream), every
+        token scored once, the text read in chunks of `chunk` tokens: the CLI's JSON
+        fields as a dict — window, sinks, chunk, n_tokens, variants (a list of dicts:
+        name, positions, ppl, tokens_per_s, kv_bytes, and nll float32 [n - 1]) for
+        full, window/orig, window/shifted, sinks/orig, sinks/shifted and recompute
+        (qkv_stream_score's policies), chunk_start int [chunks] and chunk_nll float64
+        [variants, chunks] (mean NLL per chunk). The model's context must hold n."""
+        ids = self._ids(ids)
+        self._fits(len(ids))
+        n, c = len(ids), self.config
+        if n < 2:
+            raise ValueError(f"stream needs at least 2 tokens, got {n}")
+        if window < 1 or chunk < 1 or not 0 <= sinks < window:
+            raise ValueError(f"need window >= 1, 0 <= sinks < window and chunk >= 1, got {window}, {sinks}, {chunk}")
+        row_bytes = c.n_layer * 2 * c.n_kv_head * c.head_dim * self._kv_elem
+        variants = []
+        for name, positions, policy, cache in _STREAM_VARIANTS:
+            nll = np.empty(n - 1, dtype=np.float32)
+            t0 = time.perf_counter()
+            rows = self._c.stream_score(nll, ids, policy, cache, int(window), int(sinks), int(chunk))
+            dt = time.perf_counter() - t0
+            variants.append(dict(name=name, positions=positions, ppl=float(np.exp(nll.astype(np.float64).mean())),
+                                 tokens_per_s=(n - 1) / dt if dt > 0 else float("inf"), kv_bytes=rows * row_bytes,
+                                 nll=nll))
+        starts = np.arange(0, n - 1, chunk)
+        chunk_nll = np.array([[v["nll"][a:a + chunk].astype(np.float64).mean() for a in starts] for v in variants])
+        return dict(window=window, sinks=sinks, chunk=chunk, n_tokens=n, variants=variants, chunk_start=starts,
+                    chunk_nll=chunk_nll)
+
+    # ------------------------------------------------------------ needle
+
+    def needle(self, haystack=None, *, lengths=(1024, 2048, 4096, 8192), depths=(0, 25, 50, 75, 100),
+               needle=NEEDLE, question=QUESTION, answer=ANSWER, system=None, max_answer=16):
+        """Needle in a haystack with attention telemetry (qkv needle): for each length
+        (prompt + max_answer tokens) and depth (percent) the needle sentence goes into
+        the haystack text (default: the GPL-3 file) at a sentence boundary, the question
+        follows as a chat turn, the model answers greedily and the reply is correct when
+        it contains `answer` (ASCII case folded, as RULER's string_match_all). A dict of
+        the CLI's JSON fields: cells (a list of dicts: length, depth, tokens, needle_pos,
+        needle_tokens, correct, answer, needle_mass_max, needle_mass_mean,
+        needle_mass_by_layer [L] (max over heads), needle_mass_mean_by_layer [L],
+        answer_step, answer_mass_max, answer_mass_mean, answer_mass_by_layer [L] or None)
+        and retrieval_heads (dicts layer, head, score, best first) with retrieval
+        float64 [L, Hq]. The model's context must hold the longest length."""
+        if haystack is None:
+            with open(GPL3, encoding="utf-8") as f:
+                haystack = f.read()
+        for name, v in (("haystack", haystack), ("needle", needle), ("question", question), ("answer", answer)):
+            if not isinstance(v, str):
+                raise TypeError(f"{name}: expected str, got {type(v).__name__}")
+            if not v:
+                raise ValueError(f"{name} is empty")
+        lengths, depths = [int(x) for x in lengths], [int(x) for x in depths]
+        if not lengths or not depths:
+            raise ValueError("lengths and depths must not be empty")
+        if min(depths) < 0 or max(depths) > 100:
+            raise ValueError(f"depths must be in [0, 100], got {min(depths)} .. {max(depths)}")
+        if min(lengths) < 1 or max(lengths) > self.config.n_ctx:
+            raise ValueError(f"lengths must be in [1, {self.config.n_ctx}] (the open context; open with ctx=), "
+                             f"got {min(lengths)} .. {max(lengths)}")
+        if max_answer < 1:
+            raise ValueError(f"max_answer must be >= 1, got {max_answer}")
+        if _find_folded(needle, answer) < 0:
+            raise ValueError(f"answer {answer!r} is not in the needle: the model could not find it")
+        if _find_folded(haystack, answer) >= 0:
+            raise ValueError(f"answer {answer!r} is already in the haystack")
+        self._fits(1)
+        hay = self.tokenize(haystack, add_special=False)
+        if len(self.tokenize(needle, add_special=False)) >= len(hay):
+            raise ValueError("the needle is not shorter than the haystack")
+        c = self.config
+        L, H, A = c.n_layer, c.n_head, int(max_answer)
+        retrieval = np.zeros((L, H), dtype=np.float64)
+        sysb = None if system is None else system.encode("utf-8")
+        cells = []
+        for length in lengths:
+            for depth in depths:
+                pids, pos, nlen, _ = self._c.needle_prompt(hay, needle.encode("utf-8"), question.encode("utf-8"),
+                                                            sysb, A, length, float(depth))
+                ids = np.frombuffer(pids, dtype=np.int32).copy()
+                reply = np.empty(A, dtype=np.int32)
+                mass = np.zeros((2, L), dtype=np.float64)
+                step = np.zeros((2, A, L), dtype=np.float64)
+                k = self._c.needle_run(reply, mass, step, retrieval, ids, pos, nlen)
+                reply = reply[:k]
+                raw = self._c.detokenize(reply, True)
+                text = raw.decode("utf-8", "replace")
+                at = raw.lower().find(answer.encode("utf-8").lower())  # bytes: ASCII folding, byte offsets
+                cell = dict(length=length, depth=depth, tokens=len(ids), needle_pos=pos, needle_tokens=nlen,
+                            correct=at >= 0, answer=text, needle_mass_max=float(mass[0].max()),
+                            needle_mass_mean=float(mass[1].mean()), needle_mass_by_layer=mass[0],
+                            needle_mass_mean_by_layer=mass[1], answer_step=None, answer_mass_max=None,
+                            answer_mass_mean=None, answer_mass_by_layer=None)
+                if at >= 0:
+                    s = self._answer_step(reply, at)
+                    cell.update(answer_step=s, answer_mass_max=float(step[0, s].max()),
+                                answer_mass_mean=float(step[1, s].mean()), answer_mass_by_layer=step[0, s])
+                cells.append(cell)
+        retrieval /= len(cells)
+        order = sorted(range(L * H), key=lambda i: -retrieval.flat[i])  # stable: ties by (layer, head)
+        heads = [dict(layer=i // H, head=i % H, score=float(retrieval.flat[i])) for i in order]
+        return dict(haystack_tokens=len(hay), needle=needle, question=question, answer=answer, cells=cells,
+                    retrieval_heads=heads, retrieval=retrieval)
+
+    def _answer_step(self, reply, offset):
+        """The reply token whose text holds byte `offset` of the reply (where the answer starts)."""
+        for i in range(len(reply)):
+            if len(self._c.detokenize(reply[:i + 1], True)) > offset:
+                return i
+        return len(reply) - 1
+
+
+# qkv_stream_policy and qkv_stream_cache values, in the CLI's order
+_STREAM_VARIANTS = (("full", "absolute", 0, 0), ("window/orig", "original", 1, 1), ("window/shifted", "shifted", 1, 2),
+                    ("sinks/orig", "original", 2, 1), ("sinks/shifted", "shifted", 2, 2), ("recompute", "fresh", 3, 0))
+
+
+def _find_folded(text, sub):
+    """Byte offset of sub in text (UTF-8), ASCII case folded as qkv_needle_match; -1 if absent."""
+    t, s = text.encode("utf-8").lower(), sub.encode("utf-8").lower()  # bytes.lower folds ASCII only
+    return t.find(s) if s else -1

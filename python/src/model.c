@@ -7,6 +7,7 @@
  *   sinks(means, counts, ids, n_first, skip, every):  means [6, L, Hq] f64, counts [2, L, Hq] int64
  *   inspect_html(path, ids, layers, heads, title, subtitle):  the qkv inspect --html page (inspect.c)
  *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
+ *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
  */
 #include "qkv_py.h"
@@ -391,6 +392,30 @@ static PyObject *model_ablate_heads(PyObject *self, PyObject *args) {
     return r;
 }
 
+static PyObject *model_stream_score(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_stream_score(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_needle_prompt(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_needle_prompt(o->m, o->tok, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_needle_run(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_needle_run(o->m, o->tok, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
 static PyMethodDef model_methods[] = {
     {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
     {"config", model_config, METH_NOARGS, "The configuration as a dict."},
@@ -405,6 +430,10 @@ static PyMethodDef model_methods[] = {
     {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every)."},
     {"ablate_positions", model_ablate_positions, METH_VARARGS, "ablate_positions(values, top, ids, scope, layer, head, target)."},
     {"ablate_heads", model_ablate_heads, METH_VARARGS, "ablate_heads(values, top, ids, target)."},
+    {"stream_score", model_stream_score, METH_VARARGS, "stream_score(nll, ids, policy, cache, window, sinks, chunk) -> max_rows."},
+    {"needle_prompt", model_needle_prompt, METH_VARARGS,
+     "needle_prompt(hay, needle, question, system, max_answer, length, depth) -> (ids, needle_pos, needle_len, hay_tokens)."},
+    {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
     {"inspect_html", model_inspect_html, METH_VARARGS, "inspect_html(path, ids, layers, heads, title, subtitle)."},
     {NULL, NULL, 0, NULL},
 };

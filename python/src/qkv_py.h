@@ -59,6 +59,12 @@ PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *arg
 PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args);
 PyObject *pyq_ablate_heads(qkv_model *m, PyObject *args);
 
+/* Model.stream_score (stream.c) and needle_prompt / needle_run (needle.c),
+ * on an open model the caller holds. */
+PyObject *pyq_stream_score(qkv_model *m, PyObject *args);
+PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
+PyObject *pyq_needle_run(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
+
 /* PyCFunction from a METH_VARARGS | METH_KEYWORDS function, without a cast
  * between incompatible function types (-Wcast-function-type). */
 #define PYQ_KW(fn) ((PyCFunction)(void (*)(void))(fn))

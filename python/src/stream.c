@@ -1,0 +1,32 @@
+/*
+ * stream.c — Model.stream's engine: qkv_stream_score (perplexity under a
+ * bounded KV cache) on an open model the caller holds.
+ *   stream_score(nll, ids, policy, cache, window, sinks, chunk) -> max_rows
+ *     nll [n - 1] f32 <- NLL of token t + 1;  ids [n] int32
+ */
+#include "qkv_py.h"
+
+PyObject *pyq_stream_score(qkv_model *m, PyObject *args) {
+    PyObject *nll_obj, *ids_obj;
+    int policy, cache, window, sinks, chunk;
+    if (!PyArg_ParseTuple(args, "OOiiiii", &nll_obj, &ids_obj, &policy, &cache, &window, &sinks, &chunk)) return NULL;
+    Py_buffer bi, bn;
+    if (PyObject_GetBuffer(ids_obj, &bi, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    const Py_ssize_t n = bi.len / 4;
+    PyBuffer_Release(&bi);
+    if (n < 2 || n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "stream: needs at least 2 tokens, got %zd", n);
+    if (pyq_buffer(&bi, ids_obj, PYQ_I32, n, 0, "ids") < 0) return NULL;
+    if (pyq_buffer(&bn, nll_obj, PYQ_F32, n - 1, 1, "nll") < 0) return PyBuffer_Release(&bi), NULL;
+    const qkv_stream_params p = {.policy = (qkv_stream_policy)policy, .cache = (qkv_stream_cache)cache,
+                                 .window = window, .sinks = sinks, .chunk = chunk};
+    qkv_error err = {0};
+    int max_rows = 0;
+    qkv_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = qkv_stream_score(bn.buf, &max_rows, m, bi.buf, (int)n, &p, &err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&bi);
+    PyBuffer_Release(&bn);
+    if (st) return pyq_raise(&err);
+    return PyLong_FromLong(max_rows);
+}
