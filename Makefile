@@ -57,8 +57,11 @@ TEST_SRC   := $(filter-out tests/test_valgrind.c,$(TEST_SRC))
 endif
 ifeq ($(SANITIZE),1)
 # ASan owns malloc: the allocation counter uses its hooks instead of replacing
-# it; valgrind cannot run an ASan binary, so its test is left out
-TEST_SRC   := $(filter-out tests/alloc_count.c tests/test_valgrind.c,$(TEST_SRC)) tests/sanitize/alloc_count_hooks.c
+# it, and hooks only observe, so the allocation-failure sweep (which makes
+# allocations fail) runs in the other builds only; valgrind cannot run an ASan
+# binary, so its test is left out too
+TEST_SRC   := $(filter-out tests/alloc_count.c tests/test_valgrind.c tests/test_alloc_fail_cli.c,$(TEST_SRC)) \
+              tests/sanitize/alloc_count_hooks.c
 endif
 LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 RENDER_OBJ := $(patsubst %.S,$(BUILD)/%.o,$(RENDER_SRC:%.c=$(BUILD)/%.o))
