@@ -115,6 +115,25 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
 #define CLI_FLAG_THREADS(dst)                                    \
     CLI_FLAG_FN("--threads", (int *)(dst), cli_parse_threads, "N", \
                 "worker threads (default: all cores; at most " CLI_STR(CLI_THREADS_PER_CPU) " per online CPU)")
+/* The arrays and the mask of an attention call, as `qkv attend` and
+ * `qkv-mpi attend` both take them, into a struct with fields q, k, v, out,
+ * lse (const char *), causal, window, sinks (int), exclude (cli_ints). */
+#define CLI_FLAGS_ATTEND_ARRAYS(a)                                                                              \
+    CLI_FLAG("--q", NULL, CLI_STRING, &(a)->q, 0, 0, "FILE", "queries, float32 [Hq, Lq, D]"),                  \
+    CLI_FLAG("--k", NULL, CLI_STRING, &(a)->k, 0, 0, "FILE", "keys, float32 [Hkv, Lk, D]"),                    \
+    CLI_FLAG("--v", NULL, CLI_STRING, &(a)->v, 0, 0, "FILE", "values, float32 [Hkv, Lk, D]"),                  \
+    CLI_FLAG("--out", NULL, CLI_STRING, &(a)->out, 0, 0, "FILE", "the output O [Hq, Lq, D]"),                  \
+    CLI_FLAG("--lse", NULL, CLI_STRING, &(a)->lse, 0, 0, "FILE", "also write LSE [Hq, Lq] (natural log)")
+#define CLI_FLAGS_ATTEND_MASK(a)                                                                                \
+    CLI_FLAG("--causal", NULL, CLI_BOOL, &(a)->causal, 0, 0, NULL,                                              \
+             "causal mask, bottom-right aligned (row i at position Lk-Lq+i)"),                                  \
+    CLI_FLAG("--window", NULL, CLI_INT, &(a)->window, 1, 2147483647, "W",                                       \
+             "sliding window of W keys including self (implies causal)"),                                      \
+    CLI_FLAG("--sinks", NULL, CLI_INT, &(a)->sinks, 0, 2147483647, "S",                                         \
+             "keep the first S keys visible too (needs --window): StreamingLLM"),                              \
+    CLI_FLAG("--exclude", NULL, CLI_INTS, &(a)->exclude, 0, 2147483647, "i,j,...",                             \
+             "key indices no row may see (ablation)"),                                                          \
+    CLI_FLAG("--scale", NULL, CLI_FLOAT, &(a)->scale, 1e-30, 1e30, "X", "softmax scale (default 1/sqrt(D))")
 #define CLI_FLAG_JSON(dst, help) CLI_FLAG("--json", NULL, CLI_BOOL, (dst), 0, 0, NULL, (help))
 #define CLI_FLAG_VERBOSE(dst) \
     CLI_FLAG("--verbose", "-v", CLI_BOOL, (dst), 0, 0, NULL, "time and peak memory (RSS) on stderr")
@@ -163,6 +182,10 @@ int cli_tokenizer_open(qkv_gguf **g, qkv_tokenizer **tok, const char *model);
 int cli_prompt_load_from(cli_prompt *out, const cli_prompt_args *a, const char *model, int labels);
 
 /* ---------------------------------------------------------------- helpers */
+
+/* One generated token on stdout, flushed: its id (space-separated after the
+ * first) when print_ids, else the bytes it stands for. */
+void cli_put_token(const qkv_tokenizer *tok, int32_t id, int print_ids, int first);
 
 /* Whole file ('-': stdin) as a NUL-terminated malloc'd buffer of *len bytes
  * (len may be NULL). A directory, a file over max_bytes (refused before

@@ -64,21 +64,10 @@ static int parse_args(attend_args *a, int argc, char **argv) {
     memset(a, 0, sizeof *a);
     a->rope_params = qkv_rope_default();
     cli_flag flags[] = {
-        CLI_FLAG("--q", NULL, CLI_STRING, &a->q, 0, 0, "FILE", "queries, float32 [Hq, Lq, D]"),
-        CLI_FLAG("--k", NULL, CLI_STRING, &a->k, 0, 0, "FILE", "keys, float32 [Hkv, Lk, D]"),
-        CLI_FLAG("--v", NULL, CLI_STRING, &a->v, 0, 0, "FILE", "values, float32 [Hkv, Lk, D]"),
-        CLI_FLAG("--out", NULL, CLI_STRING, &a->out, 0, 0, "FILE", "the output O [Hq, Lq, D]"),
-        CLI_FLAG("--lse", NULL, CLI_STRING, &a->lse, 0, 0, "FILE", "also write LSE [Hq, Lq] (natural log)"),
+        CLI_FLAGS_ATTEND_ARRAYS(a),
         CLI_FLAG("--weights", NULL, CLI_STRING, &a->weights, 0, 0, "FILE",
                  "also write the weights [Hq, Lq, Lk] (reference kernel only)"),
-        CLI_FLAG("--causal", NULL, CLI_BOOL, &a->causal, 0, 0, NULL,
-                 "causal mask, bottom-right aligned (row i at position Lk-Lq+i)"),
-        CLI_FLAG("--window", NULL, CLI_INT, &a->window, 1, 2147483647, "W",
-                 "sliding window of W keys including self (implies causal)"),
-        CLI_FLAG("--sinks", NULL, CLI_INT, &a->sinks, 0, 2147483647, "S",
-                 "keep the first S keys visible too (needs --window): StreamingLLM"),
-        CLI_FLAG("--exclude", NULL, CLI_INTS, &a->exclude, 0, 2147483647, "i,j,...", "key indices no row may see (ablation)"),
-        CLI_FLAG("--scale", NULL, CLI_FLOAT, &a->scale, 1e-30, 1e30, "X", "softmax scale (default 1/sqrt(D))"),
+        CLI_FLAGS_ATTEND_MASK(a),
         CLI_FLAG_KERNEL(&a->kernel, "attention kernel (default auto)"),
         CLI_FLAG_KV_DTYPE(&a->kv_dtype, "K (after RoPE) and V are stored so (default f32)"),
         CLI_FLAG_THREADS(&a->threads),

@@ -92,14 +92,7 @@ static int run(const run_args *a) {
     for (; n_done < a->n_gen; n_done++) {
         int32_t next = qkv_sample(sampler, last);
         if (qkv_token_ends_turn(tok, next)) break;
-        if (a->print_ids) {
-            printf("%s%d", n_done ? " " : "", next);
-        } else {
-            size_t len;
-            const char *piece = qkv_token_piece(tok, next, &len);
-            fwrite(piece, 1, len, stdout);
-        }
-        fflush(stdout);
+        cli_put_token(tok, next, a->print_ids, n_done == 0);
         if (n_done + 1 == a->n_gen) { n_done++; break; }
         if (qkv_model_pos(m) >= qkv_model_n_ctx(m)) { n_done++; break; }
         if (qkv_model_forward(m, logits, &next, 1, 0, &err)) { rc = cli_fail("%s", err.msg); goto done; }

@@ -174,3 +174,14 @@ void cli_svg_head(FILE *f, int w, int h, const char *title) {
     cli_svg_text(f, title);
     fputs("</text>\n", f);
 }
+
+void cli_put_token(const qkv_tokenizer *tok, int32_t id, int print_ids, int first) {
+    if (print_ids) {
+        printf("%s%d", first ? "" : " ", id);
+    } else {
+        size_t len = 0;
+        const char *piece = qkv_token_piece(tok, id, &len);
+        fwrite(piece, 1, len, stdout);
+    }
+    fflush(stdout);
+}

@@ -127,7 +127,7 @@ int mpi_cmd_bench(int argc, char **argv) {
         CLI_FLAG("--no-causal", NULL, CLI_BOOL, &a.no_causal, 0, 0, NULL, "no mask (default causal)"),
         CLI_FLAG("--window", NULL, CLI_INT, &a.window, 1, 1 << 22, "W", "sliding-window mask of W keys"),
         MPI_FLAG_LAYOUT(&a.layout),
-        CLI_FLAG("--threads", NULL, CLI_INT, &a.threads, 1, 4096, "N", "threads per rank (default: cores / ranks on the node)"),
+        MPI_FLAG_THREADS(&a.threads),
         CLI_FLAG("--repeat", NULL, CLI_INT, &a.repeat, 1, 1000, "R", "timed runs after one warm-up (default 3); the fastest is kept"),
         MPI_FLAG_TIMEOUT(&a.timeout),
         CLI_FLAG_JSON(&a.json, "one JSON object"),

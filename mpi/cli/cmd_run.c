@@ -40,7 +40,7 @@ static int parse_args(mpi_run_args *a, int argc, char **argv) {
         CLI_FLAG("--top-p", NULL, CLI_FLOAT, &a->top_p, 1e-6, 1, "P", "nucleus sampling (default 1: off)"),
         CLI_FLAG("--seed", NULL, CLI_I64, &a->seed, 0, 0x1p63, "S", "sampler seed (default 1)"),
         CLI_FLAG_KV_DTYPE(&a->kv_dtype, "KV cache storage and ring transfer (default f32)"),
-        CLI_FLAG("--threads", NULL, CLI_INT, &a->threads, 1, 4096, "N", "threads per rank (default: cores / ranks on the node)"),
+        MPI_FLAG_THREADS(&a->threads),
         CLI_FLAG("--logits", NULL, CLI_STRING, &a->logits, 0, 0, "FILE",
                  "write float32 .npy [n_prompt, vocab]: logits at every prompt position"),
         CLI_FLAG("--print-ids", NULL, CLI_BOOL, &a->print_ids, 0, 0, NULL, "print the generated token ids instead of text"),
@@ -147,15 +147,7 @@ static int run(const mpi_run_args *a) {
         MPI_Ibcast(msg, 2, MPI_INT, 0, g_job.comm, &req);
         if (qkv_cp_wait(&req, 1, a->timeout, g_job.comm, "rank 0's next token", &err)) { rc = mpi_cli_fail(&err); goto done; }
         if (msg[1]) break;
-        if (g_job.rank == 0) {
-            if (a->print_ids) printf("%s%d", n_done ? " " : "", msg[0]);
-            else {
-                size_t len;
-                const char *piece = qkv_token_piece(tok, msg[0], &len);
-                fwrite(piece, 1, len, stdout);
-            }
-            fflush(stdout);
-        }
+        if (g_job.rank == 0) cli_put_token(tok, msg[0], a->print_ids, n_done == 0);
         if (++n_done == a->n_gen) break;
         if (qkv_cp_model_decode(cm, last, msg[0], &err)) { rc = mpi_cli_fail(&err); goto done; }
     }

@@ -27,6 +27,11 @@ extern const char *const mpi_cli_layouts[]; /* "contiguous", "zigzag": qkv_cp_la
 #define MPI_FLAG_LAYOUT(dst)                                                        \
     CLI_FLAG_CHOICE("--layout", CLI_CHOICE, (dst), mpi_cli_layouts,                 \
                     "rows per rank: one run, or zigzag (runs r and 2P-1-r) balancing causal work")
+/* --threads per rank, bounded as qkv's own (cli_parse_threads) */
+#define MPI_FLAG_THREADS(dst)                                                                             \
+    CLI_FLAG_FN("--threads", (int *)(dst), cli_parse_threads, "N",                                          \
+                "threads per rank (default: cores / ranks on the node; at most " CLI_STR(CLI_THREADS_PER_CPU) \
+                " per online CPU)")
 #define MPI_FLAG_TIMEOUT(dst)                                                       \
     CLI_FLAG("--timeout", NULL, CLI_DOUBLE, (dst), 0.01, 86400, "S",              \
              "longest wait for another rank before the job is aborted (default 60)")
