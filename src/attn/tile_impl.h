@@ -50,16 +50,21 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 
 #define INLINE static inline __attribute__((always_inline))
 
-/* Register tiles per ISA: Q·Kᵀ holds MK x RCV accumulators, P·V MR x NC. */
+/* Register tiles per ISA: Q·Kᵀ holds MK x RCV accumulators, P·V MR x NC,
+ * plus the RCV (NC) vectors loaded and one broadcast: 29 of AVX-512's 32
+ * registers, 15 of AVX2's 16. FMA latency 4 x 2 ports needs >= 8 chains in
+ * flight; 12 or 24 leave the loads and the loop room. Measured on Ice Lake
+ * (BENCHMARKS.md, issue 11): AVX-512 P·V 4 x 4 -> 6 x 4 and AVX2 4 x 2 / 4 x 2
+ * -> 6 x 2 / 6 x 2 made causal prefill at n = 2048 14% and 15% faster. */
 #if VW >= 16
 #define MK 6
 #define RCV 4
-#define MR 4
+#define MR 6
 #define NC 4
 #elif VW >= 8
-#define MK 4
+#define MK 6
 #define RCV 2
-#define MR 4
+#define MR 6
 #define NC 2
 #else
 #define MK 2
