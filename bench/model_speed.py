@@ -28,9 +28,11 @@ def prompt_ids(qkv, model, n):
     return ids[:n]
 
 
-def run_qkv(qkv, model, ids, gen, threads, env=None, timeout=None):
+def run_qkv(qkv, model, ids, gen, threads, env=None, timeout=None, kv_dtype=None):
     cmd = [qkv, "run", "-m", model, "--tokens", ",".join(map(str, ids)), "-n", str(gen), "--print-ids",
            "--threads", str(threads), "--ctx", str(len(ids) + gen + 8)]
+    if kv_dtype:
+        cmd += ["--kv-dtype", kv_dtype]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env, timeout=timeout)
     m = re.search(r"prompt (\d+) tokens ([\d.]+) tok/s \| generated (\d+) tokens ([\d.]+) tok/s \| peak RSS ([\d.]+) MiB", r.stderr)
     return float(m.group(2)), float(m.group(4)), float(m.group(5)), [int(x) for x in r.stdout.split()]

@@ -30,18 +30,18 @@ def loadavg():
 
 
 def run_llama_bench(binary, model, n_prompt, gen, threads, fa, reps):
-    cmd = [binary, "-m", model, "-t", str(threads), "-p", str(n_prompt), "-n", str(gen), "-fa", str(fa),
-           "-r", str(reps), "--no-warmup", "-o", "json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode:
-        sys.exit(f"llama-bench failed: {r.stderr.strip()[-400:]}")
-    pp = tg = None
-    for row in json.loads(r.stdout):
-        if row["n_prompt"] > 0 and row["n_gen"] == 0:
-            pp = row["avg_ts"]
-        if row["n_gen"] > 0 and row["n_prompt"] == 0:
-            tg = row["avg_ts"]
-    return pp, tg
+    """Prompt tok/s of n_prompt tokens from an empty cache, and generation
+    tok/s of gen tokens after n_prompt tokens already in the cache (-d, as
+    qkv run generates after its prompt; a plain -n test would generate from
+    an empty cache)."""
+    def bench(*args):
+        cmd = [binary, "-m", model, "-t", str(threads), "-fa", str(fa), "-r", str(reps), "--no-warmup",
+               "-o", "json", *args]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"llama-bench failed: {r.stderr.strip()[-400:]}")
+        return json.loads(r.stdout)[0]["avg_ts"]
+    return bench("-p", str(n_prompt), "-n", "0"), bench("-p", "0", "-n", str(gen), "-d", str(n_prompt))
 
 
 def spin_load(n):
@@ -55,8 +55,9 @@ def phase(a, name, ids_by_n, n_load):
         res = {}  # (program, n_prompt) -> [(pp, tg)]
         for _ in range(a.repeat):
             for n, ids in ids_by_n.items():
-                pp, tg, _, _ = run_qkv(a.qkv, a.model, ids, a.gen, a.threads)
-                res.setdefault(("qkv", n), []).append((pp, tg))
+                for kv in a.kv_dtypes.split(","):
+                    pp, tg, _, _ = run_qkv(a.qkv, a.model, ids, a.gen, a.threads, kv_dtype=kv)
+                    res.setdefault((f"qkv, {kv} KV", n), []).append((pp, tg))
                 if a.old and n <= a.old_max_prompt:
                     for pol in ("default", "passive"):
                         env = dict(os.environ)
@@ -105,6 +106,8 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--load", type=int, default=os.cpu_count(), help="busy processes in the loaded phase")
+    ap.add_argument("--kv-dtypes", default="f32,f16",
+                    help="qkv run's KV caches to measure (llama.cpp's default cache is f16)")
     ap.add_argument("--phases", default="idle,loaded", help="which phases to run")
     a = ap.parse_args()
     ns = [int(x) for x in a.prompts.split(",")]

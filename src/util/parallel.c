@@ -5,12 +5,21 @@
  * milliseconds; with other work on the cores that spinning takes the time
  * slices the working threads need (measured: 2.1 generated tokens/s against
  * 36.8 with OMP_WAIT_POLICY=passive, BENCHMARKS.md). Here a waiting thread
- * spins for POOL_SPIN pause instructions (a few microseconds: long enough
- * for a partner that is running to hand over, short enough to cost little
- * when the cores are shared) and then sleeps on a futex. Longer spins were
- * measured and lost under load (BENCHMARKS.md, issue 11 threads section):
- * 2048 pauses (~30 us) gave less than half the generated tokens/s of 256
- * or of none, even when the budget adapted to how long the sleeps took.
+ * spins, then sleeps on a futex. How long it spins depends on the machine:
+ *   - at most one other runnable thread per CPU (the runnable threads of the
+ *     whole system, /proc/loadavg's fourth field, ours included, are at most
+ *     twice the CPUs this process may use): up to POOL_SPIN_LONG pauses
+ *     (~0.5 ms), so a worker is still spinning when the next loop of a decode
+ *     step comes, a few microseconds of serial work later. A futex wake-up
+ *     costs tens of microseconds in a VM: sleeping after 256 pauses halved the
+ *     generated tokens/s on a quiet machine (39 -> 78 with the long spin) and
+ *     with one busy process per CPU (22 -> 43), BENCHMARKS.md, issue 11;
+ *   - more than that (a crowded machine): POOL_SPIN pauses (~4 us), then
+ *     sleep. There a spinning thread burns the slices its partner needs:
+ *     with ~15 runnable threads on 2 CPUs, 2048 pauses gave less than half
+ *     the tokens/s of 256 and 16384 a tenth (same section).
+ * The caller reads the load at most every POOL_LOAD_PERIOD_MS, at the start
+ * of a loop; workers use the budget it last set (pool_spin_budget).
  *
  * A run: the caller fills pool.job, hands it to each worker it needs by
  * bumping that worker's own `go` word (and waking it if it sleeps), runs
@@ -25,18 +34,22 @@
  */
 #include "util/parallel.h"
 
+#include <fcntl.h>
 #include <immintrin.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define POOL_MAX_THREADS 256 /* larger requests run on this many threads */
 #ifndef POOL_SPIN /* -DPOOL_SPIN=N builds the variants BENCHMARKS.md compares */
-#define POOL_SPIN 256 /* pause instructions before a waiting thread sleeps (~4 us on Ice Lake) */
+#define POOL_SPIN 256 /* pauses before a waiting thread sleeps on a crowded machine (~4 us on Ice Lake) */
 #endif
+#define POOL_SPIN_LONG 32768 /* ... and on a machine with at most one other thread per CPU (~0.5 ms) */
+#define POOL_LOAD_PERIOD_MS 20
 
 typedef struct {
     qkv_item_fn fn;
@@ -62,6 +75,45 @@ static struct {
     _Atomic uint32_t caller_sleeping; /* 1 while the caller is in FUTEX_WAIT on remaining */
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+static _Atomic int spin_budget = POOL_SPIN; /* pauses before sleeping, set by pool_read_load */
+
+int pool_spin_budget(int runnable, int cpus) { return runnable > 0 && runnable <= 2 * cpus ? POOL_SPIN_LONG : POOL_SPIN; }
+
+int pool_parse_runnable(const char *loadavg) {
+    /* "0.70 1.26 1.54 3/160 27654": the runnable count before the slash */
+    const char *p = loadavg;
+    for (int field = 0; field < 3; field++) {
+        while (*p && *p != ' ') p++;
+        while (*p == ' ') p++;
+    }
+    int n = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9' && n < 1000000; p++, digits++) n = n * 10 + (*p - '0');
+    return digits && *p == '/' ? n : -1;
+}
+
+/* Sets spin_budget from the system's runnable threads, at most once every
+ * POOL_LOAD_PERIOD_MS (the pool lock is held). Unreadable: the short spin. */
+static void pool_read_load(void) {
+    static struct timespec last;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    const long long ms = (now.tv_sec - last.tv_sec) * 1000LL + (now.tv_nsec - last.tv_nsec) / 1000000;
+    if (last.tv_sec != 0 && ms < POOL_LOAD_PERIOD_MS) return;
+    last = now;
+    char buf[128];
+    int runnable = -1;
+    const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        const ssize_t k = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (k > 0) {
+            buf[k] = 0;
+            runnable = pool_parse_runnable(buf);
+        }
+    }
+    atomic_store_explicit(&spin_budget, pool_spin_budget(runnable, qkv_cpu_count()), memory_order_relaxed);
+}
+
 static void futex_wait(_Atomic uint32_t *word, uint32_t old) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, old, NULL, NULL, 0);
 }
@@ -73,7 +125,8 @@ static void futex_wake(_Atomic uint32_t *word) {
 /* Returns *word once it differs from old: spins, then sleeps. */
 static uint32_t wait_change(_Atomic uint32_t *word, uint32_t old, _Atomic uint32_t *sleeping) {
     uint32_t v;
-    for (int i = 0; i < POOL_SPIN; i++) {
+    const int spin = atomic_load_explicit(&spin_budget, memory_order_relaxed);
+    for (int i = 0; i < spin; i++) {
         if ((v = atomic_load_explicit(word, memory_order_acquire)) != old) return v;
         _mm_pause();
     }
@@ -154,6 +207,7 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
         for (int64_t it = 0; it < n_items; it++) fn(ctx, it, 0);
         return;
     }
+    pool_read_load();
     pool_grow(active - 1);
     const int n_workers = pool.n_workers < active - 1 ? pool.n_workers : active - 1;
     pool_job *j = &pool.job;

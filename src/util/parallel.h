@@ -14,8 +14,9 @@
  *            under OpenMP);
  *   chunk c > 0: dynamic — each thread takes the next c items when it is free.
  * Returns when every item has run. Workers are started at first need and kept
- * for the process; an idle one spins briefly, then sleeps on a futex, so
- * waiting costs nothing on a machine whose cores are busy with other work.
+ * for the process; an idle one spins (up to ~0.5 ms while at most one other
+ * thread per CPU is runnable, a few microseconds on a more crowded machine),
+ * then sleeps on a futex, so waiting costs little whatever else runs.
  * One call holds the pool at a time: a call made while another is in flight
  * (from another thread of the program, or from inside fn) runs its items in
  * order on the calling thread alone, as thread 0. The pool survives fork():
@@ -26,5 +27,13 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
 /* The CPUs this process may run on now (its affinity mask: taskset, cgroup
  * cpusets), at least 1: what n_threads 0 ("all available") means everywhere. */
 int qkv_cpu_count(void);
+
+/* How long a waiting thread spins (pause instructions) when `runnable`
+ * threads are runnable system-wide and this process may use `cpus` CPUs: long
+ * up to 2 * cpus runnable, short above that or when runnable is unknown (< 0). */
+int pool_spin_budget(int runnable, int cpus);
+/* The runnable-thread count of a /proc/loadavg line ("0.70 1.26 1.54 3/160
+ * 27654" -> 3), or -1 if the line is not of that form. */
+int pool_parse_runnable(const char *loadavg);
 
 #endif
