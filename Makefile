@@ -1,6 +1,6 @@
 # qkv — build, test, demo. `make` builds build/libqkv.{a,so} (the engine:
 # links libm and libpthread only; its threads are its own pool, not OpenMP), build/libqkv_render.a (HTML and PNG pictures,
-# libpng) and build/qkv.
+# its own PNG encoder: no libpng) and build/qkv.
 # The default build runs on any x86-64: baseline code everywhere but in the
 # per-ISA kernel files (attention tiles, matmuls), which carry their own
 # target pragmas and are chosen at run time from CPUID. NATIVE=1 compiles
@@ -37,8 +37,6 @@ OPT_FLAGS  := -O1 -g
 ALL_CFLAGS += $(SAN_FLAGS)
 LDLIBS     += $(SAN_FLAGS)
 endif
-# libpng (Debian libpng-dev) encodes `qkv inspect --png`: the renderer only
-RENDER_LIBS := -lpng
 
 # The version is the header's; the shared library is libqkv.so.MAJOR.
 VERSION_MAJOR := $(shell sed -n 's/^\#define QKV_VERSION_MAJOR //p' include/qkv.h)
@@ -116,14 +114,14 @@ $(BUILD)/libqkv_render.a: $(RENDER_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS) $(OMP_FLAGS)
+	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(LDLIBS) $(OMP_FLAGS)
 
 # bench/model_steps.c: the model's forward alone, against libqkv only
 $(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a
 	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
 
 $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv
-	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(RENDER_LIBS) $(LDLIBS) \
+	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(LDLIBS) \
 	    $(OMP_FLAGS)
 
 # `make test` fetches the real model (make model) if missing, then runs every
@@ -153,23 +151,27 @@ check: all
 # The whole suite takes about 5x its plain time under ASan; `make test` runs
 # this subset instead: every parser (GGUF, model config and load checks,
 # tokenizer, .npy through attend, flags, the fuzz corpora) and every
-# command's bad input and one good run of each (demo, sinks: their parts).
+# command's bad input and one good run of each (demo, sinks: their parts), and
+# the PNG encoder (png_: tests/test_png_encode.c and the inspect figure).
 SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks tokenizer_load_checks tok_ fuzz_replay \
                      dequant alloc_counter attn_plan_runs sampler_draws bad_input rejects_bad cli_every_command \
                      cli_one_bos explain_json scaling_is_deterministic cost_model_from_gguf attend_cli_matches \
-                     run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json
+                     run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json \
+                     png_
 SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
 sanitize: deps model
 	$(MAKE) check SANITIZE=1 BUILD=$(if $(filter 1,$(SANITIZE)),$(BUILD),$(BUILD)/asan)
 
 # The Python package (pyproject.toml, setup.py): `pip install .` into a venv
-# of its own, then its pytest tests (tests/python), whose last line is also
-# "N passed, N failed, N skipped" (a skip fails the run, as above).
+# of its own with the tests' pinned packages (tests/python/requirements.txt:
+# numpy, pytest, and nbclient + ipykernel, which run the example notebook in a
+# kernel of this venv's python), then its pytest tests (tests/python), whose
+# last line is also "N passed, N failed, N skipped" (a skip fails the run, as above).
 PYVENV := $(BUILD)/pyvenv
 pytest: deps model
 	@test -x $(PYVENV)/bin/python || $(PYTHON) -m venv $(PYVENV)
-	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check .
 	cd tests/python && $(CURDIR)/$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider .
 
@@ -189,7 +191,7 @@ demo: deps model
 	$(MAKE) all
 	./$(BUILD)/qkv demo --out-dir $(BUILD)
 
-# Debian packages beyond gcc and make (libpng, unifont, chromium), if missing.
+# Debian packages beyond gcc and make (unifont, chromium, valgrind, ...), if missing.
 deps:
 	@sh scripts/install-deps.sh
 
@@ -225,7 +227,7 @@ endif
 
 $(BUILD)/fuzz-replay-%: $(BUILD)/fuzz/replay.o $(BUILD)/fuzz/fuzz_%.o $(BUILD)/cli/flags.o $(BUILD)/cli/util.o \
                         $(BUILD)/cli/prompt.o $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
-	$(CC) -o $@ $^ $(RENDER_LIBS) $(LDLIBS)
+	$(CC) -o $@ $^ $(LDLIBS)
 
 fuzz: model
 	@FUZZ=1 sh scripts/install-deps.sh
@@ -233,7 +235,7 @@ fuzz: model
 	@for t in $(FUZZ_TARGETS); do \
 	    echo "clang fuzz/fuzz_$$t.c"; \
 	    $(FUZZ_CC) $(WARN_FLAGS) -O1 -g -fsanitize=fuzzer $(FUZZ_SAN) -pthread -D_GNU_SOURCE -Iinclude -Isrc -Irender -Icli \
-	        fuzz/fuzz_$$t.c $(FUZZ_LIBS) $(RENDER_LIBS) -lm -o $(FUZZ_BUILD)/fuzz-$$t || exit 1; \
+	        fuzz/fuzz_$$t.c $(FUZZ_LIBS) -lm -o $(FUZZ_BUILD)/fuzz-$$t || exit 1; \
 	done
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p $(FUZZ_BUILD)/corpus/$$t; \

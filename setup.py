@@ -25,9 +25,10 @@ COMMON_FLAGS = ["-std=c11", "-O3", "-pthread", "-D_GNU_SOURCE", "-Wall", "-Wextr
 FMA_PATTERNS = ("src/attn/tile_", "src/model/matmul_")
 
 LIB_SOURCES = sorted(glob.glob("src/*/*.c"))
-# the HTML page of Model.inspect: render/'s writer (not png.c: no libpng) and
-# the page itself, embedded by the assembler (render/page.S, .incbin)
-RENDER_SOURCES = ["render/html.c", "render/json.c"]
+# Model.inspect's pictures: render/'s writers (the HTML page, the PNG figure
+# with its own encoder: no libpng) and the page itself, embedded by the
+# assembler (render/page.S, .incbin)
+RENDER_SOURCES = sorted(glob.glob("render/*.c"))
 PAGE_ASM, PAGE_HTML = "render/page.S", "render/inspect_page.html"
 BINDING_SOURCES = sorted(glob.glob("python/src/*.c"))
 

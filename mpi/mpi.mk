@@ -32,7 +32,7 @@ $(BUILD)/libqkv_mpi.a: $(MPI_OBJ)
 
 $(BUILD)/qkv-mpi: $(MPI_CLI_OBJ) $(MPI_CLI_SHARED) $(BUILD)/libqkv_mpi.a $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
 	$(MPICC) -o $@ $(MPI_CLI_OBJ) $(MPI_CLI_SHARED) $(BUILD)/libqkv_mpi.a $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a \
-	    $(RENDER_LIBS) $(LDLIBS)
+	    $(LDLIBS)
 
 $(BUILD)/mpi/qkv-mpi-check: $(BUILD)/mpi/tests/check.o $(BUILD)/libqkv_mpi.a $(BUILD)/libqkv.a
 	$(MPICC) -o $@ $< $(BUILD)/libqkv_mpi.a $(BUILD)/libqkv.a $(LDLIBS)

@@ -1,21 +1,23 @@
 /*
  * png.c — attention maps as a PNG figure (qkv inspect --png): one panel per
  * map, rows = layers, columns = heads, viridis colours, token labels on the
- * outer axes when a token gets at least 16 pixels. Encoding is libpng's; the
- * glyphs are GNU Unifont's (8x16 and 16x16 bitmaps, one "XXXX:hex" line per
- * code point in unifont.hex, Debian package unifont), read at init.
+ * outer axes when a token gets at least 16 pixels. The encoder is the render
+ * library's own (png_encode.c, deflate.c); the glyphs are GNU Unifont's (8x16
+ * and 16x16 bitmaps, one "XXXX:hex" line per code point in unifont.hex,
+ * Debian package unifont), read at init when the file is there: without it
+ * the figure has no text at all (no labels, title, captions or legend).
  *
  * Each panel keeps a side x side grid of floats (max-pooled weights when the
  * map has more tokens than pixels), so the figure's memory is bounded by its
  * pixel count, never by n^2. Panels are normalised to their own largest
  * weight, as the HTML page does.
  */
+#include "png_encode.h"
 #include "qkv_render.h"
 #include "util/error.h"
 
 #include <errno.h>
 #include <math.h>
-#include <png.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,7 +216,9 @@ void qkv_png_maps_row(qkv_png_maps *pm, int li, int hi, int row, const float *w)
     }
 }
 
-qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err) {
+qkv_status qkv_png_maps_encode(const qkv_png_maps *pm, uint8_t **png, size_t *len, qkv_error *err) {
+    *png = NULL;
+    *len = 0;
     static const uint8_t white[3] = {255, 255, 255}, ink[3] = {40, 40, 40}, grey[3] = {235, 235, 235},
                          mute[3] = {110, 110, 115};
     const int n = pm->n, s = pm->side, P = n <= s ? n * pm->cell : s; /* panel pixels */
@@ -273,29 +277,23 @@ qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err)
         text(&c, pm->font, left, by + 10, pm->log_scale ? "1e-4 x max ... max of each map (log)" : "0 ... max of each map",
              c.w - left, 0, mute);
 
-    /* encode */
+    const qkv_status st = qkv_png_encode_rgb(png, len, c.px, c.w, c.h, err);
+    free(c.px);
+    return st;
+}
+
+qkv_status qkv_png_maps_save(const qkv_png_maps *pm, const char *path, qkv_error *err) {
+    uint8_t *png;
+    size_t len;
+    qkv_status st = qkv_png_maps_encode(pm, &png, &len, err);
+    if (st) return st;
     FILE *f = fopen(path, "wb");
     if (!f) {
-        free(c.px);
+        free(png);
         return qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     }
-    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
-    png_infop info = png ? png_create_info_struct(png) : NULL;
-    png_bytep *rows = malloc((size_t)c.h * sizeof *rows);
-    int ok = png && info && rows;
-    if (ok && setjmp(png_jmpbuf(png))) ok = 0;
-    else if (ok) {
-        png_init_io(png, f);
-        png_set_IHDR(png, info, (png_uint_32)c.w, (png_uint_32)c.h, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
-                     PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-        png_write_info(png, info);
-        for (int y = 0; y < c.h; y++) rows[y] = c.px + (size_t)y * c.w * 3;
-        png_write_image(png, rows);
-        png_write_end(png, NULL);
-    }
-    png_destroy_write_struct(png ? &png : NULL, info ? &info : NULL);
-    free(rows);
-    free(c.px);
+    int ok = fwrite(png, 1, len, f) == len;
+    free(png);
     ok = fflush(f) == 0 && !ferror(f) && ok;
     ok = (fclose(f) == 0) && ok;
     if (!ok) {

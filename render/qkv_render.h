@@ -1,9 +1,10 @@
 /*
  * qkv_render.h — pictures of attention maps: a self-contained HTML page and
  * PNG heatmaps. Not part of libqkv: this small library (build/libqkv_render.a)
- * is what `qkv inspect` draws with, so that libqkv itself links only libm and
- * OpenMP. The maps come from libqkv's probes (qkv_inspect_hook) row by row;
- * nothing here holds an n x n map. Conventions as in qkv.h.
+ * is what `qkv inspect` and the Python package's Model.inspect draw with; it
+ * needs nothing beyond libc, libm and pthreads (its PNG encoder is its own).
+ * The maps come from libqkv's probes (qkv_inspect_hook) row by row; nothing
+ * here holds an n x n map. Conventions as in qkv.h.
  */
 #ifndef QKV_RENDER_H
 #define QKV_RENDER_H
@@ -54,15 +55,18 @@ qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float
 qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err);
 void qkv_html_abort(qkv_html_writer *h);
 
-/* Heatmaps in a PNG (libpng): viridis colour map, token labels on the axes
- * when a token gets >= 16 pixels (GNU Unifont glyphs read from font_path,
- * default /usr/share/unifont/unifont.hex; without it, no labels), one panel
- * per map with its layer and head. Each panel is at most max_panel pixels a
- * side (larger maps are max-pooled down), so memory does not grow with n^2.
+/* Heatmaps in a PNG (the render library's own encoder, render/png_encode.c:
+ * no libpng): viridis colour map, token labels on the axes when a token gets
+ * >= 16 pixels, one panel per map with its layer and head. The text (title,
+ * captions, labels, legend) is drawn with GNU Unifont glyphs read at init
+ * from font_path (default /usr/share/unifont/unifont.hex, Debian package
+ * unifont); without that file the figure has no text at all, which
+ * qkv_png_maps_has_font tells. Each panel is at most max_panel pixels a side
+ * (larger maps are max-pooled down), so memory does not grow with n^2.
  * Rows in any order. */
 typedef struct {
     int log_scale;              /* colour by log10(w) over 4 decades instead of w */
-    int max_panel;              /* 0: 768 for one map, 192 for several */
+    int max_panel;              /* 0: 768 for one map, 256 for several */
     const char *font_path;      /* NULL: $QKV_FONT, else the default above */
 } qkv_png_params;
 typedef struct qkv_png_maps qkv_png_maps;
@@ -71,9 +75,21 @@ qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, cons
 void qkv_png_maps_row(qkv_png_maps *pm, int li, int hi, int row, const float *w);
 /* 1 if the labels could be drawn (a font was found). */
 int qkv_png_maps_has_font(const qkv_png_maps *pm);
-/* Draws and encodes the PNG at path, in place; a failure removes it. */
-qkv_status qkv_png_maps_save(qkv_png_maps *pm, const char *path, qkv_error *err);
+/* Draws the figure and encodes it: *png (malloc'd, the caller frees) of
+ * *len bytes; *png NULL on failure. pm is unchanged: it can be encoded again. */
+qkv_status qkv_png_maps_encode(const qkv_png_maps *pm, uint8_t **png, size_t *len, qkv_error *err);
+/* Draws and encodes the PNG at path, in place; a failure removes it. Keeping
+ * a previous file until the write succeeded is the caller's (cli/outputs.c,
+ * or qkv_png_maps_encode + qkv_file_replace). */
+qkv_status qkv_png_maps_save(const qkv_png_maps *pm, const char *path, qkv_error *err);
 void qkv_png_maps_free(qkv_png_maps *pm);
+
+/* Writes data [len] to path whole or not at all: into a new temporary beside
+ * it (PATH.qkv-XXXXXX), synced, then renamed onto path. An existing path must
+ * be a regular file and keeps its mode (a new one gets 0666 less the umask);
+ * on any failure it is left as it was and no temporary remains. QKV_ERR_IO
+ * names path and the system's reason. */
+qkv_status qkv_file_replace(const char *path, const void *data, size_t len, qkv_error *err);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,6 @@
 #!/bin/sh
 # install-deps.sh — the Debian packages qkv needs beyond gcc and make, installed
 # only when missing (`make deps`; `make test` and `make demo` run it):
-#   libpng-dev  qkv inspect --png encodes with libpng
 #   unifont     GNU Unifont glyphs for the PNG's token labels (CJK included)
 #   chromium    headless browser for the inspect page's test
 #   python3     drives that browser test (standard library only)
@@ -19,7 +18,6 @@ if [ "${FUZZ:-0}" = 1 ]; then
     [ -n "$(ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] ||
         need="$need libclang-rt-14-dev"
 fi
-[ -f /usr/include/png.h ] || need="$need libpng-dev"
 [ -f /usr/share/unifont/unifont.hex ] || need="$need unifont"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
 command -v python3 >/dev/null 2>&1 || need="$need python3"

@@ -306,6 +306,19 @@ TEST(inspect_png_figure) {
         char path[600];
         snprintf(path, sizeof path, "%s/f%d.png", test_tmpdir(), variant);
         CHECK(qkv_png_maps_save(pm, path, &err) == QKV_OK, "%s", err.msg);
+        /* the figure is drawn anew on each call, the same bytes each time */
+        uint8_t *png = NULL;
+        size_t png_len = 0, file_len = 0;
+        CHECK(qkv_png_maps_encode(pm, &png, &png_len, &err) == QKV_OK, "%s", err.msg);
+        uint8_t *file = png ? malloc(png_len + 1) : NULL;
+        FILE *fp = file ? fopen(path, "rb") : NULL;
+        if (fp) {
+            file_len = fread(file, 1, png_len + 1, fp);
+            fclose(fp);
+        }
+        CHECK(file && file_len == png_len && !memcmp(file, png, png_len), "encode and save differ");
+        free(file);
+        free(png);
         qkv_png_maps_free(pm);
         size_t len = 0;
         FILE *f = fopen(path, "rb");

@@ -1,8 +1,9 @@
 /*
  * test_library.c — what the built libraries promise as artefacts: the shared
  * library's soname is libqkv.so.MAJOR and it needs nothing beyond libc and
- * libm (no libpng: the pictures live in libqkv_render.a; no OpenMP: its
- * threads are util/parallel.c's pool); the version
+ * libm (the pictures live in libqkv_render.a; no OpenMP: its threads are
+ * util/parallel.c's pool); the qkv binary needs no libpng or zlib (the PNG
+ * encoder is render/'s own); the version
  * the library reports is the header's; the page the renderer embeds is
  * render/inspect_page.html byte for byte.
  */
@@ -64,6 +65,22 @@ TEST(shared_library_soname_and_dependencies) {
     memcpy(&version, &sym, sizeof sym); /* POSIX's object-to-function pointer, without the cast C forbids */
     CHECK(version && !strcmp(version(), QKV_VERSION), "dlsym qkv_version");
     dlclose(h);
+}
+
+TEST(qkv_binary_needs_no_libpng) {
+    char cmd[700], line[512];
+    const char *bin = getenv("QKV_BIN") ? getenv("QKV_BIN") : "build/qkv";
+    snprintf(cmd, sizeof cmd, "readelf -d '%s' 2>&1", bin);
+    FILE *p = popen(cmd, "r");
+    CHECK(p != NULL, "cannot run readelf");
+    if (!p) return;
+    int n_needed = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (!strstr(line, "(NEEDED)")) continue;
+        n_needed++;
+        CHECK(!strstr(line, "[libpng") && !strstr(line, "[libz."), "%s links %s", bin, line);
+    }
+    CHECK(pclose(p) == 0 && n_needed >= 2, "readelf -d %s: %d NEEDED entries", bin, n_needed);
 }
 
 extern const char render_inspect_page[];

@@ -9,6 +9,7 @@ import html
 import os
 import tempfile
 import time
+import warnings
 
 import numpy as np
 
@@ -49,30 +50,40 @@ class Config:
 
 
 class Inspection:
-    """The attention page of `qkv inspect --html` for one sequence: every requested
-    map as a heatmap, hover for query, key and weight, self-contained (no network).
-    Shown inline in Jupyter (_repr_html_, in an iframe); save_html writes the page."""
+    """The attention maps of one sequence as `qkv inspect` draws them: the page of
+    --html (every requested map as a heatmap, hover for query, key and weight,
+    self-contained: no network) and the figure of --png. Shown inline in Jupyter
+    (_repr_html_, in an iframe); save_html and save_png write the files.
 
-    def __init__(self, page, n_tokens, layers, heads):
+    png_labels: whether the PNG has its text (token labels, title, captions,
+    legend), drawn with GNU Unifont from /usr/share/unifont/unifont.hex (or
+    $QKV_FONT) as read when inspect ran; without that file the figure has the
+    heatmaps only, and save_png warns."""
+
+    def __init__(self, page, figure, n_tokens, layers, heads):
         self.html = page
+        self._figure = figure
         self.n_tokens, self.layers, self.heads = n_tokens, list(layers), list(heads)
+        self.png_labels = _qkv.png_has_font(figure)
 
     def _repr_html_(self):
         return (f'<iframe srcdoc="{html.escape(self.html, quote=True)}" '
                 f'style="width: 100%; height: 820px; border: 0"></iframe>')
 
     def save_html(self, path):
-        """Writes the page to path (whole or not at all: a temporary file, then a rename)."""
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(self.html)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        """Writes the page to path, whole or not at all (a temporary beside it, then a
+        rename): on failure, OSError with the library's message, an existing file intact."""
+        _qkv.file_replace(os.fspath(path), self.html.encode("utf-8"))
+
+    def save_png(self, path):
+        """Writes the figure `qkv inspect --png` draws for the same ids, layers and heads
+        (the same code, pixel for pixel): one viridis panel per map, each normalised to
+        its own largest weight, maps above the panel size max-pooled. Whole or not at
+        all, as save_html."""
+        if not self.png_labels:
+            warnings.warn("no font at /usr/share/unifont/unifont.hex ($QKV_FONT) when inspect ran: "
+                          "the PNG has no labels (Debian: apt-get install unifont)", stacklevel=2)
+        _qkv.png_save(self._figure, os.fspath(path))
 
     def __repr__(self):
         return (f"<qkv.Inspection: {self.n_tokens} tokens, {len(self.layers)} layers x {len(self.heads)} heads, "
@@ -271,9 +282,9 @@ class Model:
         return out
 
     def inspect(self, ids, *, layers=None, heads=None, title=None):
-        """The attention page of the sequence ids (a str is tokenized): the maps of
-        layers x heads (default all), as `qkv inspect --html` draws them; returns an
-        Inspection (inline in Jupyter, .save_html(path))."""
+        """The attention maps of the sequence ids (a str is tokenized), layers x heads
+        (default all), as `qkv inspect --html --png` draws them, in one forward pass;
+        returns an Inspection (inline in Jupyter, .save_html(path), .save_png(path))."""
         ids = self.tokenize(ids) if isinstance(ids, str) else self._ids(ids)
         self._fits(len(ids))
         ls = np.arange(self.config.n_layer) if layers is None else np.atleast_1d(np.asarray(layers))
@@ -292,11 +303,11 @@ class Model:
                     f"w = exp(q\u00b7k/\u221a{c.head_dim} - lse)")
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "inspect.html")
-            self._c.inspect_html(path, ids, np.ascontiguousarray(ls, dtype=np.int32),
-                                 np.ascontiguousarray(hs, dtype=np.int32), title, subtitle)
+            figure = self._c.inspect_maps(path, ids, np.ascontiguousarray(ls, dtype=np.int32),
+                                          np.ascontiguousarray(hs, dtype=np.int32), title, subtitle)
             with open(path, encoding="utf-8") as f:
                 page = f.read()
-        return Inspection(page, n, ls, hs)
+        return Inspection(page, figure, n, ls, hs)
 
     def ablate(self, ids, *, scope="all", layer=None, head=None, target=None, heads=False):
         """Weight against influence (qkv ablate): the next-token distribution of the

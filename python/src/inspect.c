@@ -1,18 +1,28 @@
 /*
- * inspect.c — Model.inspect's page: the self-contained HTML page of
- * `qkv inspect --html` (render/html.c, the same writer and the same
- * embedded render/inspect_page.html), fed by the inspect hook row by row:
- *   inspect_html(path, ids, layers, heads, title, subtitle)
- *     ids [n] int32; layers [nl], heads [nh] int32 (layers increasing)
- * The file appears at path only when the page is whole (the writer's rename).
+ * inspect.c — Model.inspect's pictures, from the writers `qkv inspect` uses
+ * (render/): the self-contained HTML page of --html (render/html.c, the same
+ * embedded render/inspect_page.html) and the figure of --png (render/png.c,
+ * the same defaults: linear colours, the panel sizes of qkv_png_params' 0),
+ * both fed by the inspect hook row by row in one forward pass:
+ *   inspect_maps(path, ids, layers, heads, title, subtitle) -> figure
+ *     ids [n] int32; layers [nl], heads [nh] int32 (layers increasing);
+ *     the page is written at path; the figure is a capsule holding the maps
+ *     max-pooled to the PNG's panels (qkv_png_maps), drawn only when saved.
+ *   png_save(figure, path)     encodes it and writes path whole or not at all
+ *   png_has_font(figure)       whether the figure has its text (GNU Unifont)
+ *   file_replace(path, bytes)  path whole or not at all (save_html)
+ * The page appears at path only when whole (the writer's rename).
  */
 #include "qkv_py.h"
 #include "qkv_render.h"
 
 #include <stdlib.h>
 
+#define FIGURE "qkv.png_maps"
+
 typedef struct {
     qkv_html_writer *html;
+    qkv_png_maps *png;
     qkv_error err;
 } page_sink;
 
@@ -20,13 +30,16 @@ static int page_row(void *user, int li, int hi, int row, const float *w, int n_k
     page_sink *p = user;
     (void)n_keys;
     (void)s;
+    qkv_png_maps_row(p->png, li, hi, row, w);
     return qkv_html_row(p->html, li, hi, row, w, &p->err) != QKV_OK;
 }
 
-/* The page of ids through m; QKV_OK or the failure in *err. Runs without the GIL. */
-static qkv_status write_page(qkv_model *m, const qkv_tokenizer *tok, const char *path, const int32_t *ids, int n,
-                             const int *layers, int nl, const int *heads, int nh, const char *title,
-                             const char *subtitle, qkv_error *err) {
+/* The page of ids through m at path and its figure in *png; QKV_OK or the
+ * failure in *err (*png NULL then). Runs without the GIL. */
+static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokenizer *tok, const char *path,
+                             const int32_t *ids, int n, const int *layers, int nl, const int *heads, int nh,
+                             const char *title, const char *subtitle, qkv_error *err) {
+    *png = NULL;
     const char **pieces = malloc((size_t)n * sizeof *pieces);
     size_t *lens = malloc((size_t)n * sizeof *lens);
     char **labels = calloc((size_t)n, sizeof *labels);
@@ -51,6 +64,7 @@ static qkv_status write_page(qkv_model *m, const qkv_tokenizer *tok, const char 
     qkv_inspect_params ip = {.layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh, .row = page_row,
                              .user = &sink};
     if ((st = qkv_inspect_init(&in, qkv_model_get_config(m), &ip, err))) goto done;
+    if ((st = qkv_png_maps_init(&sink.png, &info, NULL, err))) goto done;
     if ((st = qkv_html_open(&sink.html, path, &info, err))) goto done;
     if ((st = qkv_model_rewind(m, 0, err))) goto done;
     qkv_model_set_hook(m, qkv_inspect_hook, in);
@@ -64,8 +78,10 @@ static qkv_status write_page(qkv_model *m, const qkv_tokenizer *tok, const char 
     }
     st = qkv_html_close(sink.html, err);
     sink.html = NULL;
+    if (!st) *png = sink.png, sink.png = NULL;
 done:
     if (sink.html) qkv_html_abort(sink.html);
+    qkv_png_maps_free(sink.png);
     qkv_inspect_free(in);
     if (labels) qkv_token_labels_free(labels, n);
     free(pieces);
@@ -73,7 +89,9 @@ done:
     return st;
 }
 
-PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
+static void figure_free(PyObject *capsule) { qkv_png_maps_free(PyCapsule_GetPointer(capsule, FIGURE)); }
+
+PyObject *pyq_inspect_maps(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
     PyObject *path_obj, *ids_obj, *layers_obj, *heads_obj;
     const char *title, *subtitle;
     if (!PyArg_ParseTuple(args, "O&OOOss", PyUnicode_FSConverter, &path_obj, &ids_obj, &layers_obj, &heads_obj,
@@ -99,12 +117,13 @@ PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *arg
     }
     qkv_error err = {0};
     qkv_status st;
+    qkv_png_maps *png = NULL;
     const char *path = PyBytes_AS_STRING(path_obj);
     Py_BEGIN_ALLOW_THREADS
-    st = write_page(m, tok, path, bi.buf, (int)n, bl.buf, (int)nl, bh.buf, (int)nh, title, subtitle, &err);
+    st = write_page(&png, m, tok, path, bi.buf, (int)n, bl.buf, (int)nl, bh.buf, (int)nh, title, subtitle, &err);
     Py_END_ALLOW_THREADS
     if (st) pyq_raise(&err);
-    else r = Py_None, Py_INCREF(r);
+    else if (!(r = PyCapsule_New(png, FIGURE, figure_free))) qkv_png_maps_free(png);
 fail:
     if (bi.obj) PyBuffer_Release(&bi);
     if (bl.obj) PyBuffer_Release(&bl);
@@ -112,3 +131,58 @@ fail:
     Py_DECREF(path_obj);
     return r;
 }
+
+static PyObject *py_png_save(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *figure, *path_obj;
+    if (!PyArg_ParseTuple(args, "OO&", &figure, PyUnicode_FSConverter, &path_obj)) return NULL;
+    const qkv_png_maps *pm = PyCapsule_GetPointer(figure, FIGURE);
+    if (!pm) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    const char *path = PyBytes_AS_STRING(path_obj);
+    qkv_error err = {0};
+    qkv_status st;
+    Py_BEGIN_ALLOW_THREADS
+    uint8_t *png = NULL;
+    size_t len = 0;
+    st = qkv_png_maps_encode(pm, &png, &len, &err);
+    if (!st) st = qkv_file_replace(path, png, len, &err);
+    free(png);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(path_obj);
+    if (st) return pyq_raise(&err);
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_png_has_font(PyObject *self, PyObject *figure) {
+    (void)self;
+    const qkv_png_maps *pm = PyCapsule_GetPointer(figure, FIGURE);
+    if (!pm) return NULL;
+    return PyBool_FromLong(qkv_png_maps_has_font(pm));
+}
+
+static PyObject *py_file_replace(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *path_obj;
+    Py_buffer data;
+    if (!PyArg_ParseTuple(args, "O&y*", PyUnicode_FSConverter, &path_obj, &data)) return NULL;
+    qkv_error err = {0};
+    qkv_status st;
+    const char *path = PyBytes_AS_STRING(path_obj);
+    Py_BEGIN_ALLOW_THREADS
+    st = qkv_file_replace(path, data.buf, (size_t)data.len, &err);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    Py_DECREF(path_obj);
+    if (st) return pyq_raise(&err);
+    Py_RETURN_NONE;
+}
+
+PyMethodDef pyq_inspect_methods[] = {
+    {"png_save", py_png_save, METH_VARARGS, "png_save(figure, path): the figure of inspect_maps as a PNG file."},
+    {"png_has_font", py_png_has_font, METH_O, "png_has_font(figure): whether the figure's text could be drawn."},
+    {"file_replace", py_file_replace, METH_VARARGS, "file_replace(path, data): path whole or not at all."},
+    {NULL, NULL, 0, NULL},
+};

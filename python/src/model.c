@@ -5,7 +5,8 @@
  *   forward(logits, ids, all):  ids [n] int32; logits [n, V] (all) or [1, V] f32, or None
  *   maps(out, ids, layers, heads, rows):  out [nl, nh, nr, n] f32 exact weights
  *   sinks(means, counts, ids, n_first, skip, every):  means [6, L, Hq] f64, counts [2, L, Hq] int64
- *   inspect_html(path, ids, layers, heads, title, subtitle):  the qkv inspect --html page (inspect.c)
+ *   inspect_maps(path, ids, layers, heads, title, subtitle) -> figure:  the qkv inspect --html page
+ *       at path and the --png figure's maps (inspect.c)
  *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
@@ -368,10 +369,10 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *model_inspect_html(PyObject *self, PyObject *args) {
+static PyObject *model_inspect_maps(PyObject *self, PyObject *args) {
     model_object *o = model_enter(self);
     if (!o) return NULL;
-    PyObject *r = pyq_inspect_html(o->m, o->tok, args);
+    PyObject *r = pyq_inspect_maps(o->m, o->tok, args);
     pyq_leave(&o->busy);
     return r;
 }
@@ -434,7 +435,8 @@ static PyMethodDef model_methods[] = {
     {"needle_prompt", model_needle_prompt, METH_VARARGS,
      "needle_prompt(hay, needle, question, system, max_answer, length, depth) -> (ids, needle_pos, needle_len, hay_tokens)."},
     {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
-    {"inspect_html", model_inspect_html, METH_VARARGS, "inspect_html(path, ids, layers, heads, title, subtitle)."},
+    {"inspect_maps", model_inspect_maps, METH_VARARGS,
+     "inspect_maps(path, ids, layers, heads, title, subtitle) -> the PNG figure (a capsule)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -51,9 +51,11 @@ int pyq_add_kv_cache(PyObject *module);
 int pyq_add_model(PyObject *module);
 int pyq_add_sampler(PyObject *module);
 
-/* Model.inspect_html(path, ids, layers, heads, title, subtitle) on an open
- * model the caller holds (inspect.c). */
-PyObject *pyq_inspect_html(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
+/* Model.inspect_maps(path, ids, layers, heads, title, subtitle) on an open
+ * model the caller holds, and the module's png_save, png_has_font and
+ * file_replace (inspect.c). */
+PyObject *pyq_inspect_maps(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
+extern PyMethodDef pyq_inspect_methods[];
 
 /* Model.ablate_positions / ablate_heads (ablate.c), on an open model the caller holds. */
 PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args);
