@@ -72,10 +72,11 @@ typedef struct {
 
 typedef struct {
     const char *name;   /* "run" */
-    const char *usage;  /* after "usage: qkv <name> " */
+    const char *usage;  /* after "usage: <program> <name> " */
     const char *about;  /* paragraph between usage and flags, or NULL */
     const char *notes;  /* paragraph after the flags, or NULL */
     cli_flag *flags;
+    const char *program; /* "qkv-mpi"; NULL: "qkv" */
 } cli_command;
 
 /* Parses argv[1..argc) against c->flags. 0: parsed; -1: --help was printed

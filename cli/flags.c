@@ -103,7 +103,7 @@ static int set_value(const cli_flag *f, const char *flag, const char *v) {
 /* --help: usage, about, one line per flag of the table (help text in a column), notes. */
 static void print_help(FILE *out, const cli_command *c) {
     enum { COL = 26 };
-    fprintf(out, "usage: qkv %s %s\n", c->name, c->usage);
+    fprintf(out, "usage: %s %s %s\n", c->program ? c->program : "qkv", c->name, c->usage);
     if (c->about) fprintf(out, "\n%s\n", c->about);
     fputc('\n', out);
     for (const cli_flag *f = c->flags;; f++) {
@@ -152,8 +152,8 @@ int cli_parse(const cli_command *c, int argc, char **argv) {
         }
         cli_flag *f = find_flag(c, a);
         if (!f)
-            return cli_fail("%s: %s '%s' (see qkv %s --help)", c->name, a[0] == '-' ? "unknown flag" : "unexpected argument",
-                            a, c->name);
+            return cli_fail("%s: %s '%s' (see %s %s --help)", c->name, a[0] == '-' ? "unknown flag" : "unexpected argument",
+                            a, c->program ? c->program : "qkv", c->name);
         f->given++;
         if (f->kind == CLI_BOOL) {
             *(int *)f->dest = 1;

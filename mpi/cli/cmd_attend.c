@@ -35,7 +35,7 @@ static int parse_args(mpi_attend_args *a, int argc, char **argv) {
         MPI_FLAG_TIMEOUT(&a->timeout),
         {0},
     };
-    const cli_command cmd = {.name = "attend", .usage = "--q q.npy --k k.npy --v v.npy --out o.npy [flags]",
+    const cli_command cmd = {.program = "qkv-mpi", .name = "attend", .usage = "--q q.npy --k k.npy --v v.npy --out o.npy [flags]",
                              .about = "run under mpirun -np N; q: [Hq, Lq, D], k, v: [Hkv, Lk, D] float32 .npy, "
                                       "the sequence's rows split across the N ranks",
                              .flags = flags};

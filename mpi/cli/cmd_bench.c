@@ -133,7 +133,7 @@ int mpi_cmd_bench(int argc, char **argv) {
         CLI_FLAG_JSON(&a.json, "one JSON object"),
         {0},
     };
-    const cli_command cmd = {.name = "bench", .usage = "[--n N] [--hq N] [--hkv N] [--d N] [--layout L] [--json]",
+    const cli_command cmd = {.program = "qkv-mpi", .name = "bench", .usage = "[--n N] [--hq N] [--hkv N] [--d N] [--layout L] [--json]",
                              .about = "run under mpirun -np N: ring attention of one sequence split across the ranks",
                              .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);

@@ -47,7 +47,7 @@ static int parse_args(mpi_run_args *a, int argc, char **argv) {
         MPI_FLAG_TIMEOUT(&a->timeout),
         {0},
     };
-    const cli_command cmd = {.name = "run", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
+    const cli_command cmd = {.program = "qkv-mpi", .name = "run", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
                              .about = "run under mpirun -np N: the prompt split across the N ranks, each layer's attention\n"
                                       "context-parallel over the ring, decode against the sharded KV cache.",
                              .flags = flags};

@@ -324,3 +324,26 @@ TEST(mpi_run_bad_input) {
     const char *nomodel[] = {"run", "-m", "no/such.gguf", "-p", "hello", NULL};
     expect_bad(2, nomodel, "no/such.gguf", o);
 }
+
+/* --help names the program that prints it, and an unknown flag points there. */
+TEST(mpi_help_names_qkv_mpi) {
+    const char *cmds[] = {"attend", "bench", "run"};
+    for (int i = 0; i < 3; i++) {
+        char *out = NULL, *err = NULL;
+        const char *help[] = {cmds[i], "--help", NULL};
+        int rc = mpi_run(1, NULL, qkv_mpi(), help, &out, &err);
+        char want[64];
+        snprintf(want, sizeof want, "usage: qkv-mpi %s ", cmds[i]);
+        CHECK(rc == 0 && out && strncmp(out, want, strlen(want)) == 0, "qkv-mpi %s --help: exit %d: %.80s", cmds[i], rc,
+              out ? out : "");
+        free(out);
+        free(err);
+        out = err = NULL;
+        const char *bad[] = {cmds[i], "--no-such-flag", NULL};
+        rc = mpi_run(1, NULL, qkv_mpi(), bad, &out, &err);
+        snprintf(want, sizeof want, "see qkv-mpi %s --help", cmds[i]);
+        CHECK(rc != 0 && err && strstr(err, want), "qkv-mpi %s --no-such-flag: exit %d: %s", cmds[i], rc, err ? err : "");
+        free(out);
+        free(err);
+    }
+}
