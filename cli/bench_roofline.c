@@ -164,7 +164,7 @@ qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double sec
     if (n_threads < 0 || !(seconds >= 0))
         return roofline_fail(err, QKV_ERR_INVALID, "roofline: n_threads and seconds must be >= 0");
     memset(out, 0, sizeof *out);
-    const int nt = n_threads > 0 ? n_threads : omp_get_max_threads();
+    const int nt = n_threads > 0 ? n_threads : qkv_cpu_count();
     if (seconds == 0) seconds = 0.2;
     if (dram_bytes == 0) dram_bytes = (size_t)512 << 20;
     roof_loop fma = fma_scalar;

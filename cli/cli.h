@@ -115,7 +115,7 @@ extern const char *const cli_kernels[];    /* "auto", "ref", ...: qkv_kernel ord
 int cli_parse_threads(void *dest, const char *flag, const char *value);
 #define CLI_FLAG_THREADS(dst)                                    \
     CLI_FLAG_FN("--threads", (int *)(dst), cli_parse_threads, "N", \
-                "worker threads (default: all cores; at most " CLI_STR(CLI_THREADS_PER_CPU) " per online CPU)")
+                "worker threads (default: the CPUs this process may use; at most " CLI_STR(CLI_THREADS_PER_CPU) " per online CPU)")
 /* The arrays and the mask of an attention call, as `qkv attend` and
  * `qkv-mpi attend` both take them, into a struct with fields q, k, v, out,
  * lse (const char *), causal, window, sinks (int), exclude (cli_ints). */

@@ -414,7 +414,7 @@ enum { SW_ROOF = 1, SW_PREFILL = 2, SW_CHUNK = 4, SW_DECODE = 8, SW_REF = 16, SW
 #define MAX_RESULTS 512
 
 static int run_sweeps(int sweeps, const bench_opts *o) {
-    const int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+    const int threads = o->threads > 0 ? o->threads : qkv_cpu_count();
     bench_roofline roof_v, *roof = NULL;
     qkv_error err = {0};
     /* the plot's target is checked before the sweeps; its file appears only
@@ -611,7 +611,7 @@ int cmd_bench(int argc, char **argv) {
     o.repeat = repeat > 0 ? repeat : 3;
     o.budget_s = 1e9; /* one shape: exactly --repeat runs */
     bench_roofline roof_v, *roof = NULL;
-    int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+    int threads = o.threads > 0 ? o.threads : qkv_cpu_count();
     if (want_roof) {
         if (bench_roofline_measure(&roof_v, threads, 0.3, 0, &err)) return cli_fail("%s", err.msg);
         roof = &roof_v;
@@ -639,7 +639,7 @@ int cmd_bench(int argc, char **argv) {
         return 0;
     }
     printf("kernel=%s hq=%d hkv=%d d=%d lq=%d lk=%d kv=%s mask=%s threads=%d\n", qkv_kernel_name(r.kernel), hq, hkv, d,
-           lq, lk, qkv_dtype_name((qkv_dtype)dt), window ? "window" : causal ? "causal" : "none", o.threads);
+           lq, lk, qkv_dtype_name((qkv_dtype)dt), window ? "window" : causal ? "causal" : "none", threads);
     printf("time_s median=%.6f min=%.6f max=%.6f  GFLOP/s=%.2f  KV_GB/s=%.2f  peak_rss_MiB=%.1f\n", r.med, r.min, r.max,
            r.gflops, r.kv_gbs, r.rss_mib);
     if (layers > 1)

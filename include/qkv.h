@@ -261,6 +261,11 @@ qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *
  * the choice). */
 const char *qkv_attn_isa(void);
 
+/* The CPUs this process may run on now (its affinity mask: taskset, cgroup
+ * cpusets), at least 1: what n_threads 0 ("all available") means everywhere
+ * in this header. */
+int qkv_cpu_count(void);
+
 /* -------------------------------------------------------------------- RoPE */
 
 typedef enum {

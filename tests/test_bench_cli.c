@@ -23,6 +23,21 @@ static int run(const char *const *argv, char **out, char **err) {
     return rc;
 }
 
+/* Without --threads, bench runs on what n_threads 0 means in the library: the
+ * CPUs of the affinity mask (taskset -c 0: one), not OMP_NUM_THREADS. */
+TEST(bench_cli_default_threads_follow_the_affinity_mask) {
+    const char *bin = getenv("QKV_BIN") ? getenv("QKV_BIN") : "build/qkv";
+    const char *argv[] = {"-c", "0", bin, "bench", "--n", "64", "--hq", "2", "--hkv", "1", "--d", "16", "--repeat", "1", NULL};
+    char *out = NULL, *err = NULL;
+    setenv("OMP_NUM_THREADS", "3", 1);
+    int rc = test_run_program("/usr/bin/taskset", argv, NULL, &out, &err);
+    unsetenv("OMP_NUM_THREADS");
+    CHECK(rc == 0, "taskset -c 0 qkv bench: exit %d: %s", rc, err ? err : "");
+    CHECK(out && strstr(out, " threads=1\n"), "first line: %s", out ? out : "(none)");
+    free(out);
+    free(err);
+}
+
 TEST(bench_cli_one_shape_keeps_its_two_lines) {
     const char *argv[] = {"bench", "--n", "200", "--hq", "4", "--hkv", "2", "--d", "64", "--kernel", "flash",
                           "--threads", "2", "--repeat", "2", NULL};

@@ -4,6 +4,8 @@
 #ifndef QKV_UTIL_PARALLEL_H
 #define QKV_UTIL_PARALLEL_H
 
+#include "qkv.h"
+
 #include <stdint.h>
 
 /* fn(ctx, item, thread) once for every item in [0, n_items), on n_threads
@@ -24,9 +26,7 @@
 typedef void (*qkv_item_fn)(void *ctx, int64_t item, int thread);
 void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx);
 
-/* The CPUs this process may run on now (its affinity mask: taskset, cgroup
- * cpusets), at least 1: what n_threads 0 ("all available") means everywhere. */
-int qkv_cpu_count(void);
+/* qkv_cpu_count (qkv.h) is defined in parallel.c too. */
 
 /* How long a waiting thread spins (pause instructions) when `runnable`
  * threads are runnable system-wide and this process may use `cpus` CPUs: long
