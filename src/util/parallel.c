@@ -12,8 +12,9 @@
  *     (~0.5 ms), so a worker is still spinning when the next loop of a decode
  *     step comes, a few microseconds of serial work later. A futex wake-up
  *     costs tens of microseconds in a VM: sleeping after 256 pauses halved the
- *     generated tokens/s on a quiet machine (39 -> 78 with the long spin) and
- *     with one busy process per CPU (22 -> 43), BENCHMARKS.md, issue 11;
+ *     generated tokens/s on a quiet machine (40-50 -> 92-97 with the long
+ *     spin) and with one busy process per CPU (21-25 -> 42-43), BENCHMARKS.md,
+ *     issue 11;
  *   - more than that (a crowded machine): POOL_SPIN pauses (~4 us), then
  *     sleep. There a spinning thread burns the slices its partner needs:
  *     with ~15 runnable threads on 2 CPUs, 2048 pauses gave less than half
