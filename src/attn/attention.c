@@ -110,7 +110,7 @@ size_t attn_scratch_floats(int ld) {
     const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_ROWS * ld), n_s = SCRATCH_ROUND(ATTN_MAX_ROWS * ATTN_BK),
                  n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
                  n_part = SCRATCH_ROUND(ATTN_PART);
-    return 2 * n_q + n_s + 2 * n_tile + 4 * n_row + n_part;
+    return 2 * n_q + n_s + 2 * n_tile + 5 * n_row + n_part;
 }
 
 void attn_scratch_bind(attn_scratch *ws, int ld, float *mem) {
@@ -124,8 +124,9 @@ void attn_scratch_bind(attn_scratch *ws, int ld, float *mem) {
     ws->m = ws->acc + n_q;
     ws->l = ws->m + n_row;
     ws->alpha = ws->l + n_row;
-    ws->pos = (int32_t *)(void *)(ws->alpha + n_row);
-    ws->part = ws->alpha + 2 * n_row;
+    ws->tmax = ws->alpha + n_row;
+    ws->pos = (int32_t *)(void *)(ws->tmax + n_row);
+    ws->part = ws->tmax + 2 * n_row;
 }
 #undef SCRATCH_ROUND
 

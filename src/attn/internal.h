@@ -75,12 +75,13 @@ typedef struct {
 typedef struct {
     float *q;     /* [ATTN_MAX_ROWS * ld] scaled queries: rows [R, ld] or transposed [D, RP] */
     float *s;     /* [ATTN_MAX_ROWS * ATTN_BK] scores, then probabilities: [R, BK] or [BK, RP] */
-    float *kt;    /* [ATTN_BK, ld] K tile in f32, zero padded */
-    float *vt;    /* [ATTN_BK, ld] V tile in f32, zero padded */
+    float *kt;    /* [ATTN_BK * ld] K scratch: the block path's MK rows in f32 [MK, D] (tile_impl.h), the bf16 tile [BK, D] (tile_bf16dot.h) */
+    float *vt;    /* [ATTN_BK * ld] V scratch: a column chunk in f32 [BK, NC * VW], the bf16 pairs [BK / 2, ld] */
     float *acc;   /* [ATTN_MAX_ROWS, ld] running sum of p * v */
     float *m;     /* [ATTN_MAX_ROWS] running max of scores */
     float *l;     /* [ATTN_MAX_ROWS] running sum of exp(score - m) */
     float *alpha; /* [ATTN_MAX_ROWS] rescale factor of the current tile */
+    float *tmax;  /* [ATTN_MAX_ROWS] max score of the current tile */
     int32_t *pos; /* [ATTN_MAX_ROWS] absolute position of each row */
     float *part;  /* [ATTN_PART] partial dot products of the few-row path */
 } attn_scratch;

@@ -26,6 +26,17 @@
  * covers R % 4). */
 #define MR_BF16 4
 
+/* The next tile's K and V rows (n of them, after the nk = ATTN_BK rows at
+ * ksrc / vsrc) into L2 while this tile computes: a block streams its keys
+ * from L3 or DRAM once per 16 positions (chunked prefill against a long KV). */
+static void prefetch_tile(const void *ksrc, const void *vsrc, qkv_dtype t, int D, int n) {
+    const size_t es = t == QKV_DTYPE_F32 ? 4 : 2, bytes = (size_t)n * D * es, off = (size_t)ATTN_BK * D * es;
+    for (size_t o = 0; o < bytes; o += 64) {
+        __builtin_prefetch((const char *)ksrc + off + o, 0, 2);
+        __builtin_prefetch((const char *)vsrc + off + o, 0, 2);
+    }
+}
+
 static inline uint16_t bf16_round(float x) { return qkv_f32_to_bf16(x); }
 
 INLINE __m512bh as_bh(__m512i x) {
@@ -250,7 +261,7 @@ static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0
 
         /* 2, 3. mask and online softmax, in f32 as in the f32 path */
         if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, P, jt, nk);
-        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk);
+        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk, NULL);
 
         /* 4. acc = alpha * acc + P V with p and V as bf16 pairs of keys */
         for (int r = 0; r < R; r++) {

@@ -23,9 +23,12 @@
  *     every vector runs across rows. Q·Kᵀ is a register-tiled micro-kernel
  *     (MK keys x RCV row vectors, K broadcast from its row, no K transpose),
  *     and the softmax bookkeeping (max, rescale, sum, causal mask) is one
- *     vector operation per VW rows. P·V is a second micro-kernel (MR rows x
- *     NC vectors of D) broadcasting p. K/V tiles are read in place when they
- *     are f32, else converted to f32 once per tile for all R rows.
+ *     vector operation per VW rows; the tile's row max comes out of the Q·Kᵀ
+ *     registers. P·V is a second micro-kernel (MR rows x NC vectors of D)
+ *     broadcasting p. K/V tiles are read in place when they are f32, else
+ *     converted to f32 once per tile for all R rows, a few rows (K) or a
+ *     column chunk (V) at a time into L1-sized buffers. The Q·Kᵀ loop
+ *     prefetches the next tile.
  *   - few path (R <= VW / 2, decode): one dot product per (row, key) along D
  *     with K converted in registers, VW keys' partial vectors folded into one
  *     vector of scores by a shuffle tree; P·V converts V in registers. It
@@ -49,6 +52,9 @@ typedef uint32_t vu __attribute__((vector_size(VW * 4)));
 typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 
 #define INLINE static inline __attribute__((always_inline))
+/* the two micro-kernel drivers stay functions: inlined into rows_block, GCC
+ * spills differently from build to build (seen on AVX2) */
+#define NOINLINE static __attribute__((noinline))
 
 /* Register tiles per ISA: Q·Kᵀ holds MK x RCV accumulators, P·V MR x NC,
  * plus the RCV (NC) vectors loaded and one broadcast: 29 of AVX-512's 32
@@ -232,30 +238,34 @@ INLINE vf vload_kv(const void *row, qkv_dtype t, int d) {
 #endif
 }
 
-/* dst[ld] <- row[D] converted to f32, zero padded. */
-INLINE void convert_row(float *dst, const void *row, qkv_dtype t, int D, int ld) {
-    int d = 0;
-    for (; d + VW <= D; d += VW) vstore(dst + d, vload_kv(row, t, d));
-    for (; d < D; d++) {
-        if (t == QKV_DTYPE_F32) dst[d] = ((const float *)row)[d];
-        else if (t == QKV_DTYPE_BF16) dst[d] = qkv_bf16_to_f32(((const uint16_t *)row)[d]);
-        else dst[d] = qkv_f16_to_f32(((const uint16_t *)row)[d]);
-    }
-    for (; d < ld; d++) dst[d] = 0;
+static inline const void *kv_row(const void *base, qkv_dtype t, int64_t offset) {
+    return (const char *)base + offset * (int64_t)(t == QKV_DTYPE_F32 ? 4 : 2);
 }
 
-static void convert_rows(float *dst, const void *src, qkv_dtype t, int n, int D, int ld) {
-    const size_t es = qkv_dtype_size(t);
+/* dst[j][0 .. w) <- columns [c0, c0 + w) of row j of src [n, D] as f32, for
+ * j < n; columns past D are 0. */
+INLINE void convert_cols_t(float *dst, const void *src, const qkv_dtype t, int n, int D, int c0, int w) {
+    int nv = (D - c0 < w ? D - c0 : w) / VW; /* whole vectors inside the row */
+    if (nv < 0) nv = 0;
+    for (int j = 0; j < n; j++) {
+        const void *row = kv_row(src, t, (int64_t)j * D + c0);
+        float *out = dst + (size_t)j * w;
+        for (int v = 0; v < nv; v++) vstore(out + v * VW, vload_kv(row, t, v * VW));
+        for (int c = nv * VW; c < w; c++) {
+            const int d = c0 + c;
+            if (d >= D) out[c] = 0;
+            else if (t == QKV_DTYPE_F32) out[c] = ((const float *)row)[c];
+            else if (t == QKV_DTYPE_BF16) out[c] = qkv_bf16_to_f32(((const uint16_t *)row)[c]);
+            else out[c] = qkv_f16_to_f32(((const uint16_t *)row)[c]);
+        }
+    }
+}
+
+static void convert_cols(float *dst, const void *src, qkv_dtype t, int n, int D, int c0, int w) {
     switch (t) { /* one loop per type, so the conversion is inlined without a branch */
-    case QKV_DTYPE_F32:
-        for (int j = 0; j < n; j++) convert_row(dst + (size_t)j * ld, (const char *)src + j * D * es, QKV_DTYPE_F32, D, ld);
-        break;
-    case QKV_DTYPE_BF16:
-        for (int j = 0; j < n; j++) convert_row(dst + (size_t)j * ld, (const char *)src + j * D * es, QKV_DTYPE_BF16, D, ld);
-        break;
-    case QKV_DTYPE_F16:
-        for (int j = 0; j < n; j++) convert_row(dst + (size_t)j * ld, (const char *)src + j * D * es, QKV_DTYPE_F16, D, ld);
-        break;
+    case QKV_DTYPE_F32: convert_cols_t(dst, src, QKV_DTYPE_F32, n, D, c0, w); break;
+    case QKV_DTYPE_BF16: convert_cols_t(dst, src, QKV_DTYPE_BF16, n, D, c0, w); break;
+    case QKV_DTYPE_F16: convert_cols_t(dst, src, QKV_DTYPE_F16, n, D, c0, w); break;
     }
 }
 
@@ -272,91 +282,126 @@ INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
     for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, ATTN_PF_LOCALITY);
 }
 
-/* The next tile's K and V rows (n of them, after the nk = ATTN_BK rows at
- * ksrc / vsrc) into L2 while this tile computes: a block streams its keys
- * from L3 or DRAM once per 16 positions (chunked prefill against a long KV). */
-static void prefetch_tile(const void *ksrc, const void *vsrc, qkv_dtype t, int D, int n) {
-    const size_t es = t == QKV_DTYPE_F32 ? 4 : 2, bytes = (size_t)n * D * es, off = (size_t)ATTN_BK * D * es;
-    for (size_t o = 0; o < bytes; o += 64) {
-        __builtin_prefetch((const char *)ksrc + off + o, 0, 2);
-        __builtin_prefetch((const char *)vsrc + off + o, 0, 2);
-    }
-}
-
-static inline const void *kv_row(const void *base, qkv_dtype t, int64_t offset) {
-    return (const char *)base + offset * (int64_t)(t == QKV_DTYPE_F32 ? 4 : 2);
-}
-
 /* ------------------------------------------------------------ block path */
 
-/* st[k][r0 .. r0 + rcv*VW) = sum_d k_row(k)[d] * qt[d][r0 ..] for keys k < mk. */
-INLINE void qk_micro(float *st, const float *qt, const float *kp, int ks, int D, int RP, int r0,
-                     const int mk, const int rcv) {
+/* The next tile's K and V rows, prefetched into L2 a line at a time from
+ * inside the Q·Kᵀ micro-kernel, whose load ports have room: the call for
+ * keys [j, j + mk) of this tile asks for rows [j, j + mk) of the next one,
+ * es * mk bytes per step along D, so each line is asked for about once per
+ * 64 / (es * mk) steps and never in a burst. A burst of the whole next tile
+ * (32 + 32 KiB, 1024 lines, as tile_bf16dot.h still does) stalled on the fill buffers and
+ * took 8% of causal prefill on Ice Lake (BENCHMARKS.md, issue 11). Rows past
+ * the KV end point at the current tile, already in cache. */
+typedef struct {
+    const char *k, *v; /* row 0 of the tile to prefetch, in the storage type */
+    int row_bytes;     /* D * es */
+    int es;            /* bytes per element of the storage type */
+} tile_pf;
+
+/* st[k][r0 .. r0 + rcv*VW) = sum_d k_row(k)[d] * qt[d][r0 ..] for keys k < mk,
+ * and tmax[r0 ..] = max(tmax[r0 ..], those scores) from the registers (the
+ * softmax's max pass, folded in); prefetches pf's rows [0, mk) along the way. */
+INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RP, int r0,
+                     const int mk, const int rcv, const char *pfk, const char *pfv, int pf_step) {
     vf a[MK][RCV];
     for (int k = 0; k < mk; k++)
         for (int n = 0; n < rcv; n++) a[k][n] = vset1(0);
-    for (int d = 0; d < D; d++) {
-        vf qv[RCV];
-        for (int n = 0; n < rcv; n++) qv[n] = vload(qt + (size_t)d * RP + r0 + n * VW);
-        for (int k = 0; k < mk; k++) {
-            vf kb = vset1(kp[(size_t)k * ks + d]);
-            for (int n = 0; n < rcv; n++) a[k][n] += kb * qv[n];
-        }
+#define QK_STEP(d)                                                                                       \
+    do {                                                                                                 \
+        vf qv[RCV];                                                                                      \
+        for (int n = 0; n < rcv; n++) qv[n] = vload(qt + (size_t)(d) * RP + r0 + n * VW);                 \
+        for (int k = 0; k < mk; k++) {                                                                   \
+            vf kb = vset1(kp[(size_t)k * ks + (d)]);                                                     \
+            for (int n = 0; n < rcv; n++) a[k][n] += kb * qv[n];                                         \
+        }                                                                                                \
+    } while (0)
+    /* two steps per prefetch pair: AVX2's 6 x 2 loop is near the 5 uops a
+     * cycle Ice Lake renames, and a prefetch and an add per step cost it */
+    int d = 0;
+    for (; d + 2 <= D; d += 2) {
+        __builtin_prefetch(pfk + (size_t)d * pf_step, 0, 2);
+        __builtin_prefetch(pfv + (size_t)d * pf_step, 0, 2);
+        QK_STEP(d);
+        QK_STEP(d + 1);
     }
+    if (d < D) QK_STEP(d);
+#undef QK_STEP
     for (int k = 0; k < mk; k++)
         for (int n = 0; n < rcv; n++) vstore(st + (size_t)k * RP + r0 + n * VW, a[k][n]);
-}
-
-INLINE void qk_rowchunk(float *st, const float *qt, const float *kp, int ks, int nk, int D, int RP,
-                        int r0, const int rcv) {
-    int j = 0;
-    for (; j + MK <= nk; j += MK) qk_micro(st + (size_t)j * RP, qt, kp + (size_t)j * ks, ks, D, RP, r0, MK, rcv);
-    st += (size_t)j * RP;
-    kp += (size_t)j * ks;
-    switch (nk - j) { /* the last nk % MK keys in one pass */
-#if MK > 5
-    case 5: qk_micro(st, qt, kp, ks, D, RP, r0, 5, rcv); break;
-#endif
-#if MK > 4
-    case 4: qk_micro(st, qt, kp, ks, D, RP, r0, 4, rcv); break;
-#endif
-#if MK > 3
-    case 3: qk_micro(st, qt, kp, ks, D, RP, r0, 3, rcv); break;
-#endif
-#if MK > 2
-    case 2: qk_micro(st, qt, kp, ks, D, RP, r0, 2, rcv); break;
-#endif
-    case 1: qk_micro(st, qt, kp, ks, D, RP, r0, 1, rcv); break;
-    default: break;
+    for (int n = 0; n < rcv; n++) {
+        vf mx = vload(tmax + r0 + n * VW);
+        for (int k = 0; k < mk; k++) mx = vmax(mx, a[k][n]);
+        vstore(tmax + r0 + n * VW, mx);
     }
 }
 
-/* Scores of nk keys (rows of kp, ks floats apart) against all RP rows:
- * st[j][r] = qt[:, r] . k_j. */
-static void qk_tile(float *st, const float *qt, const float *kp, int ks, int nk, int D, int RP) {
+/* Keys [0, mk) (rows of kp, ks floats apart) against every row chunk; the
+ * first chunk prefetches pk / pv, the others re-touch ph / pw (this tile's
+ * own rows, in cache). */
+INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RP, const int mk,
+                    const char *pk, const char *pv, const char *ph, const char *pw, int pf_step) {
     for (int r0 = 0; r0 < RP; r0 += RCV * VW) {
-        int rcv = (RP - r0) / VW;
-        if (rcv >= RCV) qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, RCV);
+        const int rcv = (RP - r0) / VW;
+        const char *k = r0 == 0 ? pk : ph, *v = r0 == 0 ? pv : pw;
+        if (rcv >= RCV) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, RCV, k, v, pf_step);
 #if RCV > 3
-        else if (rcv == 3) qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, 3);
+        else if (rcv == 3) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, 3, k, v, pf_step);
 #endif
 #if RCV > 2
-        else if (rcv == 2) qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, 2);
+        else if (rcv == 2) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, 2, k, v, pf_step);
 #endif
-        else qk_rowchunk(st, qt, kp, ks, nk, D, RP, r0, 1);
+        else qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, 1, k, v, pf_step);
     }
 }
 
-/* acc[r0 + i][c0 + c*VW ..] += sum_j pt[j][r0 + i] * v_j[c0 + c*VW ..], i < mr, c < nc. */
+/* Scores of the nk keys of a tile (ksrc [nk, D] in its storage type) against
+ * all RP rows: st[j][r] = qt[:, r] . k_j, and tmax[r] = max_j st[j][r]. K
+ * that is not f32 is converted MK rows at a time into kbuf [MK, D], which
+ * stays in L1: a whole converted tile (32 KiB) was evicted by P·V before the
+ * next tile's conversion wrote it again, and its stores then missed to L2.
+ * pf is the next tile, prefetched; here this one. */
+NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc, qkv_dtype t, int nk, int D, int RP,
+                      tile_pf pf, tile_pf here, float *kbuf) {
+    for (int r = 0; r < RP; r += VW) vstore(tmax + r, vset1(-INFINITY));
+    for (int j = 0; j < nk; j += MK) {
+        const int mk = nk - j < MK ? nk - j : MK;
+        const float *kp = (const float *)ksrc + (size_t)j * D;
+        if (t != QKV_DTYPE_F32) {
+            convert_cols(kbuf, kv_row(ksrc, t, (int64_t)j * D), t, mk, D, 0, D);
+            kp = kbuf;
+        }
+        float *sj = st + (size_t)j * RP;
+        const size_t o = (size_t)j * pf.row_bytes;
+        const char *pk = pf.k + o, *pv = pf.v + o, *ph = here.k + o, *pw = here.v + o;
+        switch (mk) { /* the last nk % MK keys in one pass */
+        case MK: qk_keys(sj, tmax, qt, kp, D, D, RP, MK, pk, pv, ph, pw, MK * pf.es); break;
+#if MK > 5
+        case 5: qk_keys(sj, tmax, qt, kp, D, D, RP, 5, pk, pv, ph, pw, 5 * pf.es); break;
+#endif
+#if MK > 4
+        case 4: qk_keys(sj, tmax, qt, kp, D, D, RP, 4, pk, pv, ph, pw, 4 * pf.es); break;
+#endif
+#if MK > 3
+        case 3: qk_keys(sj, tmax, qt, kp, D, D, RP, 3, pk, pv, ph, pw, 3 * pf.es); break;
+#endif
+#if MK > 2
+        case 2: qk_keys(sj, tmax, qt, kp, D, D, RP, 2, pk, pv, ph, pw, 2 * pf.es); break;
+#endif
+        default: qk_keys(sj, tmax, qt, kp, D, D, RP, 1, pk, pv, ph, pw, pf.es); break;
+        }
+    }
+}
+
+/* acc[r0 + i][c0 + c*VW ..] += sum_j pt[j][r0 + i] * vp[j * vs + vc0 + c*VW ..], i < mr, c < nc. */
 INLINE void pv_micro(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int r0,
-                     int c0, const int mr, const int nc) {
+                     int c0, int vc0, const int mr, const int nc) {
     vf a[MR][NC];
     for (int i = 0; i < mr; i++)
         for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW);
     for (int j = 0; j < nk; j++) {
         vf vv[NC];
         for (int c = 0; c < nc; c++) {
-            vv[c] = vload(vp + (size_t)j * vs + c0 + c * VW);
+            vv[c] = vload(vp + (size_t)j * vs + vc0 + c * VW);
             KEEP_IN_REG(vv[c]);
         }
         for (int i = 0; i < mr; i++) {
@@ -369,40 +414,51 @@ INLINE void pv_micro(float *acc, int ld, const float *pt, int RP, const float *v
 }
 
 INLINE void pv_colchunk(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int R,
-                        int c0, const int nc) {
+                        int c0, int vc0, const int nc) {
     int r0 = 0;
-    for (; r0 + MR <= R; r0 += MR) pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, MR, nc);
+    for (; r0 + MR <= R; r0 += MR) pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, MR, nc);
     switch (R - r0) { /* the last R % MR rows in one pass */
 #if MR > 5
-    case 5: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 5, nc); break;
+    case 5: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 5, nc); break;
 #endif
 #if MR > 4
-    case 4: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 4, nc); break;
+    case 4: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 4, nc); break;
 #endif
 #if MR > 3
-    case 3: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 3, nc); break;
+    case 3: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 3, nc); break;
 #endif
 #if MR > 2
-    case 2: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 2, nc); break;
+    case 2: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 2, nc); break;
 #endif
-    case 1: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, 1, nc); break;
+    case 1: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 1, nc); break;
     default: break;
     }
 }
 
-/* acc[r][0 .. ncols) += sum_j pt[j][r] * v_j for rows r < R (ncols % VW == 0). */
-static void pv_tile(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int R,
-                    int ncols) {
+/* acc[r][0 .. ld) += sum_j pt[j][r] * v_j for rows r < R, the nk rows of vsrc
+ * [nk, D] in their storage type. V that is f32 with whole vectors is read in
+ * place; otherwise each column chunk (NC vectors) of the tile is converted
+ * into vbuf [nk, NC * VW] just before its micro-kernels use it, so the
+ * stores stay in L1 (see qk_tile). */
+NOINLINE void pv_tile(float *acc, int ld, const float *pt, int RP, const void *vsrc, qkv_dtype t, int D, int nk,
+                      int R, float *vbuf) {
+    const int direct = t == QKV_DTYPE_F32 && D % VW == 0, ncols = direct ? D : ld;
     for (int c0 = 0; c0 < ncols; c0 += NC * VW) {
-        int nc = (ncols - c0) / VW;
-        if (nc >= NC) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, NC);
+        const int nc = (ncols - c0) / VW < NC ? (ncols - c0) / VW : NC;
+        const float *vp = vsrc;
+        int vs = D, vc0 = c0;
+        if (!direct) {
+            convert_cols(vbuf, vsrc, t, nk, D, c0, nc * VW);
+            vp = vbuf, vs = nc * VW, vc0 = 0;
+        }
+        if (nc >= NC) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, NC);
 #if NC > 3
-        else if (nc == 3) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, 3);
+        else if (nc == 3) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, 3);
 #endif
 #if NC > 2
-        else if (nc == 2) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, 2);
+        else if (nc == 2) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, 2);
 #endif
-        else pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, 1);
+        else pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, 1);
     }
 }
 
@@ -432,16 +488,22 @@ static void mask_tile(float *st, const int32_t *pos, int RP, const attn_problem 
 }
 
 /* Online softmax of one tile, VW rows at a time: st becomes p = exp(s - m'),
- * m, l and alpha are updated (see the invariant at the top). Keys run in the
- * outer loop so every load and store is a contiguous row of st. */
-static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int nk) {
+ * m, l and alpha are updated (see the invariant at the top). tmax holds each
+ * row's max score of the tile when qk_tile's is still true (no mask since),
+ * else NULL and it is found here. Keys run in the outer loop so every load
+ * and store is a contiguous row of st. */
+static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int nk, const float *tmax) {
     enum { NRV_MAX = ATTN_MAX_ROWS / VW };
     const int nrv = RP / VW;
     const vf ninf = vset1(-INFINITY);
     vf mx[NRV_MAX], m_use[NRV_MAX], sum[NRV_MAX];
-    for (int n = 0; n < nrv; n++) mx[n] = vload(st + n * VW);
-    for (int j = 1; j < nk; j++)
-        for (int n = 0; n < nrv; n++) mx[n] = vmax(mx[n], vload(st + (size_t)j * RP + n * VW));
+    if (tmax)
+        for (int n = 0; n < nrv; n++) mx[n] = vload(tmax + n * VW);
+    else {
+        for (int n = 0; n < nrv; n++) mx[n] = vload(st + n * VW);
+        for (int j = 1; j < nk; j++)
+            for (int n = 0; n < nrv; n++) mx[n] = vmax(mx[n], vload(st + (size_t)j * RP + n * VW));
+    }
     for (int n = 0; n < nrv; n++) {
         vf m_old = vload(m + n * VW);
         vf m_new = vmax(m_old, mx[n]);
@@ -503,9 +565,6 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
     const qkv_dtype t = P->kv_dtype;
     const int64_t kv_base = (int64_t)rows->kvh * P->kv_head_stride;
     const int p_first = P->kv_len - P->q_len + rows->i0, p_last = p_first + nq - 1;
-    /* f32 K is read in place; f32 V too when its rows are whole vectors */
-    const int k_direct = t == QKV_DTYPE_F32, v_direct = t == QKV_DTYPE_F32 && D % VW == 0;
-    const int ncols = v_direct ? D : ld;
 
     /* scaled queries, transposed: qt[d][r]; padding rows are 0. 16 x 16 blocks
      * in registers where the ISA has them, the rest a row of qt at a time. */
@@ -540,23 +599,23 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
         if (cls == ATTN_TILE_EMPTY) continue;
         const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
         const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
-        prefetch_tile(ksrc, vsrc, t, D, jt + ATTN_BK < j1 ? (j1 - jt - ATTN_BK < ATTN_BK ? j1 - jt - ATTN_BK : ATTN_BK) : 0);
+        const int es = (int)qkv_dtype_size(t);
+        const tile_pf here = {ksrc, vsrc, D * es, es};
+        tile_pf next = here; /* the next tile's rows that exist, or this tile again */
+        if (jt + ATTN_BK < j1) {
+            next.k += (size_t)ATTN_BK * D * es;
+            next.v += (size_t)ATTN_BK * D * es;
+            if (j1 - jt - ATTN_BK < nk) next = here; /* a short last tile: not worth the split */
+        }
 
         /* 1. scores st[j][r] = (scale q_r) . k_j */
-        const float *kp = ksrc;
-        int ks = D;
-        if (!k_direct) {
-            convert_rows(ws->kt, ksrc, t, nk, D, ld);
-            kp = ws->kt;
-            ks = ld;
-        }
-        qk_tile(ws->s, ws->q, kp, ks, nk, D, RP);
+        qk_tile(ws->s, ws->tmax, ws->q, ksrc, t, nk, D, RP, next, here, ws->kt);
 
         /* 2. mask the keys a partial tile hides */
         if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, P, jt, nk);
 
         /* 3. online softmax */
-        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk);
+        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk, cls == ATTN_TILE_PARTIAL ? NULL : ws->tmax);
 
         /* 4. acc = alpha * acc + P V */
         for (int r = 0; r < R; r++) {
@@ -565,14 +624,7 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
             float *ar = ws->acc + (size_t)r * ld;
             for (int d = 0; d < ld; d += VW) vstore(ar + d, vload(ar + d) * a);
         }
-        const float *vp = vsrc;
-        int vs = D;
-        if (!v_direct) {
-            convert_rows(ws->vt, vsrc, t, nk, D, ld);
-            vp = ws->vt;
-            vs = ld;
-        }
-        pv_tile(ws->acc, ld, ws->s, RP, vp, vs, nk, R, ncols);
+        pv_tile(ws->acc, ld, ws->s, RP, vsrc, t, D, nk, R, ws->vt);
     }
 }
 
