@@ -22,7 +22,8 @@ def bench(binary, isa, args):
     env = dict(os.environ, QKV_ISA=isa)
     r = subprocess.run([binary, "bench"] + args, env=env, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit("prefill_peak: %s bench %s failed: %s" % (binary, " ".join(args), r.stderr.strip()))
+        print("prefill_peak: %s bench %s failed: %s" % (binary, " ".join(args), r.stderr.strip()), file=sys.stderr)
+        sys.exit(2)
     return r.stdout
 
 
@@ -43,6 +44,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peak-runs", type=int, default=3)
     a = ap.parse_args()
+    for flag, path in (("--qkv", a.qkv), ("--old", a.old)):
+        if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            print("prefill_peak: %s %s: not an executable file" % (flag, path), file=sys.stderr)
+            sys.exit(2)
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("%s; load average %s; %d threads" % (cpu, loadavg(), a.threads), flush=True)
     bins = [("old", a.old)] if a.old else []
