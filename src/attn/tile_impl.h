@@ -284,19 +284,15 @@ INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
 
 /* ------------------------------------------------------------ block path */
 
-/* The next tile's K and V rows, prefetched into L2 a line at a time from
+/* The next tile's K and V rows are prefetched into L2 a line at a time from
  * inside the Q·Kᵀ micro-kernel, whose load ports have room: the call for
  * keys [j, j + mk) of this tile asks for rows [j, j + mk) of the next one,
  * es * mk bytes per step along D, so each line is asked for about once per
  * 64 / (es * mk) steps and never in a burst. A burst of the whole next tile
- * (32 + 32 KiB, 1024 lines, as tile_bf16dot.h still does) stalled on the fill buffers and
- * took 8% of causal prefill on Ice Lake (BENCHMARKS.md, issue 11). Rows past
- * the KV end point at the current tile, already in cache. */
-typedef struct {
-    const char *k, *v; /* row 0 of the tile to prefetch, in the storage type */
-    int row_bytes;     /* D * es */
-    int es;            /* bytes per element of the storage type */
-} tile_pf;
+ * (32 + 32 KiB, 1024 lines, as tile_bf16dot.h still does) stalled on the
+ * fill buffers and took 8% of causal prefill on Ice Lake (BENCHMARKS.md,
+ * issue 11). Where there is no whole next tile, the addresses are this
+ * tile's, already in cache. */
 
 /* st[k][r0 .. r0 + rcv*VW) = sum_d k_row(k)[d] * qt[d][r0 ..] for keys k < mk,
  * and tmax[r0 ..] = max(tmax[r0 ..], those scores) from the registers (the
@@ -336,13 +332,13 @@ INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, i
 }
 
 /* Keys [0, mk) (rows of kp, ks floats apart) against every row chunk; the
- * first chunk prefetches pk / pv, the others re-touch ph / pw (this tile's
- * own rows, in cache). */
+ * first chunk prefetches pk / pv (the next tile's rows, pf_step bytes per
+ * step along D), the others re-touch kp's own rows, in L1. */
 INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RP, const int mk,
-                    const char *pk, const char *pv, const char *ph, const char *pw, int pf_step) {
+                    const char *pk, const char *pv, int pf_step) {
     for (int r0 = 0; r0 < RP; r0 += RCV * VW) {
         const int rcv = (RP - r0) / VW;
-        const char *k = r0 == 0 ? pk : ph, *v = r0 == 0 ? pv : pw;
+        const char *k = r0 == 0 ? pk : (const char *)kp, *v = r0 == 0 ? pv : (const char *)kp;
         if (rcv >= RCV) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, RCV, k, v, pf_step);
 #if RCV > 3
         else if (rcv == 3) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, 3, k, v, pf_step);
@@ -355,13 +351,14 @@ INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, in
 }
 
 /* Scores of the nk keys of a tile (ksrc [nk, D] in its storage type) against
- * all RP rows: st[j][r] = qt[:, r] . k_j, and tmax[r] = max_j st[j][r]. K
- * that is not f32 is converted MK rows at a time into kbuf [MK, D], which
- * stays in L1: a whole converted tile (32 KiB) was evicted by P·V before the
- * next tile's conversion wrote it again, and its stores then missed to L2.
- * pf is the next tile, prefetched; here this one. */
+ * all RP rows (qt [D, RP]): st [nk, RP], st[j][r] = qt[:, r] . k_j, and
+ * tmax [RP], tmax[r] = max_j st[j][r]. K that is not f32 is converted MK
+ * rows at a time into kbuf [MK, D] (measured no faster than a whole tile at
+ * once, BENCHMARKS.md, issue 11, but it needs only MK rows of scratch).
+ * pf_k, pf_v: row 0 of the tile to prefetch, [nk, D] in the storage type. */
 NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc, qkv_dtype t, int nk, int D, int RP,
-                      tile_pf pf, tile_pf here, float *kbuf) {
+                      const char *pf_k, const char *pf_v, float *kbuf) {
+    const int es = (int)qkv_dtype_size(t);
     for (int r = 0; r < RP; r += VW) vstore(tmax + r, vset1(-INFINITY));
     for (int j = 0; j < nk; j += MK) {
         const int mk = nk - j < MK ? nk - j : MK;
@@ -371,23 +368,22 @@ NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc,
             kp = kbuf;
         }
         float *sj = st + (size_t)j * RP;
-        const size_t o = (size_t)j * pf.row_bytes;
-        const char *pk = pf.k + o, *pv = pf.v + o, *ph = here.k + o, *pw = here.v + o;
+        const char *pk = pf_k + (size_t)j * D * es, *pv = pf_v + (size_t)j * D * es;
         switch (mk) { /* the last nk % MK keys in one pass */
-        case MK: qk_keys(sj, tmax, qt, kp, D, D, RP, MK, pk, pv, ph, pw, MK * pf.es); break;
+        case MK: qk_keys(sj, tmax, qt, kp, D, D, RP, MK, pk, pv, MK * es); break;
 #if MK > 5
-        case 5: qk_keys(sj, tmax, qt, kp, D, D, RP, 5, pk, pv, ph, pw, 5 * pf.es); break;
+        case 5: qk_keys(sj, tmax, qt, kp, D, D, RP, 5, pk, pv, 5 * es); break;
 #endif
 #if MK > 4
-        case 4: qk_keys(sj, tmax, qt, kp, D, D, RP, 4, pk, pv, ph, pw, 4 * pf.es); break;
+        case 4: qk_keys(sj, tmax, qt, kp, D, D, RP, 4, pk, pv, 4 * es); break;
 #endif
 #if MK > 3
-        case 3: qk_keys(sj, tmax, qt, kp, D, D, RP, 3, pk, pv, ph, pw, 3 * pf.es); break;
+        case 3: qk_keys(sj, tmax, qt, kp, D, D, RP, 3, pk, pv, 3 * es); break;
 #endif
 #if MK > 2
-        case 2: qk_keys(sj, tmax, qt, kp, D, D, RP, 2, pk, pv, ph, pw, 2 * pf.es); break;
+        case 2: qk_keys(sj, tmax, qt, kp, D, D, RP, 2, pk, pv, 2 * es); break;
 #endif
-        default: qk_keys(sj, tmax, qt, kp, D, D, RP, 1, pk, pv, ph, pw, pf.es); break;
+        default: qk_keys(sj, tmax, qt, kp, D, D, RP, 1, pk, pv, es); break;
         }
     }
 }
@@ -435,11 +431,11 @@ INLINE void pv_colchunk(float *acc, int ld, const float *pt, int RP, const float
     }
 }
 
-/* acc[r][0 .. ld) += sum_j pt[j][r] * v_j for rows r < R, the nk rows of vsrc
- * [nk, D] in their storage type. V that is f32 with whole vectors is read in
- * place; otherwise each column chunk (NC vectors) of the tile is converted
- * into vbuf [nk, NC * VW] just before its micro-kernels use it, so the
- * stores stay in L1 (see qk_tile). */
+/* acc [R, ld]: acc[r][0 .. ld) += sum_j pt[j][r] * v_j for rows r < R, with
+ * pt [nk, RP] and the nk rows of vsrc [nk, D] in their storage type. V that
+ * is f32 with whole vectors is read in place; otherwise each column chunk
+ * (NC vectors) of the tile is converted into vbuf [nk, NC * VW] just before
+ * its micro-kernels use it (see qk_tile). */
 NOINLINE void pv_tile(float *acc, int ld, const float *pt, int RP, const void *vsrc, qkv_dtype t, int D, int nk,
                       int R, float *vbuf) {
     const int direct = t == QKV_DTYPE_F32 && D % VW == 0, ncols = direct ? D : ld;
@@ -599,17 +595,12 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
         if (cls == ATTN_TILE_EMPTY) continue;
         const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
         const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
-        const int es = (int)qkv_dtype_size(t);
-        const tile_pf here = {ksrc, vsrc, D * es, es};
-        tile_pf next = here; /* the next tile's rows that exist, or this tile again */
-        if (jt + ATTN_BK < j1) {
-            next.k += (size_t)ATTN_BK * D * es;
-            next.v += (size_t)ATTN_BK * D * es;
-            if (j1 - jt - ATTN_BK < nk) next = here; /* a short last tile: not worth the split */
-        }
+        /* the next tile when it is a whole one, else this tile again (in cache) */
+        const int64_t next = jt + ATTN_BK + nk <= j1 ? (int64_t)ATTN_BK * D : 0;
+        const char *pf_k = kv_row(ksrc, t, next), *pf_v = kv_row(vsrc, t, next);
 
         /* 1. scores st[j][r] = (scale q_r) . k_j */
-        qk_tile(ws->s, ws->tmax, ws->q, ksrc, t, nk, D, RP, next, here, ws->kt);
+        qk_tile(ws->s, ws->tmax, ws->q, ksrc, t, nk, D, RP, pf_k, pf_v, ws->kt);
 
         /* 2. mask the keys a partial tile hides */
         if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, P, jt, nk);
