@@ -219,6 +219,12 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
  *              decode and auto runs are allocation-free.
  *   n_threads: the most threads a run may use, 0 = all available; a run's
  *              d->n_threads 0 means the plan's
+ * A plan whose max_desc has bf16 or f16 K/V, for the flash or auto kernel,
+ * also holds per thread an f32 copy of one KV head's keys and values
+ * (max_desc's kv_len x head_dim floats each, at most 8 MiB each): prefill
+ * converts each KV head once per thread instead of each tile once per block
+ * of queries. Without it (a plan made for f32 K/V, or K/V longer than the
+ * copy) bf16/f16 calls convert per tile, with the same results bit for bit.
  * A plan serves one run at a time (runs write its scratch); give each thread
  * that calls concurrently its own. (The threads are libgomp's: it allocates
  * its pool once, and a team whenever a parallel region's size differs from

@@ -83,7 +83,8 @@ qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_s
     if (!acc_o || !acc_l || !o_tmp || !l_tmp || !q_tmp || !rec || !excl_tmp)
         ast = qkv_fail(&aerr, QKV_ERR_NOMEM, "context-parallel decode: out of memory");
     else if (m > 0) {
-        const qkv_attn_desc max_desc = {.n_q_head = hq, .n_kv_head = d->n_kv_head, .q_len = lq, .kv_len = m, .head_dim = D};
+        const qkv_attn_desc max_desc = {.n_q_head = hq, .n_kv_head = d->n_kv_head, .q_len = lq, .kv_len = m, .head_dim = D,
+                                        .kv_dtype = d->kv_dtype};
         ast = qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, d->n_threads, &aerr);
     }
     if ((st = cp_check_collective(ast, d, NULL, 0, comm, tmo, &aerr))) {

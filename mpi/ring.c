@@ -73,7 +73,8 @@ qkv_status qkv_cp_attention(float *o, float *lse, const float *q, const void *k,
     }
     /* scratch: the plan, the query-run copies, two K/V receive buffers */
     const size_t nq = (size_t)hq * mq.total * D, nkv = (size_t)hkv * max_k * D;
-    qkv_attn_desc max_desc = {.n_q_head = hq, .n_kv_head = hkv, .q_len = mq.total, .kv_len = max_k, .head_dim = D};
+    qkv_attn_desc max_desc = {.n_q_head = hq, .n_kv_head = hkv, .q_len = mq.total, .kv_len = max_k, .head_dim = D,
+                              .kv_dtype = d->kv_dtype};
     qkv_attn_plan *plan = NULL;
     float *q_tmp = malloc(nq * sizeof(float)), *o_tmp = malloc(nq * sizeof(float));
     float *lse_tmp = malloc((size_t)hq * mq.total * sizeof(float));

@@ -143,3 +143,49 @@ TEST(attn_plan_refuses_calls_larger_than_it) {
     qkv_attn_plan_free(NULL);
     free(ws); free(q); free(kv); free(o);
 }
+
+/* A flash plan for bf16/f16 K/V keeps each thread's f32 copy of a KV head
+ * between the blocks of a call (attn_kv_f32), never between calls: runs on
+ * new K/V through one plan give qkv_attention's bits each time, with the
+ * copy (a bf16 plan) and without it (an f32 plan: each tile converted). */
+TEST(attn_plan_kv_copy_is_per_call) {
+    const qkv_dtype dtypes[] = {QKV_DTYPE_BF16, QKV_DTYPE_F16};
+    const int hq = 6, hkv = 1, n = 300, D = 64; /* one KV head: a stale copy would be of the same head */
+    const size_t nq = (size_t)hq * n * D, nkv = (size_t)hkv * n * D;
+    float *q = malloc(nq * 4), *kf = malloc(nkv * 4), *vf = malloc(nkv * 4);
+    void *k = malloc(nkv * 2), *v = malloc(nkv * 2);
+    float *o1 = malloc(nq * 4), *o2 = malloc(nq * 4), *l1 = malloc((size_t)hq * n * 4), *l2 = malloc((size_t)hq * n * 4);
+    test_rng rng = {7};
+    qkv_error err = {0};
+    for (size_t ti = 0; ti < 2; ti++) {
+        qkv_attn_desc d = {.n_q_head = hq, .n_kv_head = hkv, .q_len = n, .kv_len = n, .head_dim = D,
+                           .kv_dtype = dtypes[ti], .n_threads = 2, .mask = {.kind = QKV_MASK_CAUSAL}};
+        qkv_attn_desc f32_max = d;
+        f32_max.kv_dtype = QKV_DTYPE_F32;
+        qkv_attn_plan *with = NULL, *without = NULL;
+        CHECK(qkv_attn_plan_init(&with, &d, QKV_KERNEL_FLASH, 2, &err) == QKV_OK, "plan: %s", err.msg);
+        CHECK(qkv_attn_plan_init(&without, &f32_max, QKV_KERNEL_FLASH, 2, &err) == QKV_OK, "plan: %s", err.msg);
+        CHECK(qkv_attn_workspace_size(&d, QKV_KERNEL_FLASH, 2) >=
+                  qkv_attn_workspace_size(&f32_max, QKV_KERNEL_FLASH, 2) + (size_t)2 * 2 * n * D * 4,
+              "a bf16/f16 plan holds a copy of a KV head per thread");
+        if (!with || !without) break;
+        for (int round = 0; round < 3; round++) { /* new K, V and Q each round, the same plans */
+            test_fill_normal(q, nq, &rng, 1);
+            test_fill_normal(kf, nkv, &rng, 1);
+            test_fill_normal(vf, nkv, &rng, 1);
+            qkv_convert_from_f32(k, dtypes[ti], kf, nkv);
+            qkv_convert_from_f32(v, dtypes[ti], vf, nkv);
+            CHECK(qkv_attention(o1, l1, q, k, v, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "%s", err.msg);
+            for (int pi = 0; pi < 2; pi++) {
+                memset(o2, 0xff, nq * 4);
+                CHECK(qkv_attn_run(pi ? without : with, o2, l2, q, k, v, &d, &err) == QKV_OK, "%s", err.msg);
+                CHECK(same_bits(o1, o2, nq) && same_bits(l1, l2, (size_t)hq * n),
+                      "%s round %d, plan %s the copy: results differ", qkv_dtype_name(dtypes[ti]), round,
+                      pi ? "without" : "with");
+            }
+        }
+        qkv_attn_plan_free(with);
+        qkv_attn_plan_free(without);
+    }
+    free(q); free(kf); free(vf); free(k); free(v); free(o1); free(o2); free(l1); free(l2);
+}

@@ -1,8 +1,10 @@
 /*
  * flash.c — prefill: tiled online-softmax attention that never allocates
  * O(Lq * Lk) memory. The grid is KV heads x query blocks; a block holds all
- * the query heads of one KV group (so each K/V tile is loaded and converted
- * once per group, not once per query head) times up to 64/G positions.
+ * the query heads of one KV group (so each K/V tile is loaded once per
+ * group, not once per query head) times up to 64/G positions. bf16/f16 K/V
+ * are converted to f32 once per KV head and thread, into the plan's copy
+ * (attn_kv_f32, internal.h), where it has one; else once per tile and block.
  *
  * Threads: libqkv's pool (util/parallel.c). The work is a flat loop of
  * independent blocks whose cost varies (causal blocks late in the sequence
@@ -83,8 +85,10 @@ static void flash_item(void *ctx, int64_t it, int thread) {
     write_rows(c->o, c->lse, P, &rows, &c->ws[thread]);
 }
 
-void attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows_fn,
+void attn_flash(float *o, float *lse, const attn_problem *P_in, int n_threads, attn_rows_fn rows_fn,
                 attn_scratch *ws) {
+    attn_problem Pc = *P_in, *P = &Pc;
+    Pc.kv_f32_copy = 1;
     flash_call c = {.o = o, .lse = lse, .P = P, .rows_fn = rows_fn ? rows_fn : attn_isa_best()->rows, .ws = ws};
     block_shape(P->group, P->q_len, &c.nh, &c.nq);
     c.n_hchunk = (P->group + c.nh - 1) / c.nh;
@@ -94,5 +98,6 @@ void attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn
     const double flops = 4.0 * P->head_dim * P->n_q_head * (double)P->q_len * P->kv_len;
     if (n_threads > n_items) n_threads = (int)n_items;
     if (n_threads > 1 && flops / n_threads < FLASH_MIN_FLOPS) n_threads = flops / FLASH_MIN_FLOPS > 1 ? (int)(flops / FLASH_MIN_FLOPS) : 1;
+    for (int t = 0; t < n_threads; t++) ws[t].kvf.kvh = -1; /* K and V are this call's */
     qkv_parallel_for(n_items, n_threads, 1, flash_item, &c);
 }

@@ -62,6 +62,7 @@ typedef struct {
     const void *k, *v;       /* k, v: [Hkv, Lk, D] in kv_dtype, heads kv_head_stride apart */
     qkv_dtype kv_dtype;
     int64_t kv_head_stride;  /* elements */
+    int kv_f32_copy;         /* 1: the block path may read K/V through ws->kvf (attn_flash sets it) */
 } attn_problem;
 
 /* A block of rows: local heads [h0, h0 + nh) of KV head kvh, positions
@@ -70,8 +71,27 @@ typedef struct {
     int kvh, h0, nh, i0, nq;
 } attn_rows;
 
-/* Per-thread scratch, O(tile), never O(n): one per thread of a plan, carved
- * out of the plan's memory. Every buffer starts on a 64-byte boundary. */
+/* A thread's f32 copy of keys [0, len) of KV head kvh, K and V each
+ * [len, D] (rows D floats apart), made by the block path of a flash call
+ * whose K/V are bf16 or f16 and reused by every later block of that head on
+ * that thread. Converting each tile for each block instead cost ~10% of
+ * causal prefill, and a tile is read by every later block of its head
+ * (BENCHMARKS.md, issue 11). kvh < 0: empty; attn_flash empties it at every
+ * call, since K and V may have changed since the last. */
+typedef struct {
+    float *k, *v; /* [cap] each; NULL when the plan holds no copy */
+    size_t cap;   /* floats of each */
+    int kvh, len;
+} attn_kv_f32;
+
+/* The most floats of K (and of V) a thread's copy holds: 8 MiB each, so 16K
+ * keys at D = 128 and 32K at D = 64; longer K/V take the per-tile
+ * conversion. */
+#define ATTN_KV_F32_MAX_FLOATS ((size_t)2 << 20)
+
+/* Per-thread scratch, O(tile), never O(n) (but for the optional K/V copy
+ * kvf, which is bounded): one per thread of a plan, carved out of the
+ * plan's memory. Every buffer starts on a 64-byte boundary. */
 typedef struct {
     float *q;     /* [ATTN_MAX_ROWS * ld] scaled queries: rows [R, ld] or transposed [D, RP] */
     float *s;     /* [ATTN_MAX_ROWS * ATTN_BK] scores, then probabilities: [R, BK] or [BK, RP] */
@@ -84,6 +104,7 @@ typedef struct {
     float *tmax;  /* [ATTN_MAX_ROWS] max score of the current tile */
     int32_t *pos; /* [ATTN_MAX_ROWS] absolute position of each row */
     float *part;  /* [ATTN_PART] partial dot products of the few-row path */
+    attn_kv_f32 kvf;
 } attn_scratch;
 #define ATTN_PART (8 * 16 * 16)
 
@@ -145,7 +166,8 @@ struct qkv_attn_plan {
     void *owned;             /* what qkv_attn_plan_free releases; NULL for qkv_attn_plan_init_in */
 };
 
-/* The kernels behind qkv_attn_run. ws: [n_threads] scratch. */
+/* The kernels behind qkv_attn_run. ws: [n_threads] scratch; attn_flash
+ * empties their K/V copies (attn_kv_f32) and lets the block path use them. */
 void attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows,
                 attn_scratch *ws);
 /* Floats of split partials a call of P on n_threads needs, and the most any

@@ -1,10 +1,11 @@
 /*
  * plan.c — the attention plan: every buffer the flash and decode kernels
- * need (per-thread tile scratch, decode split partials, the exclusion
- * bitmap), sized once for the largest problem a caller will run and laid out
- * in one block of memory, the plan's own or the caller's. qkv_attn_run checks
- * that a call fits and never allocates. The reference kernel is not planned:
- * it materialises its score table per call.
+ * need (per-thread tile scratch and f32 copies of bf16/f16 K/V, decode
+ * split partials, the exclusion bitmap), sized once for the largest problem
+ * a caller will run and laid out in one block of memory, the plan's own or
+ * the caller's. qkv_attn_run checks that a call fits and never allocates.
+ * The reference kernel is not planned: it materialises its score table per
+ * call.
  */
 #include "attn/internal.h"
 
@@ -17,9 +18,23 @@ static size_t round_up(size_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PL
 /* Byte offsets of the plan's parts from the aligned start of its memory. */
 typedef struct {
     int n_threads, ld;
-    size_t ws, scratch, scratch_floats, part, n_part, excl, total;
+    size_t ws, scratch, scratch_floats, part, n_part, excl, kvf, kvf_cap, total;
     size_t bytes; /* a workspace of any alignment needs this many */
 } plan_layout;
+
+/* Floats of K (and of V) in each thread's f32 copy of a KV head
+ * (attn_kv_f32): only for bf16/f16 K/V that the flash kernel may read, as
+ * many keys as the plan's longest call or ATTN_KV_F32_MAX_FLOATS, a
+ * multiple of 16 (every copy starts aligned). AUTO with q_len <= the decode
+ * limit runs flash only below 256 keys (qkv_attn_pick). */
+static size_t kv_f32_floats(const qkv_attn_desc *max, qkv_kernel kernel) {
+    if (max->kv_dtype == QKV_DTYPE_F32 || (kernel != QKV_KERNEL_FLASH && kernel != QKV_KERNEL_AUTO)) return 0;
+    size_t keys = (size_t)max->kv_len;
+    if (kernel == QKV_KERNEL_AUTO && max->q_len <= QKV_DECODE_MAX_Q && keys > 255) keys = 255;
+    size_t n = keys * (size_t)max->head_dim;
+    if (n > ATTN_KV_F32_MAX_FLOATS) n = ATTN_KV_F32_MAX_FLOATS;
+    return (n + 15) & ~(size_t)15;
+}
 
 static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel kernel, int n_threads,
                             qkv_error *err) {
@@ -53,6 +68,9 @@ static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel
         end = L->part + L->n_part * sizeof(float);
         L->excl = round_up(end);
         end = L->excl + ATTN_EXCL_WORDS(max->kv_len) * sizeof(uint64_t);
+        L->kvf_cap = kv_f32_floats(max, kernel);
+        L->kvf = round_up(end);
+        end = L->kvf + (size_t)L->n_threads * 2 * L->kvf_cap * sizeof(float);
     }
     L->total = round_up(end);
     L->bytes = L->total + PLAN_ALIGN - 1; /* room to align any start */
@@ -86,8 +104,13 @@ qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t by
     p->max_head_dim = max_desc->head_dim;
     if (kernel != QKV_KERNEL_REFERENCE) {
         p->ws = (attn_scratch *)(void *)(base + L.ws);
-        for (int t = 0; t < L.n_threads; t++)
-            attn_scratch_bind(&p->ws[t], L.ld, (float *)(void *)(base + L.scratch) + (size_t)t * L.scratch_floats);
+        for (int t = 0; t < L.n_threads; t++) {
+            attn_scratch *ws = &p->ws[t];
+            attn_scratch_bind(ws, L.ld, (float *)(void *)(base + L.scratch) + (size_t)t * L.scratch_floats);
+            float *kvf = (float *)(void *)(base + L.kvf) + (size_t)t * 2 * L.kvf_cap;
+            ws->kvf = (attn_kv_f32){.k = L.kvf_cap ? kvf : NULL, .v = L.kvf_cap ? kvf + L.kvf_cap : NULL,
+                                    .cap = L.kvf_cap, .kvh = -1};
+        }
         p->part = L.n_part ? (float *)(void *)(base + L.part) : NULL;
         p->n_part = L.n_part;
         p->excl = (uint64_t *)(void *)(base + L.excl);

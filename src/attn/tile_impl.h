@@ -25,10 +25,11 @@
  *     and the softmax bookkeeping (max, rescale, sum, causal mask) is one
  *     vector operation per VW rows; the tile's row max comes out of the Q·Kᵀ
  *     registers. P·V is a second micro-kernel (MR rows x NC vectors of D)
- *     broadcasting p. K/V tiles are read in place when they are f32, else
- *     converted to f32 once per tile for all R rows, a few rows (K) or a
- *     column chunk (V) at a time into L1-sized buffers. The Q·Kᵀ loop
- *     prefetches the next tile.
+ *     broadcasting p. K/V tiles are read in place when they are f32 or
+ *     from the thread's f32 copy of the KV head (attn_kv_f32, made once by
+ *     kv_f32_extend); else converted to f32 once per tile for all R rows, a
+ *     few rows (K) or a column chunk (V) at a time into L1-sized buffers.
+ *     The Q·Kᵀ loop prefetches the next tile.
  *   - few path (R <= VW / 2, decode): one dot product per (row, key) along D
  *     with K converted in registers, VW keys' partial vectors folded into one
  *     vector of scores by a shuffle tree; P·V converts V in registers. It
@@ -555,10 +556,20 @@ static void transpose16_scaled(float *dst, int ld, const float *const *src, int 
 }
 #endif
 
+/* Extends the thread's f32 copy of KV head kvh (k, v: its [n, D] rows in
+ * type t) to keys [0, n). */
+static void kv_f32_extend(attn_kv_f32 *c, const void *k, const void *v, qkv_dtype t, int kvh, int n, int D) {
+    if (c->kvh != kvh) c->kvh = kvh, c->len = 0;
+    if (n <= c->len) return;
+    const int64_t off = (int64_t)c->len * D;
+    convert_cols(c->k + off, kv_row(k, t, off), t, n - c->len, D, 0, D);
+    convert_cols(c->v + off, kv_row(v, t, off), t, n - c->len, D, 0, D);
+    c->len = n;
+}
+
 static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
     const int D = P->head_dim, ld = P->ld, nq = rows->nq;
     const int R = rows->nh * nq, RP = (R + VW - 1) / VW * VW;
-    const qkv_dtype t = P->kv_dtype;
     const int64_t kv_base = (int64_t)rows->kvh * P->kv_head_stride;
     const int p_first = P->kv_len - P->q_len + rows->i0, p_last = p_first + nq - 1;
 
@@ -589,12 +600,19 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
 
     int key_end = attn_key_end(P->mask, P->kv_len, p_last);
     if (j1 > key_end) j1 = key_end;
+    /* this KV head's K/V [Lk, D] in type t: as stored, or the thread's f32 copy */
+    qkv_dtype t = P->kv_dtype;
+    const void *khead = kv_row(P->k, t, kv_base), *vhead = kv_row(P->v, t, kv_base);
+    if (t != QKV_DTYPE_F32 && P->kv_f32_copy && j0 == 0 && (size_t)j1 * D <= ws->kvf.cap) {
+        kv_f32_extend(&ws->kvf, khead, vhead, t, rows->kvh, j1, D);
+        khead = ws->kvf.k, vhead = ws->kvf.v, t = QKV_DTYPE_F32;
+    }
     for (int jt = j0; jt < j1; jt += ATTN_BK) {
         const int nk = j1 - jt < ATTN_BK ? j1 - jt : ATTN_BK;
         attn_tile_class cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, jt, jt + nk);
         if (cls == ATTN_TILE_EMPTY) continue;
-        const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
-        const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
+        const void *ksrc = kv_row(khead, t, (int64_t)jt * D);
+        const void *vsrc = kv_row(vhead, t, (int64_t)jt * D);
         /* the next tile when it is a whole one, else this tile again (in cache) */
         const int64_t next = jt + ATTN_BK + nk <= j1 ? (int64_t)ATTN_BK * D : 0;
         const char *pf_k = kv_row(ksrc, t, next), *pf_v = kv_row(vsrc, t, next);
