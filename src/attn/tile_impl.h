@@ -4,8 +4,9 @@
  * tile_avx2.c (VW 8), tile_scalar.c (VW 1) and tile_avx512bf16.c (VW 16 plus
  * the bf16 dot-product block path of tile_bf16dot.h). A few primitives use
  * the ISA's own instructions where GCC's generic code is poor (f16/bf16
- * widening, max, exp, the 16 x 16 transpose). Its readable reference twin is
- * reference.c; tests/test_attn_kernels.c compares them on swept shapes.
+ * widening, max, exp, the 16 x 16 and 8 x 8 transposes). Its readable
+ * reference twin is reference.c; tests/test_attn_kernels.c compares them on
+ * swept shapes.
  *
  * Online softmax (Milakov & Gimelshein 2018, "Online normalizer calculation
  * for softmax"; FlashAttention, Dao et al. 2022, arXiv:2205.14135), per row:
@@ -140,22 +141,26 @@ INLINE float vhsum(vf a) {
     return s;
 }
 
+/* The softmax's exponentials exp(s - m) <= 1 for a score s and its row's
+ * running max m, as 2^t with t = (s - m) log2(e) (vexp_t). s - m first: it
+ * is exact near the max (the max itself gives 2^0 = 1 exactly) however large
+ * the scores; s log2(e) - m log2(e) in one FMA would save an instruction but
+ * carry the rounding of m log2(e), ~|m| 2^-24, into every weight. */
+#define LOG2E 1.44269504088896341f
+INLINE vf vexp_t(vf s, vf m) { return (s - m) * LOG2E; }
+
 #if VW == 16
-/* exp(x) for x <= 0 (scores minus their running max) with AVX-512's own
- * range reduction: t = x log2(e), f = t - round(t) in [-1/2, 1/2] (vreduceps),
- * 2^f by a degree-6 polynomial (Cephes exp2f, 2e-7 relative), times 2^round(t)
- * by vscalefps. x is clamped at -138 (t = -200), where vscalefps underflows to
- * exactly 0: so -inf (a masked key) gives exactly 0, and x in (-138, -87) the
- * subnormal values expf gives. Error: the rounding of t adds |x| 2^-24
- * relative, which only matters where exp(x) is tiny. A NaN stays NaN (a NaN
- * score makes its row NaN, qkv.h). 11 instructions. */
-INLINE vf vexp(vf x) {
-    __m512 xv;
-    memcpy(&xv, &x, sizeof xv);
-    xv = _mm512_max_ps(_mm512_set1_ps(-138.0f), xv); /* this order keeps a NaN (maxps returns its 2nd operand) */
-    __m512 t = _mm512_mul_ps(xv, _mm512_set1_ps(1.44269504088896341f));
-    __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* t - round(t) */
-    __m512 n = _mm512_sub_ps(t, f);
+/* 2^t for t <= 0 with AVX-512's own range reduction: f = t - round(t) in
+ * [-1/2, 1/2] (vreduceps), 2^f by a degree-6 polynomial (Cephes exp2f,
+ * 2e-7 relative), times 2^round(t) by vscalefps. -inf (a masked key) gives
+ * f = 0 and 2^-inf = exactly 0; t in (-150, -126) the subnormal values, below
+ * that 0; a NaN stays NaN (a NaN score makes its row NaN, qkv.h).
+ * 9 instructions. */
+INLINE vf vexp2(vf t) {
+    __m512 tv;
+    memcpy(&tv, &t, sizeof tv);
+    __m512 f = _mm512_reduce_ps(tv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* t - round(t) */
+    __m512 n = _mm512_sub_ps(tv, f);
     __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
@@ -169,29 +174,34 @@ INLINE vf vexp(vf x) {
     return out;
 }
 #else
-/* exp(x) for x <= 0 (scores minus their running max), Cephes polynomial,
- * ~2 ulp; exactly 0 below -87.3 (and for -inf), where expf is subnormal; a
- * NaN stays NaN (a NaN score makes its row NaN, qkv.h). */
-INLINE vf vexp(vf x) {
-    const vf lo = vset1(-87.3f);
-    const vf x0 = x;
-    vi under = x < lo; /* false for NaN */
-    x = vmax(x, lo);
-    vf t = x * 1.44269504088896341f;
-    vf n = (t + 12582912.0f) - 12582912.0f; /* round to nearest */
-    vf r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    vf p = vset1(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    vi e = (__builtin_convertvector(n, vi) + 127) << 23;
+/* 2^t for t <= 0: adding 1.5 * 2^23 + 127 rounds t to an integer n and
+ * leaves n + 127 in the low mantissa bits, which shifted up by 23 are the
+ * bits of 2^n; f = t - n in [-1/2, 1/2], 2^f by the degree-6 polynomial of
+ * the AVX-512 twin. Exactly 0 below t = -126 (where 2^n is not a normal
+ * float) and for -inf; a NaN stays NaN (a NaN score makes its row NaN, qkv.h).
+ * 13 instructions. */
+INLINE vf vexp2(vf t) {
+    const vf shifter = vset1(12582912.0f + 127.0f);
+    vf k = t + shifter;
+    vf f = t - (k - shifter);
+    vf p = vset1(1.535336188319500e-4f);
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    vi e;
+    memcpy(&e, &k, sizeof e);
+    e <<= 23;
     vf scale;
     memcpy(&scale, &e, sizeof scale);
-    return vselect(under, vset1(0), p * scale + (x0 - x0)); /* x0 - x0: 0, or NaN for a NaN */
+    vi y;
+    vf r = p * scale;
+    memcpy(&y, &r, sizeof y);
+    y &= ~(vi)(t < -126.0f); /* false for NaN */
+    memcpy(&r, &y, sizeof r);
+    return r;
 }
 #endif
 
@@ -505,14 +515,14 @@ static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, in
         vf m_old = vload(m + n * VW);
         vf m_new = vmax(m_old, mx[n]);
         m_use[n] = vselect(m_new == ninf, vset1(0), m_new); /* rows with nothing visible yet */
-        vstore(alpha + n * VW, vexp(m_old - m_use[n]));
+        vstore(alpha + n * VW, vexp2(vexp_t(m_old, m_use[n])));
         vstore(m + n * VW, m_new);
         sum[n] = vset1(0);
     }
     for (int j = 0; j < nk; j++)
         for (int n = 0; n < nrv; n++) {
             float *p = st + (size_t)j * RP + n * VW;
-            vf e = vexp(vload(p) - m_use[n]);
+            vf e = vexp2(vexp_t(vload(p), m_use[n]));
             vstore(p, e);
             sum[n] += e;
         }
@@ -567,6 +577,35 @@ static void kv_f32_extend(attn_kv_f32 *c, const void *k, const void *v, qkv_dtyp
     c->len = n;
 }
 
+#if VW == 8
+/* dst[i * ld + j] = scale * src[j][d0 + i] for i, j < 8: the 8 x 8 transpose
+ * in registers (interleave 32-bit, then 64-bit elements, then 128-bit lanes:
+ * 24 shuffles instead of 64 scalar loads and stores). */
+static void transpose8_scaled(float *dst, int ld, const float *const *src, int d0, float scale) {
+    __m256 r[8], t[8];
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int i = 0; i < 8; i++) r[i] = _mm256_mul_ps(_mm256_loadu_ps(src[i] + d0), sc);
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4)
+        for (int k = 0; k < 2; k++) {
+            r[i + 2 * k] = _mm256_shuffle_ps(t[i + k], t[i + k + 2], 0x44);
+            r[i + 2 * k + 1] = _mm256_shuffle_ps(t[i + k], t[i + k + 2], 0xee);
+        }
+    /* r[0..3] hold columns 0, 1, 2, 3 of rows 0-3 (low lane) and 4-7 of rows
+     * 0-3 (high lane); r[4..7] the same for rows 4-7 */
+    for (int k = 0; k < 4; k++) {
+        _mm256_storeu_ps(dst + (size_t)k * ld, _mm256_permute2f128_ps(r[k], r[k + 4], 0x20));
+        _mm256_storeu_ps(dst + (size_t)(k + 4) * ld, _mm256_permute2f128_ps(r[k], r[k + 4], 0x31));
+    }
+}
+#define TRANSPOSE_VW transpose8_scaled
+#elif VW == 16
+#define TRANSPOSE_VW transpose16_scaled
+#endif
+
 static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
     const int D = P->head_dim, ld = P->ld, nq = rows->nq;
     const int R = rows->nh * nq, RP = (R + VW - 1) / VW * VW;
@@ -580,15 +619,17 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
         int h = rows->kvh * P->group + rows->h0 + hl;
         for (int tq = 0; tq < nq; tq++) qsrc[hl * nq + tq] = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
     }
-    int dt = 0, rt = 0; /* the corner d < dt, r < rt goes through registers */
-#if VW == 16
-    dt = D / 16 * 16, rt = R / 16 * 16;
-    for (int d0 = 0; d0 < dt; d0 += 16)
-        for (int r0 = 0; r0 < rt; r0 += 16) transpose16_scaled(ws->q + (size_t)d0 * RP + r0, RP, qsrc + r0, d0, P->scale);
+    int dt = 0; /* columns d < dt go through registers, padding rows included */
+#ifdef TRANSPOSE_VW
+    static const float zero_row[QKV_HEAD_DIM_MAX];
+    for (int r = R; r < RP; r++) qsrc[r] = zero_row;
+    dt = D / VW * VW;
+    for (int d0 = 0; d0 < dt; d0 += VW)
+        for (int r0 = 0; r0 < RP; r0 += VW) TRANSPOSE_VW(ws->q + (size_t)d0 * RP + r0, RP, qsrc + r0, d0, P->scale);
 #endif
-    for (int d = 0; d < D; d++) {
+    for (int d = dt; d < D; d++) {
         float *dst = ws->q + (size_t)d * RP;
-        for (int r = d < dt ? rt : 0; r < R; r++) dst[r] = qsrc[r][d] * P->scale;
+        for (int r = 0; r < R; r++) dst[r] = qsrc[r][d] * P->scale;
         for (int r = R; r < RP; r++) dst[r] = 0;
     }
     for (int r = 0; r < RP; r++) {
@@ -772,14 +813,14 @@ INLINE void few_tile(const attn_problem *P, int R, int nq, int p_first, int jt, 
         vf mx = vload(sr);
         for (int n = 1; n < nv; n++) mx = vmax(mx, vload(sr + n * VW));
         float m_new = fmaxf(ws->m[r], vhmax(mx));
-        float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const vf m_use = vset1(m_new == -INFINITY ? 0.0f : m_new);
         vf sum = vset1(0);
         for (int n = 0; n < nv; n++) {
-            vf pv = vexp(vload(sr + n * VW) - m_use);
+            vf pv = vexp2(vexp_t(vload(sr + n * VW), m_use));
             vstore(sr + n * VW, pv);
             sum += pv;
         }
-        float alpha = ws->m[r] == -INFINITY ? 0.0f : expf(ws->m[r] - m_use);
+        float alpha = vexp2(vexp_t(vset1(ws->m[r]), m_use))[0];
         ws->alpha[r] = alpha;
         ws->l[r] = ws->l[r] * alpha + vhsum(sum);
         ws->m[r] = m_new;
