@@ -221,7 +221,7 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
  *              d->n_threads 0 means the plan's
  * A plan whose max_desc has bf16 or f16 K/V, for the flash or auto kernel,
  * also holds per thread an f32 copy of one KV head's keys and values
- * (max_desc's kv_len x head_dim floats each, at most 8 MiB each): prefill
+ * (max_desc's kv_len x head_dim floats each, at most 4 MiB each): prefill
  * converts each KV head once per thread instead of each tile once per block
  * of queries. Without it (a plan made for f32 K/V, or K/V longer than the
  * copy) bf16/f16 calls convert per tile, with the same results bit for bit.

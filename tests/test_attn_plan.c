@@ -168,6 +168,18 @@ TEST(attn_plan_kv_copy_is_per_call) {
         CHECK(qkv_attn_workspace_size(&d, QKV_KERNEL_FLASH, 2) >=
                   qkv_attn_workspace_size(&f32_max, QKV_KERNEL_FLASH, 2) + (size_t)2 * 2 * n * D * 4,
               "a bf16/f16 plan holds a copy of a KV head per thread");
+        /* the copy is at most 4 MiB each of K and V per thread (qkv.h), and decode plans hold none */
+        qkv_attn_desc big = d, big_f32 = f32_max;
+        big.kv_len = big_f32.kv_len = 1 << 20;
+        big.head_dim = big_f32.head_dim = 128;
+        const size_t cap = (size_t)2 * 2 * (4 << 20) + 64;
+        CHECK(qkv_attn_workspace_size(&big, QKV_KERNEL_FLASH, 2) <=
+                  qkv_attn_workspace_size(&big_f32, QKV_KERNEL_FLASH, 2) + cap,
+              "1M keys: the copy is beyond 4 MiB each of K and V");
+        big.q_len = big_f32.q_len = 1;
+        CHECK(qkv_attn_workspace_size(&big, QKV_KERNEL_DECODE, 2) ==
+                  qkv_attn_workspace_size(&big_f32, QKV_KERNEL_DECODE, 2),
+              "a decode plan holds a K/V copy");
         if (!with || !without) break;
         for (int round = 0; round < 3; round++) { /* new K, V and Q each round, the same plans */
             test_fill_normal(q, nq, &rng, 1);

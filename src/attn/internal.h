@@ -84,10 +84,13 @@ typedef struct {
     int kvh, len;
 } attn_kv_f32;
 
-/* The most floats of K (and of V) a thread's copy holds: 8 MiB each, so 16K
- * keys at D = 128 and 32K at D = 64; longer K/V take the per-tile
- * conversion. */
-#define ATTN_KV_F32_MAX_FLOATS ((size_t)2 << 20)
+/* The most floats of K (and of V) a thread's copy holds: 4 MiB each, so 8K
+ * keys at D = 128 and 16K at D = 64; longer K/V take the per-tile
+ * conversion. Two threads' copies then stay in L3; at 16K keys and D = 128
+ * (8 MiB each) every block streamed twice the bytes of the bf16 K/V from
+ * DRAM, and chunked prefill 512 x 16K ran 5-14% slower than converting per
+ * tile (BENCHMARKS.md, issue 11). */
+#define ATTN_KV_F32_MAX_FLOATS ((size_t)1 << 20)
 
 /* Per-thread scratch, O(tile), never O(n) (but for the optional K/V copy
  * kvf, which is bounded): one per thread of a plan, carved out of the
