@@ -70,7 +70,7 @@ qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err) {
 qkv_kernel qkv_attn_pick(const qkv_attn_desc *d) {
     /* Few query rows against a long KV: the flash grid (KV heads x query
      * blocks) has too few items to fill the cores, so split the keys instead. */
-    if (d->q_len <= QKV_DECODE_MAX_Q && d->kv_len >= 256) return QKV_KERNEL_DECODE;
+    if (d->q_len <= QKV_DECODE_MAX_Q && d->kv_len >= ATTN_DECODE_MIN_KV) return QKV_KERNEL_DECODE;
     return QKV_KERNEL_FLASH;
 }
 

@@ -17,8 +17,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#define ATTN_BK 64        /* keys per tile */
-#define ATTN_MAX_ROWS 64  /* rows per block: heads of one KV group x positions */
+#define ATTN_BK 64             /* keys per tile */
+#define ATTN_DECODE_MIN_KV 256 /* AUTO runs decode for q_len <= QKV_DECODE_MAX_Q from this many keys */
+#define ATTN_MAX_ROWS 64       /* rows per block: heads of one KV group x positions */
 
 typedef enum { ATTN_TILE_EMPTY, ATTN_TILE_PARTIAL, ATTN_TILE_FULL } attn_tile_class;
 

@@ -26,11 +26,12 @@ typedef struct {
  * (attn_kv_f32): only for bf16/f16 K/V that the flash kernel may read, as
  * many keys as the plan's longest call or ATTN_KV_F32_MAX_FLOATS, a
  * multiple of 16 (every copy starts aligned). AUTO with q_len <= the decode
- * limit runs flash only below 256 keys (qkv_attn_pick). */
+ * limit runs flash only below ATTN_DECODE_MIN_KV keys (qkv_attn_pick). */
 static size_t kv_f32_floats(const qkv_attn_desc *max, qkv_kernel kernel) {
     if (max->kv_dtype == QKV_DTYPE_F32 || (kernel != QKV_KERNEL_FLASH && kernel != QKV_KERNEL_AUTO)) return 0;
     size_t keys = (size_t)max->kv_len;
-    if (kernel == QKV_KERNEL_AUTO && max->q_len <= QKV_DECODE_MAX_Q && keys > 255) keys = 255;
+    if (kernel == QKV_KERNEL_AUTO && max->q_len <= QKV_DECODE_MAX_Q && keys >= ATTN_DECODE_MIN_KV)
+        keys = ATTN_DECODE_MIN_KV - 1;
     size_t n = keys * (size_t)max->head_dim;
     if (n > ATTN_KV_F32_MAX_FLOATS) n = ATTN_KV_F32_MAX_FLOATS;
     return (n + 15) & ~(size_t)15;

@@ -30,7 +30,7 @@
  * ksrc / vsrc) into L2 while this tile computes: a block streams its keys
  * from L3 or DRAM once per 16 positions (chunked prefill against a long KV). */
 static void prefetch_tile(const void *ksrc, const void *vsrc, qkv_dtype t, int D, int n) {
-    const size_t es = t == QKV_DTYPE_F32 ? 4 : 2, bytes = (size_t)n * D * es, off = (size_t)ATTN_BK * D * es;
+    const size_t es = qkv_dtype_size(t), bytes = (size_t)n * D * es, off = (size_t)ATTN_BK * D * es;
     for (size_t o = 0; o < bytes; o += 64) {
         __builtin_prefetch((const char *)ksrc + off + o, 0, 2);
         __builtin_prefetch((const char *)vsrc + off + o, 0, 2);
