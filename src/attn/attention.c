@@ -107,14 +107,14 @@ qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const floa
 #define SCRATCH_ROUND(n) (((size_t)(n) + 15) & ~(size_t)15)
 
 size_t attn_scratch_floats(int ld) {
-    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_ROWS * ld), n_s = SCRATCH_ROUND(ATTN_MAX_ROWS * ATTN_BK),
+    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
                  n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
                  n_part = SCRATCH_ROUND(ATTN_PART);
     return 2 * n_q + n_s + 2 * n_tile + 5 * n_row + n_part;
 }
 
 void attn_scratch_bind(attn_scratch *ws, int ld, float *mem) {
-    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_ROWS * ld), n_s = SCRATCH_ROUND(ATTN_MAX_ROWS * ATTN_BK),
+    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
                  n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS);
     ws->q = mem;
     ws->s = ws->q + n_q;

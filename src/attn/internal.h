@@ -20,6 +20,7 @@
 #define ATTN_BK 64             /* keys per tile */
 #define ATTN_DECODE_MIN_KV 256 /* AUTO runs decode for q_len <= QKV_DECODE_MAX_Q from this many keys */
 #define ATTN_MAX_ROWS 64       /* rows per block: heads of one KV group x positions */
+#define ATTN_MAX_STRIDE (ATTN_MAX_ROWS + 16) /* the block path's row stride of its transposed queries and scores */
 
 typedef enum { ATTN_TILE_EMPTY, ATTN_TILE_PARTIAL, ATTN_TILE_FULL } attn_tile_class;
 
@@ -97,8 +98,8 @@ typedef struct {
  * kvf, which is bounded): one per thread of a plan, carved out of the
  * plan's memory. Every buffer starts on a 64-byte boundary. */
 typedef struct {
-    float *q;     /* [ATTN_MAX_ROWS * ld] scaled queries: rows [R, ld] or transposed [D, RP] */
-    float *s;     /* [ATTN_MAX_ROWS * ATTN_BK] scores, then probabilities: [R, BK] or [BK, RP] */
+    float *q;     /* [ATTN_MAX_STRIDE * ld] scaled queries: rows [R, ld] or transposed [D, RS] */
+    float *s;     /* [ATTN_MAX_STRIDE * ATTN_BK] scores, then probabilities: [R, BK] or [BK, RS] */
     float *kt;    /* [ATTN_BK * ld] K scratch: the block path's MK rows in f32 [MK, D] (tile_impl.h), the bf16 tile [BK, D] (tile_bf16dot.h) */
     float *vt;    /* [ATTN_BK * ld] V scratch: a column chunk in f32 [BK, NC * VW], the bf16 pairs [BK / 2, ld] */
     float *acc;   /* [ATTN_MAX_ROWS, ld] running sum of p * v */

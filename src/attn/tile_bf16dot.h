@@ -260,8 +260,8 @@ static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0
         qk2_tile(ws->s, qt2, kp, D, nk, DP, RP);
 
         /* 2, 3. mask and online softmax, in f32 as in the f32 path */
-        if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, P, jt, nk);
-        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk, NULL);
+        if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, RP, P, jt, nk);
+        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, RP, nk, NULL);
 
         /* 4. acc = alpha * acc + P V with p and V as bf16 pairs of keys */
         for (int r = 0; r < R; r++) {

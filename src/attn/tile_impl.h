@@ -63,7 +63,11 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
  * registers, 15 of AVX2's 16. FMA latency 4 x 2 ports needs >= 8 chains in
  * flight; 12 or 24 leave the loads and the loop room. Measured on Ice Lake
  * (BENCHMARKS.md, issue 11): AVX-512 P·V 4 x 4 -> 6 x 4 and AVX2 4 x 2 / 4 x 2
- * -> 6 x 2 / 6 x 2 made causal prefill at n = 2048 14% and 15% faster. */
+ * -> 6 x 2 / 6 x 2 made causal prefill at n = 2048 14% and 15% faster. On
+ * Zen 3 a 4 x 3 P·V (7 loads per 12 FMAs, not 8) measured no faster once
+ * the scores' stride was padded (RS in rows_block), and it splits V's lines
+ * between column chunks. A chunk of fewer than NC vectors takes more rows
+ * (PV_ROWS). */
 #if VW >= 16
 #define MK 6
 #define RCV 4
@@ -80,6 +84,7 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 #define MR 2
 #define NC 4
 #endif
+#define PV_ROWS_MAX 12 /* rows of one P·V micro-kernel, whatever its columns */
 #define FEW_ROWS (VW / 2) /* at most this many rows take the few path */
 
 /* Pins a value in a register: without it GCC folds the V loads of the P·V
@@ -308,7 +313,7 @@ INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
 /* st[k][r0 .. r0 + rcv*VW) = sum_d k_row(k)[d] * qt[d][r0 ..] for keys k < mk,
  * and tmax[r0 ..] = max(tmax[r0 ..], those scores) from the registers (the
  * softmax's max pass, folded in); prefetches pf's rows [0, mk) along the way. */
-INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RP, int r0,
+INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RS, int r0,
                      const int mk, const int rcv, const char *pfk, const char *pfv, int pf_step) {
     vf a[MK][RCV];
     for (int k = 0; k < mk; k++)
@@ -316,7 +321,7 @@ INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, i
 #define QK_STEP(d)                                                                                       \
     do {                                                                                                 \
         vf qv[RCV];                                                                                      \
-        for (int n = 0; n < rcv; n++) qv[n] = vload(qt + (size_t)(d) * RP + r0 + n * VW);                 \
+        for (int n = 0; n < rcv; n++) qv[n] = vload(qt + (size_t)(d) * RS + r0 + n * VW);                 \
         for (int k = 0; k < mk; k++) {                                                                   \
             vf kb = vset1(kp[(size_t)k * ks + (d)]);                                                     \
             for (int n = 0; n < rcv; n++) a[k][n] += kb * qv[n];                                         \
@@ -334,7 +339,7 @@ INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, i
     if (d < D) QK_STEP(d);
 #undef QK_STEP
     for (int k = 0; k < mk; k++)
-        for (int n = 0; n < rcv; n++) vstore(st + (size_t)k * RP + r0 + n * VW, a[k][n]);
+        for (int n = 0; n < rcv; n++) vstore(st + (size_t)k * RS + r0 + n * VW, a[k][n]);
     for (int n = 0; n < rcv; n++) {
         vf mx = vload(tmax + r0 + n * VW);
         for (int k = 0; k < mk; k++) mx = vmax(mx, a[k][n]);
@@ -345,19 +350,19 @@ INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, i
 /* Keys [0, mk) (rows of kp, ks floats apart) against every row chunk; the
  * first chunk prefetches pk / pv (the next tile's rows, pf_step bytes per
  * step along D), the others re-touch kp's own rows, in L1. */
-INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RP, const int mk,
+INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RP, int RS, const int mk,
                     const char *pk, const char *pv, int pf_step) {
     for (int r0 = 0; r0 < RP; r0 += RCV * VW) {
         const int rcv = (RP - r0) / VW;
         const char *k = r0 == 0 ? pk : (const char *)kp, *v = r0 == 0 ? pv : (const char *)kp;
-        if (rcv >= RCV) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, RCV, k, v, pf_step);
+        if (rcv >= RCV) qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, RCV, k, v, pf_step);
 #if RCV > 3
-        else if (rcv == 3) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, 3, k, v, pf_step);
+        else if (rcv == 3) qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, 3, k, v, pf_step);
 #endif
 #if RCV > 2
-        else if (rcv == 2) qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, 2, k, v, pf_step);
+        else if (rcv == 2) qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, 2, k, v, pf_step);
 #endif
-        else qk_micro(st, tmax, qt, kp, ks, D, RP, r0, mk, 1, k, v, pf_step);
+        else qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, 1, k, v, pf_step);
     }
 }
 
@@ -367,7 +372,7 @@ INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, in
  * rows at a time into kbuf [MK, D] (measured no faster than a whole tile at
  * once, BENCHMARKS.md, issue 11, but it needs only MK rows of scratch).
  * pf_k, pf_v: row 0 of the tile to prefetch, [nk, D] in the storage type. */
-NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc, qkv_dtype t, int nk, int D, int RP,
+NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc, qkv_dtype t, int nk, int D, int RP, int RS,
                       const char *pf_k, const char *pf_v, float *kbuf) {
     const int es = (int)qkv_dtype_size(t);
     for (int r = 0; r < RP; r += VW) vstore(tmax + r, vset1(-INFINITY));
@@ -378,33 +383,38 @@ NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc,
             convert_cols(kbuf, kv_row(ksrc, t, (int64_t)j * D), t, mk, D, 0, D);
             kp = kbuf;
         }
-        float *sj = st + (size_t)j * RP;
+        float *sj = st + (size_t)j * RS;
         const char *pk = pf_k + (size_t)j * D * es, *pv = pf_v + (size_t)j * D * es;
         switch (mk) { /* the last nk % MK keys in one pass */
-        case MK: qk_keys(sj, tmax, qt, kp, D, D, RP, MK, pk, pv, MK * es); break;
+        case MK: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, MK, pk, pv, MK * es); break;
 #if MK > 5
-        case 5: qk_keys(sj, tmax, qt, kp, D, D, RP, 5, pk, pv, 5 * es); break;
+        case 5: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 5, pk, pv, 5 * es); break;
 #endif
 #if MK > 4
-        case 4: qk_keys(sj, tmax, qt, kp, D, D, RP, 4, pk, pv, 4 * es); break;
+        case 4: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 4, pk, pv, 4 * es); break;
 #endif
 #if MK > 3
-        case 3: qk_keys(sj, tmax, qt, kp, D, D, RP, 3, pk, pv, 3 * es); break;
+        case 3: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 3, pk, pv, 3 * es); break;
 #endif
 #if MK > 2
-        case 2: qk_keys(sj, tmax, qt, kp, D, D, RP, 2, pk, pv, 2 * es); break;
+        case 2: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 2, pk, pv, 2 * es); break;
 #endif
-        default: qk_keys(sj, tmax, qt, kp, D, D, RP, 1, pk, pv, es); break;
+        default: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 1, pk, pv, es); break;
         }
     }
 }
 
-/* acc[r0 + i][c0 + c*VW ..] += sum_j pt[j][r0 + i] * vp[j * vs + vc0 + c*VW ..], i < mr, c < nc. */
-INLINE void pv_micro(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int r0,
-                     int c0, int vc0, const int mr, const int nc) {
-    vf a[MR][NC];
-    for (int i = 0; i < mr; i++)
-        for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW);
+/* acc[r0 + i][c0 + c*VW ..] = alpha[r0 + i] * acc[..] + sum_j pt[j][r0 + i] *
+ * vp[j * vs + vc0 + c*VW ..], i < mr, c < nc: the online softmax's rescale
+ * folded into the accumulators' load (x * 1 is x, so it is the separate
+ * pass's arithmetic exactly). */
+INLINE void pv_micro(float *acc, int ld, const float *alpha, const float *pt, int RS, const float *vp, int vs,
+                     int nk, int r0, int c0, int vc0, const int mr, const int nc) {
+    vf a[PV_ROWS_MAX][NC];
+    for (int i = 0; i < mr; i++) {
+        const vf al = vset1(alpha[r0 + i]);
+        for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW) * al;
+    }
     for (int j = 0; j < nk; j++) {
         vf vv[NC];
         for (int c = 0; c < nc; c++) {
@@ -412,7 +422,7 @@ INLINE void pv_micro(float *acc, int ld, const float *pt, int RP, const float *v
             KEEP_IN_REG(vv[c]);
         }
         for (int i = 0; i < mr; i++) {
-            vf pb = vset1(pt[(size_t)j * RP + r0 + i]);
+            vf pb = vset1(pt[(size_t)j * RS + r0 + i]);
             for (int c = 0; c < nc; c++) a[i][c] += pb * vv[c];
         }
     }
@@ -420,35 +430,32 @@ INLINE void pv_micro(float *acc, int ld, const float *pt, int RP, const float *v
         for (int c = 0; c < nc; c++) vstore(acc + (size_t)(r0 + i) * ld + c0 + c * VW, a[i][c]);
 }
 
-INLINE void pv_colchunk(float *acc, int ld, const float *pt, int RP, const float *vp, int vs, int nk, int R,
-                        int c0, int vc0, const int nc) {
+/* Rows per P·V micro-kernel for a chunk of nc <= NC vectors: MR x NC, or as
+ * many rows as the registers of the missing columns hold (at most PV_ROWS_MAX). */
+#define PV_ROWS(nc) ((nc) >= NC ? MR : MR * NC / (nc) < PV_ROWS_MAX ? MR * NC / (nc) : PV_ROWS_MAX)
+
+/* Rows [0, R) of one column chunk: micro-kernels of mr rows, then the last
+ * R % mr rows in at most three passes of 8, 4, 2 or 1 rows. */
+INLINE void pv_colchunk(float *acc, int ld, const float *alpha, const float *pt, int RS, const float *vp, int vs,
+                        int nk, int R, int c0, int vc0, const int nc) {
+    const int mr = PV_ROWS(nc);
     int r0 = 0;
-    for (; r0 + MR <= R; r0 += MR) pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, MR, nc);
-    switch (R - r0) { /* the last R % MR rows in one pass */
-#if MR > 5
-    case 5: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 5, nc); break;
-#endif
-#if MR > 4
-    case 4: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 4, nc); break;
-#endif
-#if MR > 3
-    case 3: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 3, nc); break;
-#endif
-#if MR > 2
-    case 2: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 2, nc); break;
-#endif
-    case 1: pv_micro(acc, ld, pt, RP, vp, vs, nk, r0, c0, vc0, 1, nc); break;
-    default: break;
-    }
+    for (; r0 + mr <= R; r0 += mr) pv_micro(acc, ld, alpha, pt, RS, vp, vs, nk, r0, c0, vc0, mr, nc);
+    if (mr > 8 && R - r0 >= 8) pv_micro(acc, ld, alpha, pt, RS, vp, vs, nk, r0, c0, vc0, 8, nc), r0 += 8;
+    if (mr > 4 && R - r0 >= 4) pv_micro(acc, ld, alpha, pt, RS, vp, vs, nk, r0, c0, vc0, 4, nc), r0 += 4;
+    if (mr > 3 && R - r0 == 3) pv_micro(acc, ld, alpha, pt, RS, vp, vs, nk, r0, c0, vc0, 3, nc), r0 += 3;
+    if (mr > 2 && R - r0 >= 2) pv_micro(acc, ld, alpha, pt, RS, vp, vs, nk, r0, c0, vc0, 2, nc), r0 += 2;
+    if (R - r0 >= 1) pv_micro(acc, ld, alpha, pt, RS, vp, vs, nk, r0, c0, vc0, 1, nc);
 }
 
-/* acc [R, ld]: acc[r][0 .. ld) += sum_j pt[j][r] * v_j for rows r < R, with
- * pt [nk, RP] and the nk rows of vsrc [nk, D] in their storage type. V that
- * is f32 with whole vectors is read in place; otherwise each column chunk
- * (NC vectors) of the tile is converted into vbuf [nk, NC * VW] just before
- * its micro-kernels use it (see qk_tile). */
-NOINLINE void pv_tile(float *acc, int ld, const float *pt, int RP, const void *vsrc, qkv_dtype t, int D, int nk,
-                      int R, float *vbuf) {
+/* acc [R, ld]: acc[r][0 .. ld) = alpha[r] * acc[r][..] + sum_j pt[j][r] * v_j
+ * for rows r < R, with pt [nk, RP] and the nk rows of vsrc [nk, D] in their
+ * storage type. V that is f32 with whole vectors is read in place (the
+ * columns [D, ld) are then left alone: padding, never read); otherwise each
+ * column chunk (NC vectors) of the tile is converted into vbuf [nk, NC * VW]
+ * just before its micro-kernels use it (see qk_tile). */
+NOINLINE void pv_tile(float *acc, int ld, const float *alpha, const float *pt, int RS, const void *vsrc, qkv_dtype t,
+                      int D, int nk, int R, float *vbuf) {
     const int direct = t == QKV_DTYPE_F32 && D % VW == 0, ncols = direct ? D : ld;
     for (int c0 = 0; c0 < ncols; c0 += NC * VW) {
         const int nc = (ncols - c0) / VW < NC ? (ncols - c0) / VW : NC;
@@ -458,26 +465,26 @@ NOINLINE void pv_tile(float *acc, int ld, const float *pt, int RP, const void *v
             convert_cols(vbuf, vsrc, t, nk, D, c0, nc * VW);
             vp = vbuf, vs = nc * VW, vc0 = 0;
         }
-        if (nc >= NC) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, NC);
+        if (nc >= NC) pv_colchunk(acc, ld, alpha, pt, RS, vp, vs, nk, R, c0, vc0, NC);
 #if NC > 3
-        else if (nc == 3) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, 3);
+        else if (nc == 3) pv_colchunk(acc, ld, alpha, pt, RS, vp, vs, nk, R, c0, vc0, 3);
 #endif
 #if NC > 2
-        else if (nc == 2) pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, 2);
+        else if (nc == 2) pv_colchunk(acc, ld, alpha, pt, RS, vp, vs, nk, R, c0, vc0, 2);
 #endif
-        else pv_colchunk(acc, ld, pt, RP, vp, vs, nk, R, c0, vc0, 1);
+        else pv_colchunk(acc, ld, alpha, pt, RS, vp, vs, nk, R, c0, vc0, 1);
     }
 }
 
 /* Hides the keys of a partial tile: st[j][r] = -inf where key jt + j is not
  * visible to row r (position pos[r]) or is excluded. Every rule is a compare
  * of the key against the row's position, so it runs VW rows at a time. */
-static void mask_tile(float *st, const int32_t *pos, int RP, const attn_problem *P, int jt, int nk) {
+static void mask_tile(float *st, const int32_t *pos, int RP, int RS, const attn_problem *P, int jt, int nk) {
     const qkv_mask *m = P->mask;
     const vf ninf = vset1(-INFINITY);
     for (int j = 0; j < nk; j++) {
         const int key = jt + j;
-        float *sj = st + (size_t)j * RP;
+        float *sj = st + (size_t)j * RS;
         if (attn_excl_has(&P->ex, key)) {
             for (int r = 0; r < RP; r += VW) vstore(sj + r, ninf);
             continue;
@@ -499,7 +506,7 @@ static void mask_tile(float *st, const int32_t *pos, int RP, const attn_problem 
  * row's max score of the tile when qk_tile's is still true (no mask since),
  * else NULL and it is found here. Keys run in the outer loop so every load
  * and store is a contiguous row of st. */
-static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int nk, const float *tmax) {
+static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int RS, int nk, const float *tmax) {
     enum { NRV_MAX = ATTN_MAX_ROWS / VW };
     const int nrv = RP / VW;
     const vf ninf = vset1(-INFINITY);
@@ -509,7 +516,7 @@ static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, in
     else {
         for (int n = 0; n < nrv; n++) mx[n] = vload(st + n * VW);
         for (int j = 1; j < nk; j++)
-            for (int n = 0; n < nrv; n++) mx[n] = vmax(mx[n], vload(st + (size_t)j * RP + n * VW));
+            for (int n = 0; n < nrv; n++) mx[n] = vmax(mx[n], vload(st + (size_t)j * RS + n * VW));
     }
     for (int n = 0; n < nrv; n++) {
         vf m_old = vload(m + n * VW);
@@ -521,7 +528,7 @@ static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, in
     }
     for (int j = 0; j < nk; j++)
         for (int n = 0; n < nrv; n++) {
-            float *p = st + (size_t)j * RP + n * VW;
+            float *p = st + (size_t)j * RS + n * VW;
             vf e = vexp2(vexp_t(vload(p), m_use[n]));
             vstore(p, e);
             sum[n] += e;
@@ -609,6 +616,7 @@ static void transpose8_scaled(float *dst, int ld, const float *const *src, int d
 static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
     const int D = P->head_dim, ld = P->ld, nq = rows->nq;
     const int R = rows->nh * nq, RP = (R + VW - 1) / VW * VW;
+    const int RS = RP + VW; /* the stride of qt and st: RP + VW keeps their rows off the same L1 sets */
     const int64_t kv_base = (int64_t)rows->kvh * P->kv_head_stride;
     const int p_first = P->kv_len - P->q_len + rows->i0, p_last = p_first + nq - 1;
 
@@ -625,10 +633,10 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
     for (int r = R; r < RP; r++) qsrc[r] = zero_row;
     dt = D / VW * VW;
     for (int d0 = 0; d0 < dt; d0 += VW)
-        for (int r0 = 0; r0 < RP; r0 += VW) TRANSPOSE_VW(ws->q + (size_t)d0 * RP + r0, RP, qsrc + r0, d0, P->scale);
+        for (int r0 = 0; r0 < RP; r0 += VW) TRANSPOSE_VW(ws->q + (size_t)d0 * RS + r0, RS, qsrc + r0, d0, P->scale);
 #endif
     for (int d = dt; d < D; d++) {
-        float *dst = ws->q + (size_t)d * RP;
+        float *dst = ws->q + (size_t)d * RS;
         for (int r = 0; r < R; r++) dst[r] = qsrc[r][d] * P->scale;
         for (int r = R; r < RP; r++) dst[r] = 0;
     }
@@ -659,22 +667,16 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
         const char *pf_k = kv_row(ksrc, t, next), *pf_v = kv_row(vsrc, t, next);
 
         /* 1. scores st[j][r] = (scale q_r) . k_j */
-        qk_tile(ws->s, ws->tmax, ws->q, ksrc, t, nk, D, RP, pf_k, pf_v, ws->kt);
+        qk_tile(ws->s, ws->tmax, ws->q, ksrc, t, nk, D, RP, RS, pf_k, pf_v, ws->kt);
 
         /* 2. mask the keys a partial tile hides */
-        if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, P, jt, nk);
+        if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, RS, P, jt, nk);
 
         /* 3. online softmax */
-        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, nk, cls == ATTN_TILE_PARTIAL ? NULL : ws->tmax);
+        softmax_tile(ws->s, ws->m, ws->l, ws->alpha, RP, RS, nk, cls == ATTN_TILE_PARTIAL ? NULL : ws->tmax);
 
         /* 4. acc = alpha * acc + P V */
-        for (int r = 0; r < R; r++) {
-            if (ws->alpha[r] == 1.0f) continue;
-            vf a = vset1(ws->alpha[r]);
-            float *ar = ws->acc + (size_t)r * ld;
-            for (int d = 0; d < ld; d += VW) vstore(ar + d, vload(ar + d) * a);
-        }
-        pv_tile(ws->acc, ld, ws->s, RP, vsrc, t, D, nk, R, ws->vt);
+        pv_tile(ws->acc, ld, ws->alpha, ws->s, RS, vsrc, t, D, nk, R, ws->vt);
     }
 }
 
