@@ -20,8 +20,9 @@
  * Rows of a block are r = hl * nq + t (head-major), R of them; ld is the
  * padded row stride, BK keys per tile. Two layouts, chosen by R:
  *   - block path (R > VW / 2, prefill): queries transposed once per block to
- *     qt [D, RP] (RP = R rounded up to VW), scores transposed st [BK, RP], so
- *     every vector runs across rows. Q·Kᵀ is a register-tiled micro-kernel
+ *     qt [D, RS] (RP = R rounded up to VW rows, RS = RP + VW their stride),
+ *     scores transposed st [BK, RS], so every vector runs across rows. Q·Kᵀ
+ *     is a register-tiled micro-kernel
  *     (MK keys x RCV row vectors, K broadcast from its row, no K transpose),
  *     and the softmax bookkeeping (max, rescale, sum, causal mask) is one
  *     vector operation per VW rows; the tile's row max comes out of the Q·Kᵀ
@@ -367,7 +368,7 @@ INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, in
 }
 
 /* Scores of the nk keys of a tile (ksrc [nk, D] in its storage type) against
- * all RP rows (qt [D, RP]): st [nk, RP], st[j][r] = qt[:, r] . k_j, and
+ * all RP rows (qt [D, RS]): st [nk, RS], st[j][r] = qt[:, r] . k_j, and
  * tmax [RP], tmax[r] = max_j st[j][r]. K that is not f32 is converted MK
  * rows at a time into kbuf [MK, D] (measured no faster than a whole tile at
  * once, BENCHMARKS.md, issue 11, but it needs only MK rows of scratch).
@@ -449,7 +450,7 @@ INLINE void pv_colchunk(float *acc, int ld, const float *alpha, const float *pt,
 }
 
 /* acc [R, ld]: acc[r][0 .. ld) = alpha[r] * acc[r][..] + sum_j pt[j][r] * v_j
- * for rows r < R, with pt [nk, RP] and the nk rows of vsrc [nk, D] in their
+ * for rows r < R, with pt [nk, RS] and the nk rows of vsrc [nk, D] in their
  * storage type. V that is f32 with whole vectors is read in place (the
  * columns [D, ld) are then left alone: padding, never read); otherwise each
  * column chunk (NC vectors) of the tile is converted into vbuf [nk, NC * VW]
