@@ -6,19 +6,22 @@
  * slices the working threads need (measured: 2.1 generated tokens/s against
  * 36.8 with OMP_WAIT_POLICY=passive, BENCHMARKS.md). Here a waiting thread
  * spins, then sleeps on a futex. How long it spins depends on the machine:
- *   - at most one other runnable thread per CPU (the runnable threads of the
- *     whole system, /proc/loadavg's fourth field, ours included, are at most
- *     twice the CPUs this process may use): up to POOL_SPIN_LONG pauses
- *     (~0.5 ms), so a worker is still spinning when the next loop of a decode
- *     step comes, a few microseconds of serial work later. A futex wake-up
- *     costs tens of microseconds in a VM: sleeping after 256 pauses halved the
- *     generated tokens/s on a quiet machine (40-50 -> 92-97 with the long
- *     spin) and with one busy process per CPU (21-25 -> 42-43), BENCHMARKS.md,
- *     issue 11;
- *   - more than that (a crowded machine): POOL_SPIN pauses (~4 us), then
- *     sleep. There a spinning thread burns the slices its partner needs:
- *     with ~15 runnable threads on 2 CPUs, 2048 pauses gave less than half
- *     the tokens/s of 256 and 16384 a tenth (same section).
+ *   - runnable threads of the whole system (/proc/loadavg's fourth field,
+ *     ours included) at most 1.5 times the CPUs this process may use (2 CPUs:
+ *     ours and one other): up to POOL_SPIN_LONG pauses (~0.5 ms), so a worker
+ *     is still spinning when the next loop of a decode step comes, a few
+ *     microseconds of serial work later. A futex wake-up costs tens of
+ *     microseconds in a VM: sleeping after 256 pauses halved the generated
+ *     tokens/s on a quiet machine (40-50 -> 92-97 with the long spin),
+ *     BENCHMARKS.md, issue 11;
+ *   - more than that: POOL_SPIN pauses (~4 us), then sleep. There a spinning
+ *     thread burns the slices its partner needs. With ~15 runnable threads
+ *     on 2 CPUs, 2048 pauses gave less than half the tokens/s of 256 and
+ *     16384 a tenth. With one busy process per CPU (4 runnable on 2), the
+ *     long spin ran at 42-43 tokens/s on Ice Lake but on Zen 3 it fell to
+ *     2.2-2.6 in two runs of three (both our threads on one CPU, each
+ *     spinning out the slice the other needed), where the short spin gave
+ *     20-30 in every run (same sections).
  * The caller reads the load at most every POOL_LOAD_PERIOD_MS, at the start
  * of a loop; workers use the budget it last set (pool_spin_budget).
  *
@@ -78,7 +81,7 @@ static struct {
 
 static _Atomic int spin_budget = POOL_SPIN; /* pauses before sleeping, set by pool_read_load */
 
-int pool_spin_budget(int runnable, int cpus) { return runnable > 0 && runnable <= 2 * cpus ? POOL_SPIN_LONG : POOL_SPIN; }
+int pool_spin_budget(int runnable, int cpus) { return runnable > 0 && 2 * runnable <= 3 * cpus ? POOL_SPIN_LONG : POOL_SPIN; }
 
 int pool_parse_runnable(const char *loadavg) {
     /* "0.70 1.26 1.54 3/160 27654": the runnable count before the slash */

@@ -30,7 +30,7 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
 
 /* How long a waiting thread spins (pause instructions) when `runnable`
  * threads are runnable system-wide and this process may use `cpus` CPUs: long
- * up to 2 * cpus runnable, short above that or when runnable is unknown (< 0). */
+ * up to 1.5 * cpus runnable, short above that or when runnable is unknown (< 0). */
 int pool_spin_budget(int runnable, int cpus);
 /* The runnable-thread count of a /proc/loadavg line ("0.70 1.26 1.54 3/160
  * 27654" -> 3), or -1 if the line is not of that form. */
