@@ -95,6 +95,13 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 #else
 #define KEEP_IN_REG(x) ((void)0)
 #endif
+/* Makes a product a rounded value of its own: FMA contraction cannot fuse
+ * it into a later add, whichever instance of a micro-kernel it sits in. */
+#if VW > 1
+#define KEEP_ROUNDED(x) __asm__("" : "+v"(x))
+#else
+#define KEEP_ROUNDED(x) __asm__("" : "+m"(x)) /* a 1-float vector: through memory */
+#endif
 
 #define CAT2(a, b) a##b
 #define CAT(a, b) CAT2(a, b)
@@ -414,7 +421,10 @@ INLINE void pv_micro(float *acc, int ld, const float *alpha, const float *pt, in
     vf a[PV_ROWS_MAX][NC];
     for (int i = 0; i < mr; i++) {
         const vf al = vset1(alpha[r0 + i]);
-        for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW) * al;
+        for (int c = 0; c < nc; c++) {
+            a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW) * al;
+            KEEP_ROUNDED(a[i][c]); /* else GCC may fuse it into the first FMA in some instances only */
+        }
     }
     for (int j = 0; j < nk; j++) {
         vf vv[NC];
@@ -451,13 +461,16 @@ INLINE void pv_colchunk(float *acc, int ld, const float *alpha, const float *pt,
 
 /* acc [R, ld]: acc[r][0 .. ld) = alpha[r] * acc[r][..] + sum_j pt[j][r] * v_j
  * for rows r < R, with pt [nk, RS] and the nk rows of vsrc [nk, D] in their
- * storage type. V that is f32 with whole vectors is read in place (the
- * columns [D, ld) are then left alone: padding, never read); otherwise each
+ * storage type. V that is f32 with whole vectors is read in place; where D
+ * is whole vectors the columns [D, ld) are left alone (padding, never read);
+ * otherwise each
  * column chunk (NC vectors) of the tile is converted into vbuf [nk, NC * VW]
  * just before its micro-kernels use it (see qk_tile). */
 NOINLINE void pv_tile(float *acc, int ld, const float *alpha, const float *pt, int RS, const void *vsrc, qkv_dtype t,
                       int D, int nk, int R, float *vbuf) {
-    const int direct = t == QKV_DTYPE_F32 && D % VW == 0, ncols = direct ? D : ld;
+    /* the same column chunks whether V is read in place or converted, so
+     * both run the same micro-kernel instances and give the same bits */
+    const int direct = t == QKV_DTYPE_F32 && D % VW == 0, ncols = D % VW == 0 ? D : ld;
     for (int c0 = 0; c0 < ncols; c0 += NC * VW) {
         const int nc = (ncols - c0) / VW < NC ? (ncols - c0) / VW : NC;
         const float *vp = vsrc;
