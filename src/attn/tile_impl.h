@@ -98,7 +98,7 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 /* Makes a product a rounded value of its own: FMA contraction cannot fuse
  * it into a later add, whichever instance of a micro-kernel it sits in. */
 #if VW > 1
-#define KEEP_ROUNDED(x) __asm__("" : "+v"(x))
+#define KEEP_ROUNDED(x) KEEP_IN_REG(x)
 #else
 #define KEEP_ROUNDED(x) __asm__("" : "+m"(x)) /* a 1-float vector: through memory */
 #endif
