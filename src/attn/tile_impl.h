@@ -19,10 +19,10 @@
  *
  * Rows of a block are r = hl * nq + t (head-major), R of them; ld is the
  * padded row stride, BK keys per tile. Two layouts, chosen by R:
- *   - block path (R > VW / 2, prefill): queries transposed once per block to
- *     qt [D, RS] (RP = R rounded up to VW rows, RS = RP + VW their stride),
- *     scores transposed st [BK, RS], so every vector runs across rows. Q·Kᵀ
- *     is a register-tiled micro-kernel
+ *   - block path (R > VW / 2, prefill): queries transposed once per block
+ *     and packed by row chunk, [D, RCV * VW] each (RP = R rounded up to VW
+ *     rows), scores transposed st [BK, RS] (RS = RP + VW their stride), so
+ *     every vector runs across rows. Q·Kᵀ is a register-tiled micro-kernel
  *     (MK keys x RCV row vectors, K broadcast from its row, no K transpose),
  *     and the softmax bookkeeping (max, rescale, sum, causal mask) is one
  *     vector operation per VW rows; the tile's row max comes out of the Q·Kᵀ
@@ -158,63 +158,66 @@ INLINE float vhsum(vf a) {
  * running max m, as 2^t with t = (s - m) log2(e) (vexp_t). s - m first: it
  * is exact near the max (the max itself gives 2^0 = 1 exactly) however large
  * the scores; s log2(e) - m log2(e) in one FMA would save an instruction but
- * carry the rounding of m log2(e), ~|m| 2^-24, into every weight. */
+ * carry the rounding of m log2(e), ~|m| 2^-24, into every weight. So would
+ * scores in log2 units (queries times scale log2(e), t = s - m): with scores
+ * of ~1e4 their own rounding, ~|s| 2^-24, reached 1e-3 of the weights and
+ * failed extreme_scores_are_exact_and_finite. */
 #define LOG2E 1.44269504088896341f
 INLINE vf vexp_t(vf s, vf m) { return (s - m) * LOG2E; }
 
+/* 2^f for f in [-1/2, 1/2]: the degree-5 polynomial with constant term 1
+ * (so 2^0 = 1 exactly) of least maximum relative error, 1.7e-7 evaluated in
+ * float by FMAs (coefficients and error from tools/exp2_poly.py; the
+ * degree-6 one it replaced, 1.0e-7, cost one more FMA a score). */
+INLINE vf exp2_frac(vf f) {
+    vf p = vset1(1.326472731307149e-3f);
+    p = p * f + 9.671512991189957e-3f;
+    p = p * f + 5.550733581185341e-2f;
+    p = p * f + 2.402224242687225e-1f;
+    p = p * f + 6.931470036506653e-1f;
+    return p * f + 1.0f;
+}
+
 #if VW == 16
 /* 2^t for t <= 0 with AVX-512's own range reduction: f = t - round(t) in
- * [-1/2, 1/2] (vreduceps), 2^f by a degree-6 polynomial (Cephes exp2f,
- * 2e-7 relative), times 2^round(t) by vscalefps. -inf (a masked key) gives
- * f = 0 and 2^-inf = exactly 0; t in (-150, -126) the subnormal values, below
- * that 0; a NaN stays NaN (a NaN score makes its row NaN, qkv.h).
- * 9 instructions. */
+ * [-1/2, 1/2] (vreduceps), 2^f by exp2_frac, times 2^round(t) by vscalefps.
+ * -inf (a masked key) gives f = 0 and 2^-inf = exactly 0; t in (-150, -126)
+ * the subnormal values, below that 0; a NaN stays NaN (a NaN score makes its
+ * row NaN, qkv.h). 8 instructions. */
 INLINE vf vexp2(vf t) {
     __m512 tv;
     memcpy(&tv, &t, sizeof tv);
-    __m512 f = _mm512_reduce_ps(tv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* t - round(t) */
-    __m512 n = _mm512_sub_ps(tv, f);
-    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    __m512 y = _mm512_scalef_ps(p, n);
+    __m512 fv = _mm512_reduce_ps(tv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); /* t - round(t) */
+    __m512 n = _mm512_sub_ps(tv, fv);
+    vf f;
+    memcpy(&f, &fv, sizeof f);
+    vf p = exp2_frac(f);
+    __m512 pv;
+    memcpy(&pv, &p, sizeof pv);
+    __m512 y = _mm512_scalef_ps(pv, n);
     vf out;
     memcpy(&out, &y, sizeof out);
     return out;
 }
 #else
-/* 2^t for t <= 0: adding 1.5 * 2^23 + 127 rounds t to an integer n and
- * leaves n + 127 in the low mantissa bits, which shifted up by 23 are the
- * bits of 2^n; f = t - n in [-1/2, 1/2], 2^f by the degree-6 polynomial of
- * the AVX-512 twin. Exactly 0 below t = -126 (where 2^n is not a normal
- * float) and for -inf; a NaN stays NaN (a NaN score makes its row NaN, qkv.h).
- * 13 instructions. */
+/* 2^t for t <= 0: t is first raised to at least -127 (-inf too; vmax keeps
+ * a NaN, its second operand); adding 1.5 * 2^23 + 127 rounds it to an
+ * integer n and leaves n + 127 in the low mantissa bits, which shifted up
+ * by 23 are the bits of 2^n, or 0 for n = -127 (so 2^t is exactly 0 there,
+ * where 2^n is not a normal float, and for -inf); f = t - n in [-1/2, 1/2],
+ * 2^f by exp2_frac. A NaN stays NaN (a NaN score makes its row NaN, qkv.h).
+ * 11 instructions. */
 INLINE vf vexp2(vf t) {
     const vf shifter = vset1(12582912.0f + 127.0f);
+    t = vmax(vset1(-127.0f), t);
     vf k = t + shifter;
     vf f = t - (k - shifter);
-    vf p = vset1(1.535336188319500e-4f);
-    p = p * f + 1.339887440266574e-3f;
-    p = p * f + 9.618437357674640e-3f;
-    p = p * f + 5.550332471162809e-2f;
-    p = p * f + 2.402264791363012e-1f;
-    p = p * f + 6.931472028550421e-1f;
-    p = p * f + 1.0f;
     vi e;
     memcpy(&e, &k, sizeof e);
     e <<= 23;
     vf scale;
     memcpy(&scale, &e, sizeof scale);
-    vi y;
-    vf r = p * scale;
-    memcpy(&y, &r, sizeof y);
-    y &= ~(vi)(t < -126.0f); /* false for NaN */
-    memcpy(&r, &y, sizeof r);
-    return r;
+    return exp2_frac(f) * scale;
 }
 #endif
 
@@ -318,10 +321,12 @@ INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
  * issue 11). Where there is no whole next tile, the addresses are this
  * tile's, already in cache. */
 
-/* st[k][r0 .. r0 + rcv*VW) = sum_d k_row(k)[d] * qt[d][r0 ..] for keys k < mk,
- * and tmax[r0 ..] = max(tmax[r0 ..], those scores) from the registers (the
- * softmax's max pass, folded in); prefetches pf's rows [0, mk) along the way. */
-INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RS, int r0,
+/* st[k][r0 .. r0 + rcv*VW) = sum_d k_row(k)[d] * qc[d][..] for keys k < mk,
+ * with qc [D, rcv * VW] the row chunk of the packed queries that starts at
+ * row r0 (see rows_block), and tmax[r0 ..] = max(tmax[r0 ..], those scores)
+ * from the registers (the softmax's max pass, folded in); prefetches pf's
+ * rows [0, mk) along the way. */
+INLINE void qk_micro(float *st, float *tmax, const float *qc, const float *kp, int ks, int D, int RS, int r0,
                      const int mk, const int rcv, const char *pfk, const char *pfv, int pf_step) {
     vf a[MK][RCV];
     for (int k = 0; k < mk; k++)
@@ -329,7 +334,7 @@ INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, i
 #define QK_STEP(d)                                                                                       \
     do {                                                                                                 \
         vf qv[RCV];                                                                                      \
-        for (int n = 0; n < rcv; n++) qv[n] = vload(qt + (size_t)(d) * RS + r0 + n * VW);                 \
+        for (int n = 0; n < rcv; n++) qv[n] = vload(qc + (size_t)(d) * (rcv * VW) + n * VW);              \
         for (int k = 0; k < mk; k++) {                                                                   \
             vf kb = vset1(kp[(size_t)k * ks + (d)]);                                                     \
             for (int n = 0; n < rcv; n++) a[k][n] += kb * qv[n];                                         \
@@ -355,32 +360,35 @@ INLINE void qk_micro(float *st, float *tmax, const float *qt, const float *kp, i
     }
 }
 
-/* Keys [0, mk) (rows of kp, ks floats apart) against every row chunk; the
+/* Keys [0, mk) (rows of kp, ks floats apart) against every row chunk of qp
+ * (chunk r0 at qp + r0 * D, see rows_block); the
  * first chunk prefetches pk / pv (the next tile's rows, pf_step bytes per
  * step along D), the others re-touch kp's own rows, in L1. */
-INLINE void qk_keys(float *st, float *tmax, const float *qt, const float *kp, int ks, int D, int RP, int RS, const int mk,
+INLINE void qk_keys(float *st, float *tmax, const float *qp, const float *kp, int ks, int D, int RP, int RS, const int mk,
                     const char *pk, const char *pv, int pf_step) {
     for (int r0 = 0; r0 < RP; r0 += RCV * VW) {
         const int rcv = (RP - r0) / VW;
+        const float *qc = qp + (size_t)r0 * D;
         const char *k = r0 == 0 ? pk : (const char *)kp, *v = r0 == 0 ? pv : (const char *)kp;
-        if (rcv >= RCV) qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, RCV, k, v, pf_step);
+        if (rcv >= RCV) qk_micro(st, tmax, qc, kp, ks, D, RS, r0, mk, RCV, k, v, pf_step);
 #if RCV > 3
-        else if (rcv == 3) qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, 3, k, v, pf_step);
+        else if (rcv == 3) qk_micro(st, tmax, qc, kp, ks, D, RS, r0, mk, 3, k, v, pf_step);
 #endif
 #if RCV > 2
-        else if (rcv == 2) qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, 2, k, v, pf_step);
+        else if (rcv == 2) qk_micro(st, tmax, qc, kp, ks, D, RS, r0, mk, 2, k, v, pf_step);
 #endif
-        else qk_micro(st, tmax, qt, kp, ks, D, RS, r0, mk, 1, k, v, pf_step);
+        else qk_micro(st, tmax, qc, kp, ks, D, RS, r0, mk, 1, k, v, pf_step);
     }
 }
 
 /* Scores of the nk keys of a tile (ksrc [nk, D] in its storage type) against
- * all RP rows (qt [D, RS]): st [nk, RS], st[j][r] = qt[:, r] . k_j, and
+ * all RP rows (qp: the packed queries, row chunks of [D, RCV * VW], see
+ * rows_block): st [nk, RS], st[j][r] = q_r . k_j, and
  * tmax [RP], tmax[r] = max_j st[j][r]. K that is not f32 is converted MK
  * rows at a time into kbuf [MK, D] (measured no faster than a whole tile at
  * once, BENCHMARKS.md, issue 11, but it needs only MK rows of scratch).
  * pf_k, pf_v: row 0 of the tile to prefetch, [nk, D] in the storage type. */
-NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc, qkv_dtype t, int nk, int D, int RP, int RS,
+NOINLINE void qk_tile(float *st, float *tmax, const float *qp, const void *ksrc, qkv_dtype t, int nk, int D, int RP, int RS,
                       const char *pf_k, const char *pf_v, float *kbuf) {
     const int es = (int)qkv_dtype_size(t);
     for (int r = 0; r < RP; r += VW) vstore(tmax + r, vset1(-INFINITY));
@@ -394,20 +402,20 @@ NOINLINE void qk_tile(float *st, float *tmax, const float *qt, const void *ksrc,
         float *sj = st + (size_t)j * RS;
         const char *pk = pf_k + (size_t)j * D * es, *pv = pf_v + (size_t)j * D * es;
         switch (mk) { /* the last nk % MK keys in one pass */
-        case MK: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, MK, pk, pv, MK * es); break;
+        case MK: qk_keys(sj, tmax, qp, kp, D, D, RP, RS, MK, pk, pv, MK * es); break;
 #if MK > 5
-        case 5: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 5, pk, pv, 5 * es); break;
+        case 5: qk_keys(sj, tmax, qp, kp, D, D, RP, RS, 5, pk, pv, 5 * es); break;
 #endif
 #if MK > 4
-        case 4: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 4, pk, pv, 4 * es); break;
+        case 4: qk_keys(sj, tmax, qp, kp, D, D, RP, RS, 4, pk, pv, 4 * es); break;
 #endif
 #if MK > 3
-        case 3: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 3, pk, pv, 3 * es); break;
+        case 3: qk_keys(sj, tmax, qp, kp, D, D, RP, RS, 3, pk, pv, 3 * es); break;
 #endif
 #if MK > 2
-        case 2: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 2, pk, pv, 2 * es); break;
+        case 2: qk_keys(sj, tmax, qp, kp, D, D, RP, RS, 2, pk, pv, 2 * es); break;
 #endif
-        default: qk_keys(sj, tmax, qt, kp, D, D, RP, RS, 1, pk, pv, es); break;
+        default: qk_keys(sj, tmax, qp, kp, D, D, RP, RS, 1, pk, pv, es); break;
         }
     }
 }
@@ -630,12 +638,15 @@ static void transpose8_scaled(float *dst, int ld, const float *const *src, int d
 static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
     const int D = P->head_dim, ld = P->ld, nq = rows->nq;
     const int R = rows->nh * nq, RP = (R + VW - 1) / VW * VW;
-    const int RS = RP + VW; /* the stride of qt and st: RP + VW keeps their rows off the same L1 sets */
+    const int RS = RP + VW; /* the stride of st: RP + VW keeps its rows off the L1 sets of V's rows */
     const int64_t kv_base = (int64_t)rows->kvh * P->kv_head_stride;
     const int p_first = P->kv_len - P->q_len + rows->i0, p_last = p_first + nq - 1;
 
-    /* scaled queries, transposed: qt[d][r]; padding rows are 0. 16 x 16 blocks
-     * in registers where the ISA has them, the rest a row of qt at a time. */
+    /* scaled queries, transposed and packed by row chunk: the chunk of rows
+     * [c, c + w), w = min(RCV * VW, RP - c) (the rows one Q·Kᵀ micro-kernel
+     * holds), is [D, w] at ws->q + c * D, so the micro-kernel reads one
+     * contiguous stream, w floats a step along D. Padding rows are 0. VW x VW
+     * blocks in registers where the ISA has them, the rest a scalar at a time. */
     const float *qsrc[ATTN_MAX_ROWS];
     for (int hl = 0; hl < rows->nh; hl++) {
         int h = rows->kvh * P->group + rows->h0 + hl;
@@ -646,13 +657,16 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
     static const float zero_row[QKV_HEAD_DIM_MAX];
     for (int r = R; r < RP; r++) qsrc[r] = zero_row;
     dt = D / VW * VW;
-    for (int d0 = 0; d0 < dt; d0 += VW)
-        for (int r0 = 0; r0 < RP; r0 += VW) TRANSPOSE_VW(ws->q + (size_t)d0 * RS + r0, RS, qsrc + r0, d0, P->scale);
 #endif
-    for (int d = dt; d < D; d++) {
-        float *dst = ws->q + (size_t)d * RS;
-        for (int r = 0; r < R; r++) dst[r] = qsrc[r][d] * P->scale;
-        for (int r = R; r < RP; r++) dst[r] = 0;
+    for (int c = 0; c < RP; c += RCV * VW) {
+        const int w = RP - c < RCV * VW ? RP - c : RCV * VW;
+        float *qc = ws->q + (size_t)c * D; /* [D, w] */
+#ifdef TRANSPOSE_VW
+        for (int d0 = 0; d0 < dt; d0 += VW)
+            for (int r0 = 0; r0 < w; r0 += VW) TRANSPOSE_VW(qc + (size_t)d0 * w + r0, w, qsrc + c + r0, d0, P->scale);
+#endif
+        for (int d = dt; d < D; d++)
+            for (int r = 0; r < w; r++) qc[(size_t)d * w + r] = c + r < R ? qsrc[c + r][d] * P->scale : 0;
     }
     for (int r = 0; r < RP; r++) {
         ws->pos[r] = r < R ? p_first + r % nq : p_last;
