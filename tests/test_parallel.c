@@ -4,7 +4,9 @@
  * OpenMP's schedule(static) run (the partition the kernels had before the
  * pool); calls from inside an item and from two threads at once finish,
  * in order on the caller; idle workers sleep (no CPU time while the caller
- * waits); a forked child gets a pool of its own; qkv_cpu_count follows the
+ * waits); a forked child gets a pool of its own; on one CPU, where the
+ * caller revokes the offers of workers that have not started, every item
+ * still runs once; qkv_cpu_count follows the
  * affinity mask; and two models decoding in two threads at once give the
  * logits one model gives alone, bit for bit.
  */
@@ -155,6 +157,30 @@ TEST(parallel_for_in_a_forked_child) {
     int st = 0;
     CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "fork/waitpid");
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's loops failed (status %#x)", st);
+}
+
+/* On one CPU a woken worker often cannot start before the caller has taken
+ * every item of a dynamic loop; the caller then revokes its offer and
+ * returns without it. Thousands of loops, dynamic and static, 2 to 4
+ * threads, in a child pinned to one CPU before its pool exists: every item
+ * runs once, on a thread below n_threads, and no loop hangs. */
+TEST(parallel_for_on_one_cpu_revokes_late_workers_safely) {
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(60);
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(sched_getcpu() >= 0 ? sched_getcpu() : 0, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) _exit(2);
+        int bad = 0;
+        for (int r = 0; r < 6000 && !bad; r++) bad += check_loop(1 + r % MAX_ITEMS, 2 + r % 3, r % 3 ? 1 : 0, 0);
+        _exit(bad ? 1 : 0);
+    }
+    int st = 0;
+    CHECK(pid > 0 && waitpid(pid, &st, 0) == pid, "fork/waitpid");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "loops on one CPU failed (status %#x)", st);
 }
 
 TEST(cpu_count_follows_affinity) {

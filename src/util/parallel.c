@@ -65,9 +65,17 @@ typedef struct {
     _Atomic uint32_t remaining;  /* workers of this run not yet done */
 } pool_job;
 
+/* A worker's part in the run it was handed (pool_worker.claim): the caller
+ * sets OFFERED before it bumps go; the worker moves it to TAKEN before it
+ * reads the job, or the caller, once it has taken every item of a dynamic
+ * run itself, to REVOKED, and then neither waits for the worker nor lets it
+ * touch the job. */
+enum { CLAIM_REVOKED, CLAIM_OFFERED, CLAIM_TAKEN }; /* 0: a new worker has no offer */
+
 typedef struct {
     _Alignas(64) _Atomic uint32_t go; /* bumped by the caller: a run for this worker */
     _Atomic uint32_t sleeping;       /* 1 while in FUTEX_WAIT on go */
+    _Atomic uint32_t claim;          /* CLAIM_*: its part in the run last handed to it */
     pthread_t tid;
 } pool_worker;
 
@@ -169,6 +177,10 @@ static void *worker_main(void *arg) {
     uint32_t seen = 0;
     for (;;) {
         seen = wait_change(&w->go, seen, &w->sleeping);
+        /* an offer the caller has taken back (or one this worker already
+         * served, whose go it sees late) is not this worker's to run */
+        uint32_t offered = CLAIM_OFFERED;
+        if (!atomic_compare_exchange_strong(&w->claim, &offered, CLAIM_TAKEN)) continue;
         run_share(&pool.job, thread);
         const uint32_t left = atomic_fetch_sub(&pool.job.remaining, 1) - 1;
         if (left == 0 && atomic_load(&pool.caller_sleeping)) futex_wake(&pool.job.remaining);
@@ -184,6 +196,7 @@ static void pool_after_fork(void) {
     for (int w = 0; w < POOL_MAX_THREADS - 1; w++) {
         atomic_store(&pool.workers[w].go, 0);
         atomic_store(&pool.workers[w].sleeping, 0);
+        atomic_store(&pool.workers[w].claim, CLAIM_REVOKED);
     }
     atomic_store(&pool.caller_sleeping, 0);
 }
@@ -224,12 +237,22 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
     atomic_store(&j->remaining, (uint32_t)n_workers);
     for (int w = 0; w < n_workers; w++) {
         pool_worker *pw = &pool.workers[w];
+        atomic_store(&pw->claim, CLAIM_OFFERED);
         post(&pw->go, atomic_load(&pw->go) + 1, &pw->sleeping);
     }
     run_share(j, 0);
     /* static shares of threads the system would not start: the caller's too */
     if (j->chunk == 0)
         for (int t = n_workers + 1; t < active; t++) run_share(j, t);
+    /* Dynamic: every item is taken now. A worker that has not started yet
+     * (still waking, or descheduled on a busy machine) took none: revoke its
+     * offer instead of waiting a futex wake-up or a time slice for it. */
+    if (j->chunk > 0)
+        for (int w = 0; w < n_workers; w++) {
+            uint32_t offered = CLAIM_OFFERED;
+            if (atomic_compare_exchange_strong(&pool.workers[w].claim, &offered, CLAIM_REVOKED))
+                atomic_fetch_sub(&j->remaining, 1);
+        }
     uint32_t left;
     while ((left = atomic_load(&j->remaining)) != 0) wait_change(&j->remaining, left, &pool.caller_sleeping);
     pthread_mutex_unlock(&pool.lock);
