@@ -29,7 +29,11 @@
  * bumping that worker's own `go` word (and waking it if it sleeps), runs
  * thread 0's share itself, then waits for `remaining` to fall to zero. Only
  * the workers a run hands it to read the job, and the caller does not touch
- * the job again before they have all counted themselves out.
+ * the job again before they have all counted themselves out. In a dynamic
+ * run the caller first revokes the offer of every worker that has not
+ * started (pool_worker.claim) and counts it out itself: on a busy machine a
+ * worker can wait a whole time slice (milliseconds) to be scheduled, and
+ * then there is nothing left for it to do.
  *
  * Sleeping without a lost wake-up: a sleeper sets its `sleeping` flag, then
  * reads the word it waits on (again inside FUTEX_WAIT); a waker writes the

@@ -14,7 +14,9 @@
  *            n_items % n_threads runs one item longer (OpenMP's
  *            schedule(static), so a thread sees the same items as it did
  *            under OpenMP);
- *   chunk c > 0: dynamic — each thread takes the next c items when it is free.
+ *   chunk c > 0: dynamic — each thread takes the next c items when it is free;
+ *            a worker that has not started when the caller has taken the
+ *            last item takes no part (the caller does not wait for it).
  * Returns when every item has run. Workers are started at first need and kept
  * for the process; an idle one spins (up to ~0.5 ms while at most one other
  * thread per CPU is runnable, a few microseconds on a more crowded machine),
