@@ -1,10 +1,12 @@
 #!/bin/sh
-# bench/tile_ab.sh REV [D G n kv_dtype rounds] — the flash inner loop of git
+# bench/tile_ab.sh REV [D G n kv_dtype rounds [lq]] — the flash inner loop of git
 # revision REV (A) against the work tree's (B), one thread, in one process
-# (bench/tile_ab.c). Builds in /tmp/qkv-tile-ab; needs build/libqkv.a (make).
-#   bench/tile_ab.sh HEAD~1 128 4 2048 f32 8
+# (bench/tile_ab.c): causal prefill, or with lq <= 8 a decode step. Builds in
+# /tmp/qkv-tile-ab; needs build/libqkv.a (make).
+#   bench/tile_ab.sh HEAD~1 128 4 2048 f32 8        prefill, n = 2048
+#   bench/tile_ab.sh HEAD~1 64 3 512 bf16 8 1       decode, 512 keys
 set -eu
-[ $# -ge 1 ] || { echo "tile_ab.sh: usage: tile_ab.sh REV [D G n kv_dtype rounds]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "tile_ab.sh: usage: tile_ab.sh REV [D G n kv_dtype rounds [lq]]" >&2; exit 2; }
 rev=$1; shift
 top=$(git rev-parse --show-toplevel)
 out=/tmp/qkv-tile-ab

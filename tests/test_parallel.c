@@ -1,8 +1,10 @@
 /*
  * test_parallel.c — libqkv's thread pool (util/parallel.c): every item runs
- * once on a thread below n_threads; the static schedule gives each thread
- * OpenMP's schedule(static) run (the partition the kernels had before the
- * pool); calls from inside an item and from two threads at once finish,
+ * once on a thread below n_threads; in a static loop the caller takes its
+ * items in order (its own run of OpenMP's schedule(static) split, then what
+ * is left of the others'), and a stalled worker's run is finished by the
+ * caller instead of waited for; calls from inside an item and from two
+ * threads at once finish,
  * in order on the caller; idle workers sleep (no CPU time while the caller
  * waits); a forked child gets a pool of its own; on one CPU, where the
  * caller revokes the offers of workers that have not started, every item
@@ -32,6 +34,10 @@ typedef struct {
     _Atomic int thread[MAX_ITEMS]; /* the thread it ran on */
     int n_threads;
     _Atomic int bad_thread;
+    int64_t caller_last;   /* the last item the caller (thread 0) ran, -1 before */
+    _Atomic int caller_out_of_order;
+    int stall_ms;          /* > 0: a worker's first item sleeps this long */
+    _Atomic int stalled;
 } tally;
 
 static void count_item(void *ctx, int64_t item, int thread) {
@@ -39,34 +45,38 @@ static void count_item(void *ctx, int64_t item, int thread) {
     atomic_fetch_add(&t->runs[item], 1);
     atomic_store(&t->thread[item], thread);
     if (thread < 0 || thread >= t->n_threads) atomic_store(&t->bad_thread, 1);
-}
-
-/* OpenMP's schedule(static) without a chunk, as libgomp computes it. */
-static int omp_static_thread(int64_t item, int64_t n_items, int n_threads) {
-    const int64_t q = n_items / n_threads, r = n_items % n_threads;
-    for (int t = 0; t < n_threads; t++) {
-        const int64_t i0 = t * q + (t < r ? t : r), i1 = i0 + q + (t < r);
-        if (item >= i0 && item < i1) return t;
+    if (thread == 0) {
+        if (item <= t->caller_last) atomic_store(&t->caller_out_of_order, 1);
+        /* stalling: the caller's first item waits (up to 5 s) for a worker to stall */
+        for (int waited = 0; t->stall_ms > 0 && t->caller_last < 0 && !atomic_load(&t->stalled) && waited < 50000;
+             waited++) {
+            const struct timespec tick = {0, 100 * 1000L};
+            nanosleep(&tick, NULL);
+        }
+        t->caller_last = item;
+    } else if (t->stall_ms > 0 && !atomic_exchange(&t->stalled, 1)) {
+        const struct timespec stall = {0, t->stall_ms * 1000L * 1000L};
+        nanosleep(&stall, NULL);
     }
-    return -1;
 }
 
 /* Runs one loop and checks each item ran once, on an allowed thread (and,
- * static, on its partition's thread if alone in the pool); returns failures. */
+ * static and alone in the pool, the caller's items in increasing order: its
+ * own run, then the others' in thread order); returns failures. */
 static int check_loop(int64_t n_items, int n_threads, int chunk, int alone) {
     tally t;
     memset(&t, 0, sizeof t);
     t.n_threads = n_threads;
+    t.caller_last = -1;
     qkv_parallel_for(n_items, n_threads, chunk, count_item, &t);
     int bad = 0;
-    for (int64_t i = 0; i < n_items; i++) {
+    for (int64_t i = 0; i < n_items; i++)
         if (atomic_load(&t.runs[i]) != 1) bad++;
-        if (alone && chunk == 0 && atomic_load(&t.thread[i]) != omp_static_thread(i, n_items, n_threads)) bad++;
-    }
+    if (alone && chunk == 0) bad += atomic_load(&t.caller_out_of_order);
     return bad + atomic_load(&t.bad_thread);
 }
 
-TEST(parallel_for_runs_every_item_once_on_the_static_partition) {
+TEST(parallel_for_runs_every_item_once) {
     static const int chunks[] = {0, 1, 3};
     for (int ci = 0; ci < 3; ci++)
         for (int nt = 1; nt <= 5; nt++)
@@ -95,6 +105,32 @@ static void outer_item(void *ctx, int64_t item, int thread) {
     (void)item;
     (void)thread;
     qkv_parallel_for(10, 2, 0, inner_item, ctx);
+}
+
+/* A static loop whose worker stalls 300 ms on the first item it takes (a
+ * thread descheduled on a busy machine; the caller waits for that before
+ * its own first item): the caller finishes the worker's run itself, so the
+ * worker runs that one item only. */
+TEST(parallel_for_static_run_of_a_stalled_worker_is_finished_by_the_caller) {
+    for (int nt = 2; nt <= 3; nt++) {
+        tally t;
+        memset(&t, 0, sizeof t);
+        t.n_threads = nt;
+        t.caller_last = -1;
+        t.stall_ms = 300;
+        qkv_parallel_for(MAX_ITEMS, nt, 0, count_item, &t);
+        int by_workers = 0, bad = 0;
+        for (int i = 0; i < MAX_ITEMS; i++) {
+            bad += atomic_load(&t.runs[i]) != 1;
+            by_workers += atomic_load(&t.thread[i]) != 0;
+        }
+        CHECK(bad == 0 && !atomic_load(&t.bad_thread), "%d threads: %d items not run once", nt, bad);
+        CHECK(atomic_load(&t.stalled), "%d threads: no worker started in 5 s", nt);
+        /* the stalled worker's one item; with 3 threads the other worker may
+         * take its own run and some of the others' */
+        if (nt == 2) CHECK(by_workers == 1, "2 threads: the stalled worker ran %d items, want 1", by_workers);
+        CHECK(!atomic_load(&t.caller_out_of_order), "%d threads: the caller ran its items out of order", nt);
+    }
 }
 
 TEST(parallel_for_nested_call_runs_on_the_caller) {

@@ -29,11 +29,14 @@
  * bumping that worker's own `go` word (and waking it if it sleeps), runs
  * thread 0's share itself, then waits for `remaining` to fall to zero. Only
  * the workers a run hands it to read the job, and the caller does not touch
- * the job again before they have all counted themselves out. In a dynamic
- * run the caller first revokes the offer of every worker that has not
- * started (pool_worker.claim) and counts it out itself: on a busy machine a
- * worker can wait a whole time slice (milliseconds) to be scheduled, and
- * then there is nothing left for it to do.
+ * the job again before they have all counted themselves out. A static run
+ * is OpenMP's split, but a thread that has finished its own part takes the
+ * items left in the others' (pool_run): on a busy machine a worker can wait
+ * a whole time slice (milliseconds) to be scheduled, or be descheduled in
+ * the middle of its part, and the loop's other threads then finish it
+ * instead of waiting. Once every item is taken, the caller revokes the offer
+ * of every worker that has not started (pool_worker.claim) and counts it out
+ * itself: there is nothing left for it to do.
  *
  * Sleeping without a lost wake-up: a sleeper sets its `sleeping` flag, then
  * reads the word it waits on (again inside FUTEX_WAIT); a waker writes the
@@ -59,14 +62,23 @@
 #define POOL_SPIN_LONG 32768 /* ... and on a machine with at most one other thread per CPU (~0.5 ms) */
 #define POOL_LOAD_PERIOD_MS 20
 
+/* Static: one thread's run of items [next, end), taken one at a time from
+ * the front by its owner and, once they have finished their own, by the
+ * others (a line each, so the owner's taking costs one uncontended atomic). */
+typedef struct {
+    _Alignas(64) _Atomic int64_t next;
+    int64_t end;
+} pool_run;
+
 typedef struct {
     qkv_item_fn fn;
     void *ctx;
     int64_t n_items;
-    int n_threads; /* threads the items are divided among, caller included */
+    int n_threads; /* threads that have items (static: the runs), caller included */
     int chunk;     /* 0: static runs; > 0: dynamic, this many items at a time */
     _Atomic int64_t next;        /* dynamic: the first item nobody has taken */
     _Atomic uint32_t remaining;  /* workers of this run not yet done */
+    pool_run run[POOL_MAX_THREADS]; /* static: thread t's run */
 } pool_job;
 
 /* A worker's part in the run it was handed (pool_worker.claim): the caller
@@ -161,6 +173,15 @@ static void post(_Atomic uint32_t *word, uint32_t v, _Atomic uint32_t *sleeping)
     if (atomic_load(sleeping)) futex_wake(word);
 }
 
+/* Runs, on `thread`, the items of run v that nobody has taken yet. */
+static void take_run(pool_job *j, int v, int thread) {
+    pool_run *r = &j->run[v];
+    for (int64_t it; (it = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed)) < r->end;)
+        j->fn(j->ctx, it, thread);
+}
+
+/* Runs items until none is left: dynamic, the next chunk of the shared
+ * counter; static, this thread's own run, then what is left of the others'. */
 static void run_share(pool_job *j, int thread) {
     if (j->chunk > 0) {
         for (;;) {
@@ -170,9 +191,7 @@ static void run_share(pool_job *j, int thread) {
             for (int64_t it = i0; it < i1; it++) j->fn(j->ctx, it, thread);
         }
     }
-    const int64_t q = j->n_items / j->n_threads, r = j->n_items % j->n_threads;
-    const int64_t i0 = thread * q + (thread < r ? thread : r), i1 = i0 + q + (thread < r);
-    for (int64_t it = i0; it < i1; it++) j->fn(j->ctx, it, thread);
+    for (int k = 0; k < j->n_threads; k++) take_run(j, (thread + k) % j->n_threads, thread);
 }
 
 static void *worker_main(void *arg) {
@@ -235,28 +254,34 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
     j->fn = fn;
     j->ctx = ctx;
     j->n_items = n_items;
-    j->n_threads = n_threads;
+    j->n_threads = active;
     j->chunk = chunk > 0 ? chunk : 0;
     atomic_store(&j->next, 0);
+    if (j->chunk == 0) { /* OpenMP's schedule(static) split over the threads that have items */
+        const int64_t q = n_items / active, r = n_items % active;
+        for (int t = 0; t < active; t++) {
+            const int64_t i0 = t * q + (t < r ? t : r);
+            atomic_store_explicit(&j->run[t].next, i0, memory_order_relaxed);
+            j->run[t].end = i0 + q + (t < r);
+        }
+    }
     atomic_store(&j->remaining, (uint32_t)n_workers);
     for (int w = 0; w < n_workers; w++) {
         pool_worker *pw = &pool.workers[w];
         atomic_store(&pw->claim, CLAIM_OFFERED);
         post(&pw->go, atomic_load(&pw->go) + 1, &pw->sleeping);
     }
+    /* the caller's share, then every item left (static: also the runs of
+     * threads the system would not start) */
     run_share(j, 0);
-    /* static shares of threads the system would not start: the caller's too */
-    if (j->chunk == 0)
-        for (int t = n_workers + 1; t < active; t++) run_share(j, t);
-    /* Dynamic: every item is taken now. A worker that has not started yet
-     * (still waking, or descheduled on a busy machine) took none: revoke its
-     * offer instead of waiting a futex wake-up or a time slice for it. */
-    if (j->chunk > 0)
-        for (int w = 0; w < n_workers; w++) {
-            uint32_t offered = CLAIM_OFFERED;
-            if (atomic_compare_exchange_strong(&pool.workers[w].claim, &offered, CLAIM_REVOKED))
-                atomic_fetch_sub(&j->remaining, 1);
-        }
+    /* Every item is taken now. A worker that has not started yet (still
+     * waking, or descheduled on a busy machine) took none: revoke its offer
+     * instead of waiting a futex wake-up or a time slice for it. */
+    for (int w = 0; w < n_workers; w++) {
+        uint32_t offered = CLAIM_OFFERED;
+        if (atomic_compare_exchange_strong(&pool.workers[w].claim, &offered, CLAIM_REVOKED))
+            atomic_fetch_sub(&j->remaining, 1);
+    }
     uint32_t left;
     while ((left = atomic_load(&j->remaining)) != 0) wait_change(&j->remaining, left, &pool.caller_sleeping);
     pthread_mutex_unlock(&pool.lock);

@@ -10,13 +10,15 @@
 
 /* fn(ctx, item, thread) once for every item in [0, n_items), on n_threads
  * threads: the caller is thread 0, the pool's workers 1 .. n_threads - 1.
- *   chunk 0: static — thread t runs one contiguous run of items, the first
- *            n_items % n_threads runs one item longer (OpenMP's
- *            schedule(static), so a thread sees the same items as it did
- *            under OpenMP);
- *   chunk c > 0: dynamic — each thread takes the next c items when it is free;
- *            a worker that has not started when the caller has taken the
- *            last item takes no part (the caller does not wait for it).
+ *   chunk 0: static — thread t starts on its own contiguous run of items
+ *            (OpenMP's schedule(static) split: the first n_items % n_threads
+ *            runs are one item longer), taking them in order, one at a time;
+ *            a thread that has finished its run takes, one at a time, the
+ *            items still left in the others' (so a thread descheduled on a
+ *            busy machine holds the loop up by one item, not by its run);
+ *   chunk c > 0: dynamic — each thread takes the next c items when it is free.
+ * Either way a worker that has not started when the caller has taken the
+ * last item takes no part (the caller does not wait for it).
  * Returns when every item has run. Workers are started at first need and kept
  * for the process; an idle one spins (up to ~0.5 ms while at most one other
  * thread per CPU is runnable, a few microseconds on a more crowded machine),
