@@ -63,10 +63,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tile_ab: usage: tile_ab [D 16..256] [G 1..64] [n 1..65536] [f32|bf16|f16] [rounds >= 1] [lq: n, or 1..8 with G lq <= 64]\n");
         return 2;
     }
-    const int ld = (D + 15) / 16 * 16;
     const size_t nkv = (size_t)n * D, es = qkv_dtype_size(t);
-    float *q = malloc(sizeof(float) * G * (size_t)lq * D), *kf = malloc(sizeof(float) * nkv), *vf = malloc(sizeof(float) * nkv);
-    void *k = malloc(es * nkv), *v = malloc(es * nkv);
+    float *q = malloc(sizeof(float) * G * (size_t)lq * D); /* [G, lq, D] */
+    float *kf = malloc(sizeof(float) * nkv), *vf = malloc(sizeof(float) * nkv); /* [n, D] f32 */
+    void *k = malloc(es * nkv), *v = malloc(es * nkv); /* [n, D] kv_dtype: one KV head */
     for (size_t i = 0; i < (size_t)G * lq * D; i++) q[i] = uniform();
     for (size_t i = 0; i < nkv; i++) kf[i] = uniform(), vf[i] = uniform();
     qkv_convert_from_f32(k, t, kf, nkv);
@@ -81,6 +81,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     P.kv_f32_copy = 1;
+    const int ld = P.ld; /* the padded row stride of ws.acc */
     attn_scratch ws = {0};
     ws.q = buf(80 * 256), ws.s = buf(80 * 512), ws.kt = buf(512 * 256), ws.vt = buf(512 * 256);
     ws.acc = buf(64 * 256), ws.m = buf(64), ws.l = buf(64), ws.alpha = buf(64), ws.tmax = buf(80);

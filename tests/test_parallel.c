@@ -195,8 +195,8 @@ TEST(parallel_for_in_a_forked_child) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's loops failed (status %#x)", st);
 }
 
-/* On one CPU a woken worker often cannot start before the caller has taken
- * every item of a dynamic loop; the caller then revokes its offer and
+/* On one CPU a woken worker often cannot start before every item of a loop
+ * is taken; the caller then revokes its offer and
  * returns without it. Thousands of loops, dynamic and static, 2 to 4
  * threads, in a child pinned to one CPU before its pool exists: every item
  * runs once, on a thread below n_threads, and no loop hangs. */

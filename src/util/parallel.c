@@ -83,9 +83,8 @@ typedef struct {
 
 /* A worker's part in the run it was handed (pool_worker.claim): the caller
  * sets OFFERED before it bumps go; the worker moves it to TAKEN before it
- * reads the job, or the caller, once it has taken every item of a dynamic
- * run itself, to REVOKED, and then neither waits for the worker nor lets it
- * touch the job. */
+ * reads the job, or the caller, once every item of the run is taken, to
+ * REVOKED, and then neither waits for the worker nor lets it touch the job. */
 enum { CLAIM_REVOKED, CLAIM_OFFERED, CLAIM_TAKEN }; /* 0: a new worker has no offer */
 
 typedef struct {
