@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Whole-model speed on a quiet and on a busy machine, qkv against llama.cpp.
 
-For each phase — idle (nothing started here), then loaded (one busy spin
-process per core, started and stopped by this script) — it runs, in rounds,
-one after the other so every program sees the same load:
+Two phases — idle (nothing started here) and loaded (one busy spin process
+per core, started and stopped by this script) — take turns: each round runs a
+pass of each, in alternating order, so the ratio of the two compares the same
+minutes of a host whose speed drifts. A pass runs, one after the other so
+every program sees the same load:
   qkv run (this build)              --tokens IDS -n GEN --threads T, each prompt length
   qkv run (an older build, --old)   with OMP_WAIT_POLICY unset and =passive
   llama-bench (--llama-bench)       -p N -n GEN -t T, -fa 0 and -fa 1
-and prints the median tokens/s of each (prompt, generation) with the load
-average read before and after the phase. The prompt ids are bench/model_speed.py's
-(the first N tokens of GPL-3); llama-bench draws its own prompt ids, which does
-not change the work of a dense model.
+and prints the median tokens/s of each (prompt, generation), the CPUs its
+process used on average (user + system seconds over wall seconds), the load
+average before each pass, and each round's idle / loaded ratio. The prompt
+ids are bench/model_speed.py's (the first N tokens of GPL-3); llama-bench
+draws its own prompt ids, which does not change the work of a dense model.
 
     /work/oracle-venv/bin/python bench/threads_load.py --threads 2 --prompts 512,4096 --gen 64 \\
         --old /tmp/qkv-base/build/qkv --llama-bench /tmp/llama.cpp/build/bin/llama-bench
@@ -18,7 +21,7 @@ not change the work of a dense model.
 llama-bench is llama.cpp's own, built from source (e.g. the llama-cpp-python
 sdist's vendored tree) with -DGGML_NATIVE=ON; it is a peer, never part of qkv.
 """
-import argparse, json, os, statistics, subprocess, sys
+import argparse, json, os, resource, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model_speed import MODEL, ROOT, prompt_ids, run_qkv  # noqa: E402
@@ -48,47 +51,57 @@ def spin_load(n):
     return [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(n)]
 
 
-def phase(a, name, ids_by_n, n_load):
+def cpus_used(fn):
+    """fn()'s result and the CPUs its child processes used on average while
+    it ran (their user + system seconds over the wall seconds): 2.0 is both
+    CPUs of a 2-CPU machine, 1.0 the fair share of one with a busy process per CPU."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    out = fn()
+    r1, t1 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+    return out, (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / (t1 - t0)
+
+
+def one_pass(a, ids_by_n, n_load, res):
+    """Every program once at every prompt length under n_load busy processes;
+    appends (prompt tok/s, generation tok/s, CPUs used) to res[(program, n)]."""
     procs = spin_load(n_load)
     try:
-        before = loadavg()
-        res = {}  # (program, n_prompt) -> [(pp, tg)]
-        for _ in range(a.repeat):
-            for n, ids in ids_by_n.items():
-                for kv in a.kv_dtypes.split(","):
-                    pp, tg, _, _ = run_qkv(a.qkv, a.model, ids, a.gen, a.threads, kv_dtype=kv)
-                    res.setdefault((f"qkv, {kv} KV", n), []).append((pp, tg))
-                if a.old and n <= a.old_max_prompt:
-                    for pol in ("default", "passive"):
-                        env = dict(os.environ)
-                        env.pop("OMP_WAIT_POLICY", None)
-                        if pol == "passive":
-                            env["OMP_WAIT_POLICY"] = "passive"
-                        try:
-                            pp, tg, _, _ = run_qkv(a.old, a.model, ids, a.gen, a.threads, env=env,
-                                                   timeout=a.old_timeout)
-                        except subprocess.TimeoutExpired:  # slower than n / timeout tokens/s
-                            pp = tg = 0.0
-                        res.setdefault((f"qkv before, OMP {pol}", n), []).append((pp, tg))
-                if a.llama_bench and n <= a.llama_max_prompt:
-                    for fa in (0, 1):
-                        res.setdefault((f"llama-bench -fa {fa}", n), []).append(
-                            run_llama_bench(a.llama_bench, a.model, n, a.gen, a.threads, fa, a.llama_reps))
-        after = loadavg()
+        for n, ids in ids_by_n.items():
+            for kv in a.kv_dtypes.split(","):
+                (pp, tg, _, _), cpu = cpus_used(lambda: run_qkv(a.qkv, a.model, ids, a.gen, a.threads, kv_dtype=kv))
+                res.setdefault((f"qkv, {kv} KV", n), []).append((pp, tg, cpu))
+            if a.old and n <= a.old_max_prompt:
+                for pol in ("default", "passive"):
+                    env = dict(os.environ)
+                    env.pop("OMP_WAIT_POLICY", None)
+                    if pol == "passive":
+                        env["OMP_WAIT_POLICY"] = "passive"
+                    try:
+                        (pp, tg, _, _), cpu = cpus_used(lambda: run_qkv(a.old, a.model, ids, a.gen, a.threads,
+                                                                        env=env, timeout=a.old_timeout))
+                    except subprocess.TimeoutExpired:  # slower than n / timeout tokens/s
+                        pp = tg = cpu = 0.0
+                    res.setdefault((f"qkv before, OMP {pol}", n), []).append((pp, tg, cpu))
+            if a.llama_bench and n <= a.llama_max_prompt:
+                for fa in (0, 1):
+                    (pp, tg), cpu = cpus_used(lambda: run_llama_bench(a.llama_bench, a.model, n, a.gen, a.threads,
+                                                                      fa, a.llama_reps))
+                    res.setdefault((f"llama-bench -fa {fa}", n), []).append((pp, tg, cpu))
     finally:
         for p in procs:
             p.kill()
             p.wait()
-    print(f"\n### {name}: {n_load} busy process(es); load average {before} before, {after} after; "
+
+
+def print_phase(a, name, n_load, res, loads):
+    print(f"\n### {name}: {n_load} busy process(es); load average {', '.join(loads)} before each pass; "
           f"{a.threads} threads, median of {a.repeat}\n")
-    print(f"| program | prompt tokens | prompt tok/s | generation tok/s ({a.gen} new) |")
-    print("|---|---:|---:|---:|")
+    print(f"| program | prompt tokens | prompt tok/s | generation tok/s ({a.gen} new) | CPUs used |")
+    print("|---|---:|---:|---:|---:|")
     for (prog, n), rows in res.items():
-        pp = statistics.median(r[0] for r in rows)
-        tg = statistics.median(r[1] for r in rows)
-        print(f"| {prog} | {n} | {pp:.1f} | {tg:.1f} |")
+        pp, tg, cpu = (statistics.median(r[i] for r in rows) for i in range(3))
+        print(f"| {prog} | {n} | {pp:.1f} | {tg:.1f} | {cpu:.2f} |")
     sys.stdout.flush()
-    return {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in res.items()}
 
 
 def main():
@@ -114,21 +127,41 @@ def main():
     ids_all = prompt_ids(a.qkv, a.model, max(ns))
     ids_by_n = {n: ids_all[:n] for n in ns}
     print(f"model {os.path.basename(a.model)}; CPU: {cpu_name()}; {os.cpu_count()} CPUs")
-    phases = a.phases.split(",")
-    idle = phase(a, "idle", ids_by_n, 0) if "idle" in phases else {}
-    busy = phase(a, "loaded", ids_by_n, a.load) if "loaded" in phases else {}
-    if not idle or not busy:
+    # The phases take turns, a pass of each per round (idle first in even
+    # rounds, loaded first in odd ones), so the two see the same minutes of a
+    # host whose speed drifts; each round's idle / loaded ratio compares
+    # passes minutes apart, not phases a quarter of an hour apart.
+    phases = [(name, n) for name, n in (("idle", 0), ("loaded", a.load)) if name in a.phases.split(",")]
+    res = {name: {} for name, _ in phases}
+    loads = {name: [] for name, _ in phases}
+    for r in range(a.repeat):
+        for name, n_load in (phases if r % 2 == 0 else phases[::-1]):
+            loads[name].append(loadavg())
+            one_pass(a, ids_by_n, n_load, res[name])
+    for name, n_load in phases:
+        print_phase(a, name, n_load, res[name], loads[name])
+    if len(phases) < 2:
         return
+    idle, busy = res["idle"], res["loaded"]
     print("\n### idle / loaded (how many times slower under the load)\n")
+    print("Median of the rounds' ratios, each round's idle pass against its loaded pass; the rounds' own in brackets.\n")
     print("| program | prompt tokens | prompt | generation |")
     print("|---|---:|---:|---:|")
     for k in idle:
         if k in busy:
-            print(f"| {k[0]} | {k[1]} | {ratio(idle[k][0], busy[k][0])} | {ratio(idle[k][1], busy[k][1])} |")
+            cols = []
+            for i in range(2):
+                rs = [ratio(x[i], y[i]) for x, y in zip(idle[k], busy[k])]
+                cols.append(f"{fmt_ratio(statistics.median(rs))} ({', '.join(fmt_ratio(x) for x in rs)})")
+            print(f"| {k[0]} | {k[1]} | {cols[0]} | {cols[1]} |")
 
 
 def ratio(a, b):
-    return f"{a / b:.2f}x" if b > 0 else "timed out"
+    return a / b if b > 0 else float("inf")
+
+
+def fmt_ratio(x):
+    return f"{x:.2f}x" if x != float("inf") else "timed out"
 
 
 def cpu_name():
