@@ -61,32 +61,39 @@ def cpus_used(fn):
     return out, (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / (t1 - t0)
 
 
+def record(res, key, fn):
+    """Runs fn(), which returns (prompt tok/s, generation tok/s, ...), and
+    appends (prompt tok/s, generation tok/s, CPUs used) to res[key]; a run
+    past its timeout counts as 0 (slower than n / timeout tokens/s)."""
+    try:
+        out, cpu = cpus_used(fn)
+        row = (out[0], out[1], cpu)
+    except subprocess.TimeoutExpired:
+        row = (0.0, 0.0, 0.0)
+    res.setdefault(key, []).append(row)
+
+
 def one_pass(a, ids_by_n, n_load, res):
-    """Every program once at every prompt length under n_load busy processes;
-    appends (prompt tok/s, generation tok/s, CPUs used) to res[(program, n)]."""
+    """Every program once at every prompt length under n_load busy processes,
+    recorded in res[(program, n)]."""
     procs = spin_load(n_load)
     try:
         for n, ids in ids_by_n.items():
             for kv in a.kv_dtypes.split(","):
-                (pp, tg, _, _), cpu = cpus_used(lambda: run_qkv(a.qkv, a.model, ids, a.gen, a.threads, kv_dtype=kv))
-                res.setdefault((f"qkv, {kv} KV", n), []).append((pp, tg, cpu))
+                record(res, (f"qkv, {kv} KV", n),
+                       lambda: run_qkv(a.qkv, a.model, ids, a.gen, a.threads, kv_dtype=kv))
             if a.old and n <= a.old_max_prompt:
                 for pol in ("default", "passive"):
                     env = dict(os.environ)
                     env.pop("OMP_WAIT_POLICY", None)
                     if pol == "passive":
                         env["OMP_WAIT_POLICY"] = "passive"
-                    try:
-                        (pp, tg, _, _), cpu = cpus_used(lambda: run_qkv(a.old, a.model, ids, a.gen, a.threads,
-                                                                        env=env, timeout=a.old_timeout))
-                    except subprocess.TimeoutExpired:  # slower than n / timeout tokens/s
-                        pp = tg = cpu = 0.0
-                    res.setdefault((f"qkv before, OMP {pol}", n), []).append((pp, tg, cpu))
+                    record(res, (f"qkv before, OMP {pol}", n),
+                           lambda: run_qkv(a.old, a.model, ids, a.gen, a.threads, env=env, timeout=a.old_timeout))
             if a.llama_bench and n <= a.llama_max_prompt:
                 for fa in (0, 1):
-                    (pp, tg), cpu = cpus_used(lambda: run_llama_bench(a.llama_bench, a.model, n, a.gen, a.threads,
-                                                                      fa, a.llama_reps))
-                    res.setdefault((f"llama-bench -fa {fa}", n), []).append((pp, tg, cpu))
+                    record(res, (f"llama-bench -fa {fa}", n),
+                           lambda: run_llama_bench(a.llama_bench, a.model, n, a.gen, a.threads, fa, a.llama_reps))
     finally:
         for p in procs:
             p.kill()
