@@ -2,10 +2,11 @@
  * tile_ab.c — two builds of the flash inner loop (src/attn/tile_impl.h) in
  * one process, one thread, timed in turns: a causal prefill of one KV head
  * (G query heads, Lq = Lk = n), every query block through attn_rows_A and
- * attn_rows_B alternately, the best of R rounds each; or, given lq <= 8, a
- * decode step (G x lq rows against n keys, the few-row path where G * lq <=
- * VW / 2), repeated to ~4M key-heads a turn, its K/V in cache unless n is
- * large. On a shared VM whose
+ * attn_rows_B alternately, the best of R rounds each; given lq < n, the
+ * last lq positions of it (a chunk of a prefill against n keys); given
+ * lq <= 8, a decode step (G x lq rows against n keys, the few-row path where
+ * G * lq <= VW / 2), repeated to ~4M key-heads a turn, its K/V in cache
+ * unless n is large. On a shared VM whose
  * speed drifts from minute to minute, turns a few hundred milliseconds
  * apart see the same machine; separate runs of `qkv bench` do not. Also
  * checks that both give the same O for the last block (|dO| <= 1e-5).
@@ -59,8 +60,8 @@ int main(int argc, char **argv) {
     const int lq = argc > 6 ? atoi(argv[6]) : n;
     qkv_dtype t;
     if (D < 16 || D > 256 || G < 1 || G > 64 || n < 1 || n > 65536 || rounds < 1 || qkv_dtype_parse(&t, dtn) != QKV_OK ||
-        !(lq == n || (lq >= 1 && lq <= 8 && lq <= n && G * lq <= 64))) {
-        fprintf(stderr, "tile_ab: usage: tile_ab [D 16..256] [G 1..64] [n 1..65536] [f32|bf16|f16] [rounds >= 1] [lq: n, or 1..8 with G lq <= 64]\n");
+        lq < 1 || lq > n || (lq <= 8 && G * lq > 64)) {
+        fprintf(stderr, "tile_ab: usage: tile_ab [D 16..256] [G 1..64] [n 1..65536] [f32|bf16|f16] [rounds >= 1] [lq: 1..n, G lq <= 64 if lq <= 8]\n");
         return 2;
     }
     const size_t nkv = (size_t)n * D, es = qkv_dtype_size(t);
@@ -89,7 +90,7 @@ int main(int argc, char **argv) {
     const size_t cap = ATTN_KV_F32_MAX_FLOATS;
     ws.kvf = (attn_kv_f32){.k = buf(cap), .v = buf(cap), .cap = cap, .kvh = -1};
     const int nq = 64 / G < lq ? 64 / G : lq;
-    const int reps = lq < n ? (int)((4 << 20) / ((int64_t)n * G) + 1) : 1;
+    const int reps = lq <= 8 ? (int)((4 << 20) / ((int64_t)n * G) + 1) : 1;
 
     double best[2] = {1e30, 1e30};
     const attn_rows_fn fn[2] = {attn_rows_A, attn_rows_B};

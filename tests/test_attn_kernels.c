@@ -235,6 +235,33 @@ static void bf16dot_sweep(void) {
 }
 TEST(flash_bf16_matches_reference_of_rounded_inputs) { for_each_isa(bf16dot_sweep); }
 
+/* Wide blocks (attn_flash_block_rows: ATTN_MAX_ROWS rows where a block walks
+ * K/V past the caches) on the shapes that take them: a whole wide block and
+ * a short last one, the Llama and SmolLM2 groups (128 and 126 rows), G = 8,
+ * every KV dtype, a sink window with exclusions. Each shape is first checked
+ * to take wide blocks, so the test cannot drift off the path it is for. */
+static void wide_blocks_cases(void) {
+    test_rng r = {31};
+    const shape shapes[] = {
+        {4, 1, 40, 6200, 128, QKV_MASK_CAUSAL, 0, 0, 0, QKV_DTYPE_F32, 0},
+        {6, 2, 50, 12400, 64, QKV_MASK_SINK_WINDOW, 12300, 4, 5, QKV_DTYPE_F16, 0},
+        {8, 1, 20, 8300, 96, QKV_MASK_NONE, 0, 0, 0, QKV_DTYPE_BF16, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        const shape *s = &shapes[i];
+        static const float x = 0;
+        qkv_attn_desc d = {.n_q_head = s->hq, .n_kv_head = s->hkv, .q_len = s->lq, .kv_len = s->lk,
+                           .head_dim = s->d, .mask = {.kind = s->mask, .window = s->window, .sinks = s->sinks},
+                           .kv_dtype = s->dtype};
+        attn_problem P;
+        qkv_error err = {0};
+        CHECK(attn_problem_init(&P, &d, &x, &x, &x, NULL, &err) == QKV_OK, "%s", err.msg);
+        CHECK(attn_flash_block_rows(&P) == ATTN_MAX_ROWS, "shape %zu does not take wide blocks", i);
+        check_shape(s, QKV_KERNEL_FLASH, &r, 1, 0);
+    }
+}
+TEST(flash_wide_blocks_match_reference) { for_each_isa(wide_blocks_cases); }
+
 TEST(flash_and_decode_edge_lengths) {
     test_rng r = {5};
     /* Lq = 1, Lk = 1; Lq = Lk = tile +- 1; Lq > Lk (rows before the first key are fully masked) */

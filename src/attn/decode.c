@@ -28,7 +28,7 @@ typedef struct {
 
 static void layout_of(decode_layout *L, const attn_problem *P, int n_threads) {
     const int Lq = P->q_len;
-    L->nh = ATTN_MAX_ROWS / Lq;
+    L->nh = ATTN_BLOCK_ROWS / Lq;
     if (L->nh > P->group) L->nh = P->group;
     L->n_hchunk = (P->group + L->nh - 1) / L->nh;
     L->n_groups = P->n_kv_head * L->n_hchunk;

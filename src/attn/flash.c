@@ -2,7 +2,8 @@
  * flash.c — prefill: tiled online-softmax attention that never allocates
  * O(Lq * Lk) memory. The grid is KV heads x query blocks; a block holds all
  * the query heads of one KV group (so each K/V tile is loaded once per
- * group, not once per query head) times up to 64/G positions. bf16/f16 K/V
+ * group, not once per query head) times up to 64/G positions, or 128/G
+ * where the K/V stream from DRAM (attn_flash_block_rows). bf16/f16 K/V
  * are converted to f32 once per KV head and thread, into the plan's copy
  * (attn_kv_f32, internal.h), where it has one; else once per tile and block.
  *
@@ -25,10 +26,41 @@
  * wake-up and barrier. */
 #define FLASH_MIN_FLOPS 4e6
 
-/* Heads per block and positions per block for group size G and length Lq. */
-static void block_shape(int G, int q_len, int *nh, int *nq) {
-    *nh = G < ATTN_MAX_ROWS ? G : ATTN_MAX_ROWS;
-    int n = ATTN_MAX_ROWS / *nh;
+/* A block reads every K/V tile its rows see, so the K/V bytes streamed per
+ * FLOP fall with the rows per block. Where those tiles come from DRAM (the
+ * K/V of a head past what the shared L3 keeps), wide blocks of ATTN_MAX_ROWS
+ * halve that stream; where they stay in cache, a wide block's queries and
+ * accumulators spill from L1 and ATTN_BLOCK_ROWS is faster. Measured on a
+ * Zen 3 VM (32 MiB L3, shared), 2 threads, ATTN_MAX_ROWS against
+ * ATTN_BLOCK_ROWS (BENCHMARKS.md, issue 11, "wide blocks"): Lq 512 x Lk 16K
+ * 5% faster for Llama f32 K/V, 6-8% bf16/f16, 13% SmolLM2; 512 x 8K f16
+ * 11%, f32 even; 512 x 4K even; causal prefill n = 2048-8192 2-5% slower.
+ * So blocks are wide when the middle row of the call walks at least this
+ * many bytes of K and V in f32 (the block path reads f32: as stored, from
+ * the thread's copy or converted per tile). */
+#define FLASH_WIDE_WALK_BYTES (6.0 * (1 << 20))
+
+/* Keys the rule lets the row at position p see (exclusions ignored). */
+static int keys_seen(const qkv_mask *m, int kv_len, int p) {
+    const int end = attn_key_end(m, kv_len, p);
+    if (m->kind != QKV_MASK_WINDOW && m->kind != QKV_MASK_SINK_WINDOW) return end;
+    const int win = end < m->window ? end : m->window;
+    if (m->kind == QKV_MASK_WINDOW) return win;
+    const int sinks = m->sinks < end - win ? m->sinks : end - win;
+    return win + (sinks > 0 ? sinks : 0);
+}
+
+int attn_flash_block_rows(const attn_problem *P) {
+    const int p_mid = P->kv_len - P->q_len + P->q_len / 2;
+    const double walk = 2.0 * sizeof(float) * P->head_dim * keys_seen(P->mask, P->kv_len, p_mid);
+    return walk >= FLASH_WIDE_WALK_BYTES ? ATTN_MAX_ROWS : ATTN_BLOCK_ROWS;
+}
+
+/* Heads per block and positions per block for group size G, length Lq and
+ * at most max_rows rows. */
+static void block_shape(int G, int q_len, int max_rows, int *nh, int *nq) {
+    *nh = G < max_rows ? G : max_rows;
+    int n = max_rows / *nh;
     *nq = n < q_len ? n : q_len;
 }
 
@@ -89,8 +121,10 @@ void attn_flash(float *o, float *lse, const attn_problem *P_in, int n_threads, a
                 attn_scratch *ws) {
     attn_problem Pc = *P_in, *P = &Pc;
     Pc.kv_f32_copy = 1;
+    /* rows_fn: flash-bf16's, which keeps ATTN_BLOCK_ROWS (internal.h), or NULL for the f32 block path */
+    const int max_rows = rows_fn ? ATTN_BLOCK_ROWS : attn_flash_block_rows(P);
     flash_call c = {.o = o, .lse = lse, .P = P, .rows_fn = rows_fn ? rows_fn : attn_isa_best()->rows, .ws = ws};
-    block_shape(P->group, P->q_len, &c.nh, &c.nq);
+    block_shape(P->group, P->q_len, max_rows, &c.nh, &c.nq);
     c.n_hchunk = (P->group + c.nh - 1) / c.nh;
     c.n_qblock = (P->q_len + c.nq - 1) / c.nq;
     const int64_t n_items = (int64_t)P->n_kv_head * c.n_hchunk * c.n_qblock;

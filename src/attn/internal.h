@@ -19,7 +19,8 @@
 
 #define ATTN_BK 64             /* keys per tile */
 #define ATTN_DECODE_MIN_KV 256 /* AUTO runs decode for q_len <= QKV_DECODE_MAX_Q from this many keys */
-#define ATTN_MAX_ROWS 64       /* rows per block: heads of one KV group x positions */
+#define ATTN_BLOCK_ROWS 64     /* rows per block: heads of one KV group x positions */
+#define ATTN_MAX_ROWS 128      /* rows of a wide block (attn_flash_block_rows), the scratch's capacity */
 #define ATTN_MAX_STRIDE (ATTN_MAX_ROWS + 16) /* the block path's row stride of its transposed queries and scores */
 
 typedef enum { ATTN_TILE_EMPTY, ATTN_TILE_PARTIAL, ATTN_TILE_FULL } attn_tile_class;
@@ -108,7 +109,7 @@ typedef struct {
     float *alpha; /* [ATTN_MAX_ROWS] rescale factor of the current tile */
     float *tmax;  /* [ATTN_MAX_ROWS] max score of the current tile */
     int32_t *pos; /* [ATTN_MAX_ROWS] absolute position of each row */
-    float *part;  /* [ATTN_PART] partial dot products of the few-row path */
+    float *part;  /* [ATTN_PART] partial dot products of the few-row path; flash-bf16's packed p [BK / 2, ATTN_BLOCK_ROWS] */
     attn_kv_f32 kvf;
 } attn_scratch;
 #define ATTN_PART (8 * 16 * 16)
@@ -170,6 +171,12 @@ struct qkv_attn_plan {
     uint64_t *excl;          /* [ATTN_EXCL_WORDS(max_kv_len)] exclusion bitmap */
     void *owned;             /* what qkv_attn_plan_free releases; NULL for qkv_attn_plan_init_in */
 };
+
+/* Rows per block attn_flash gives the f32 block path for P: ATTN_BLOCK_ROWS,
+ * or ATTN_MAX_ROWS where the keys a block walks stream from beyond the
+ * caches (flash.c). The flash-bf16 path keeps ATTN_BLOCK_ROWS: its packed
+ * probabilities live in ws->part, sized for that. */
+int attn_flash_block_rows(const attn_problem *P);
 
 /* The kernels behind qkv_attn_run. ws: [n_threads] scratch; attn_flash
  * empties their K/V copies (attn_kv_f32) and lets the block path use them. */

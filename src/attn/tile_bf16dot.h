@@ -195,6 +195,8 @@ static void pack_k(uint16_t *kb, const void *ksrc, qkv_dtype t, int nk, int D) {
     }
 }
 
+_Static_assert(ATTN_BK / 2 * ATTN_BLOCK_ROWS <= ATTN_PART, "flash-bf16's packed p [BK / 2, RP] lives in ws->part");
+
 static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws) {
     const int D = P->head_dim, DP = D / 2, ld = P->ld, nq = rows->nq;
     const int R = rows->nh * nq, RP = (R + 15) / 16 * 16;

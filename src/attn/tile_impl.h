@@ -37,8 +37,9 @@
  *     vector of scores by a shuffle tree; P·V converts V in registers. It
  *     streams the KV cache once, so it prefetches (prefetch_row).
  * Shapes this is measured on (BENCHMARKS.md): Llama-3.1-8B heads (G = 4,
- * D = 128: R = 64 rows of 16 positions in prefill, R = 4 in decode) and
- * SmolLM2 heads (G = 3, D = 64: R = 63, R = 3).
+ * D = 128: R = 64 rows of 16 positions in prefill, 128 of 32 in wide blocks
+ * (attn_flash_block_rows), R = 4 in decode) and SmolLM2 heads (G = 3,
+ * D = 64: R = 63 or 126, R = 3).
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "attn/internal.h"
