@@ -30,11 +30,11 @@
  * FLOP fall with the rows per block. Where those tiles come from DRAM (the
  * K/V of a head past what the shared L3 keeps), wide blocks of ATTN_MAX_ROWS
  * halve that stream; where they stay in cache, a wide block's queries and
- * accumulators spill from L1 and ATTN_BLOCK_ROWS is faster. Measured on a
- * Zen 3 VM (32 MiB L3, shared), 2 threads, ATTN_MAX_ROWS against
- * ATTN_BLOCK_ROWS (BENCHMARKS.md, issue 11, "wide blocks"): Lq 512 x Lk 16K
- * 5% faster for Llama f32 K/V, 6-8% bf16/f16, 13% SmolLM2; 512 x 8K f16
- * 11%, f32 even; 512 x 4K even; causal prefill n = 2048-8192 2-5% slower.
+ * accumulators outgrow L1 and ATTN_BLOCK_ROWS is faster. Measured on a
+ * Zen 3 VM (32 MiB L3, shared), 2 threads (BENCHMARKS.md, issue 11, "wide
+ * blocks"): Llama Lq 512 x Lk 16K f32 12-15% faster; where this rule picks
+ * wide blocks, ATTN_MAX_ROWS beat ATTN_BLOCK_ROWS in 26 of 32 paired
+ * figures (by up to 15%); at Llama prefill n = 2048 and 4096 it lost 1-5%.
  * So blocks are wide when the middle row of the call walks at least this
  * many bytes of K and V in f32 (the block path reads f32: as stored, from
  * the thread's copy or converted per tile). */
