@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     ws.pos = (int32_t *)(void *)buf(80), ws.part = buf(ATTN_PART);
     const size_t cap = ATTN_KV_F32_MAX_FLOATS;
     ws.kvf = (attn_kv_f32){.k = buf(cap), .v = buf(cap), .cap = cap, .kvh = -1};
-    const int nq = 64 / G < lq ? 64 / G : lq;
+    const int nq = ATTN_BLOCK_ROWS / G < lq ? ATTN_BLOCK_ROWS / G : lq;
     const int reps = lq <= 8 ? (int)((4 << 20) / ((int64_t)n * G) + 1) : 1;
 
     double best[2] = {1e30, 1e30};

@@ -40,19 +40,9 @@
  * the thread's copy or converted per tile). */
 #define FLASH_WIDE_WALK_BYTES (6.0 * (1 << 20))
 
-/* Keys the rule lets the row at position p see (exclusions ignored). */
-static int keys_seen(const qkv_mask *m, int kv_len, int p) {
-    const int end = attn_key_end(m, kv_len, p);
-    if (m->kind != QKV_MASK_WINDOW && m->kind != QKV_MASK_SINK_WINDOW) return end;
-    const int win = end < m->window ? end : m->window;
-    if (m->kind == QKV_MASK_WINDOW) return win;
-    const int sinks = m->sinks < end - win ? m->sinks : end - win;
-    return win + (sinks > 0 ? sinks : 0);
-}
-
 int attn_flash_block_rows(const attn_problem *P) {
     const int p_mid = P->kv_len - P->q_len + P->q_len / 2;
-    const double walk = 2.0 * sizeof(float) * P->head_dim * keys_seen(P->mask, P->kv_len, p_mid);
+    const double walk = 2.0 * sizeof(float) * P->head_dim * attn_rule_keys_seen(P->mask, P->kv_len, p_mid);
     return walk >= FLASH_WIDE_WALK_BYTES ? ATTN_MAX_ROWS : ATTN_BLOCK_ROWS;
 }
 

@@ -51,6 +51,8 @@ int attn_rule_visible(const qkv_mask *m, int p, int j);
 int attn_row_sees_any(const qkv_mask *m, const attn_excl *ex, int kv_len, int p);
 /* One past the last key any row up to position p_last can see. */
 int attn_key_end(const qkv_mask *m, int kv_len, int p_last);
+/* How many of keys [0, kv_len) the rule lets the row at position p see (exclusions ignored). */
+int attn_rule_keys_seen(const qkv_mask *m, int kv_len, int p);
 /* Rows at positions [p0, p1] against keys [j0, j1). */
 attn_tile_class attn_classify_tile(const qkv_mask *m, const attn_excl *ex, int p0, int p1, int j0,
                                    int j1);

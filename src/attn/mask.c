@@ -65,6 +65,15 @@ int attn_key_end(const qkv_mask *m, int kv_len, int p_last) {
     return e < 0 ? 0 : (e > kv_len ? kv_len : e);
 }
 
+int attn_rule_keys_seen(const qkv_mask *m, int kv_len, int p) {
+    const int end = attn_key_end(m, kv_len, p);
+    if (m->kind != QKV_MASK_WINDOW && m->kind != QKV_MASK_SINK_WINDOW) return end;
+    const int win = end < m->window ? end : m->window;
+    if (m->kind == QKV_MASK_WINDOW) return win;
+    const int sinks = m->sinks < end - win ? m->sinks : end - win; /* the keys before the window */
+    return win + (sinks > 0 ? sinks : 0);
+}
+
 /*
  * Rows with positions [p0, p1] against keys [j0, j1): every rule above is an
  * interval (or two) in j whose ends move monotonically with p, so checking the
