@@ -8,7 +8,8 @@
  *
  * What is rounded to bf16, and nothing else: the scaled queries and the
  * probabilities p. K and V are used as stored when they are bf16 (no
- * conversion at all), rounded to bf16 once per tile when f32 or f16. Products
+ * conversion at all), rounded to bf16 once per tile when f32 or f16 (a finite
+ * value past bf16's range to its largest finite value, bf16_round). Products
  * of two bf16 are exact in f32 and accumulate in f32, the softmax runs in f32,
  * so the error is that of two bf16 roundings (2^-9 relative each), as in any
  * bf16 attention; tests/test_attn_kernels.c bounds it.
@@ -37,7 +38,36 @@ static void prefetch_tile(const void *ksrc, const void *vsrc, qkv_dtype t, int D
     }
 }
 
-static inline uint16_t bf16_round(float x) { return qkv_f32_to_bf16(x); }
+/* Rounding to bf16 here is round-to-nearest-even, except that a finite value
+ * beyond the largest finite bf16 (0x7f7f, 3.39e38) becomes that value with
+ * its sign, not inf: FLT_MAX in K would otherwise turn 0 x k into NaN where
+ * the f32 kernels score 0 (qkv.h, "Non-finite numbers"). inf and NaN stay. */
+#define BF16_MAX_BITS 0x7f7f0000u
+static inline uint16_t bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > BF16_MAX_BITS && a < 0x7f800000u) return (uint16_t)(((u & 0x80000000u) | BF16_MAX_BITS) >> 16);
+    return qkv_f32_to_bf16(x);
+}
+
+/* 16 floats rounded to bf16 as bf16_round does: the hardware's rounding,
+ * redone with the saturation only when it gave an inf (rare: two compares
+ * a vector otherwise, where the saturation itself cost flash-bf16 5% with
+ * f32 K/V on Zen 4). */
+INLINE __m256bh bf16_round16(__m512 f) {
+    __m256bh h = _mm512_cvtneps_pbh(f);
+    __m256i w;
+    memcpy(&w, &h, sizeof w);
+    const __mmask16 inf = _mm256_cmpeq_epi16_mask(_mm256_and_si256(w, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x7f80));
+    if (__builtin_expect(inf != 0, 0)) {
+        const __m512 big = _mm512_castsi512_ps(_mm512_set1_epi32((int)BF16_MAX_BITS));
+        const __m512 a = _mm512_abs_ps(f);
+        const __mmask16 over = _mm512_cmp_ps_mask(a, big, _CMP_GT_OQ) & _mm512_cmp_ps_mask(a, _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+        h = _mm512_cvtneps_pbh(_mm512_mask_mov_ps(f, over, _mm512_or_ps(big, _mm512_and_ps(f, _mm512_set1_ps(-0.0f)))));
+    }
+    return h;
+}
 
 INLINE __m512bh as_bh(__m512i x) {
     __m512bh r;
@@ -50,7 +80,7 @@ INLINE __m256i row16_bf16(const void *row, qkv_dtype t, int c) {
     if (t == QKV_DTYPE_BF16) return _mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c));
     __m512 f = t == QKV_DTYPE_F32 ? _mm512_loadu_ps((const float *)row + c)
                                   : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + c)));
-    __m256bh h = _mm512_cvtneps_pbh(f);
+    __m256bh h = bf16_round16(f);
     __m256i out;
     memcpy(&out, &h, sizeof out);
     return out;
@@ -219,7 +249,7 @@ static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0
             const __m512 sc = _mm512_set1_ps(P->scale);
             int d = 0;
             for (; d + 16 <= D; d += 16) {
-                __m256bh b = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_loadu_ps(src + d), sc));
+                __m256bh b = bf16_round16(_mm512_mul_ps(_mm512_loadu_ps(src + d), sc));
                 memcpy(dst + d, &b, sizeof b);
             }
             for (; d < D; d++) dst[d] = bf16_round(src[d] * P->scale);
