@@ -5,8 +5,9 @@
  * tokens (the fused decode path up to MM_FUSED_MAX, the tiled path above,
  * partial token tiles), row counts that leave partial row tiles and thread
  * blocks, columns that are not a multiple of the vector width, 1 and 3
- * threads. Also each ISA's row dequantiser against qkv_dequantize, and the
- * reference twin model_matmul_reference against the same oracle.
+ * threads. Also each ISA's row dequantiser against qkv_dequantize, the
+ * reference twin model_matmul_reference against the same oracle, and
+ * model_matmul_group against one model_matmul per weight.
  *
  * Weights are random bytes with sane f16 scales written over the scale fields
  * (every nibble and 6-bit scale pattern occurs), placed at an odd address
@@ -79,15 +80,14 @@ static void fill_weights(uint8_t *buf, qkv_ggml_type t, int64_t rows, int64_t co
     }
 }
 
-/* One (isa, type, rows, cols, n, threads) case against the oracle; returns
- * the largest error as a fraction of its bound. */
-static double check_case(const model_mm_isa *isa, qkv_ggml_type t, int64_t rows, int64_t cols, int n,
-                         int n_threads, test_rng *rng) {
-    const size_t rs = qkv_ggml_row_size(t, cols), nbytes = rs * (size_t)rows;
-    const int odd = t == QKV_GGML_TYPE_F32 ? 0 : 1; /* f32 rows stay 4-byte aligned, as in a GGUF */
-    uint8_t *raw = malloc(nbytes + 64);
-    uint8_t *wbuf = raw + 32 + odd;
-    fill_weights(wbuf, t, rows, cols, rng);
+/* A rows x cols tensor of type t over fresh random weights (fill_weights), at
+ * an odd address for the quantised types (f32 rows stay 4-byte aligned, as
+ * in a GGUF); *raw is the allocation to free. */
+static qkv_gguf_tensor random_weight(qkv_ggml_type t, int64_t rows, int64_t cols, uint8_t **raw, test_rng *rng) {
+    const size_t nbytes = qkv_ggml_row_size(t, cols) * (size_t)rows;
+    *raw = malloc(nbytes + 64);
+    uint8_t *buf = *raw + 32 + (t == QKV_GGML_TYPE_F32 ? 0 : 1);
+    fill_weights(buf, t, rows, cols, rng);
     qkv_gguf_tensor w;
     memset(&w, 0, sizeof w);
     w.name = "w";
@@ -98,7 +98,18 @@ static double check_case(const model_mm_isa *isa, qkv_ggml_type t, int64_t rows,
     w.shape[2] = w.shape[3] = 1;
     w.n_elements = rows * cols;
     w.nbytes = nbytes;
-    w.data = wbuf;
+    w.data = buf;
+    return w;
+}
+
+/* One (isa, type, rows, cols, n, threads) case against the oracle; returns
+ * the largest error as a fraction of its bound. */
+static double check_case(const model_mm_isa *isa, qkv_ggml_type t, int64_t rows, int64_t cols, int n,
+                         int n_threads, test_rng *rng) {
+    const size_t rs = qkv_ggml_row_size(t, cols);
+    uint8_t *raw;
+    qkv_gguf_tensor w = random_weight(t, rows, cols, &raw, rng);
+    const uint8_t *wbuf = w.data;
 
     float *wf = malloc((size_t)(rows * cols) * sizeof *wf);
     for (int64_t r = 0; r < rows; r++) qkv_dequantize(wf + r * cols, wbuf + (size_t)r * rs, t, cols, NULL);
@@ -234,4 +245,55 @@ TEST(matmul_dequant_rows_match_qkv_dequantize) {
             }
         }
     }
+}
+
+/* model_matmul_group (the forward pass's Q/K/V and gate/up loops) writes
+ * what one model_matmul per weight writes, bit for bit: weights of different
+ * types and row counts (partial blocks), more of them than MM_GROUP_MAX, on
+ * every ISA, 1 and 3 threads. */
+TEST(matmul_group_equals_one_matmul_per_weight) {
+    test_rng rng = {11};
+    enum { K = MM_GROUP_MAX + 1 };
+    static const qkv_ggml_type types[K] = {QKV_GGML_TYPE_Q4_1, QKV_GGML_TYPE_Q6_K, QKV_GGML_TYPE_F16,
+                                           QKV_GGML_TYPE_Q8_0};
+    static const int64_t rows[K] = {37, 6, 1, 20};
+    const int64_t cols = 256;
+    uint8_t *raw[K];
+    qkv_gguf_tensor w[K];
+    for (int k = 0; k < K; k++) w[k] = random_weight(types[k], rows[k], cols, &raw[k], &rng);
+    static const int ns[] = {1, 3, 17};
+    float *x = malloc(17 * cols * sizeof *x);
+    test_fill_normal(x, 17 * (size_t)cols, &rng, 1.0f);
+    float *scratch = malloc(3 * MATMUL_ROWS * cols * sizeof *scratch);
+    int ran = 0;
+    for (size_t i = 0; i < sizeof k_isas / sizeof k_isas[0]; i++) {
+        const model_mm_isa *isa = model_mm_isa_find(k_isas[i]);
+        if (!isa) continue;
+        ran++;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                const int n = ns[ni];
+                float *got[K], *want[K];
+                model_mm_out outs[K];
+                for (int k = 0; k < K; k++) {
+                    got[k] = malloc((size_t)n * rows[k] * sizeof(float));
+                    want[k] = malloc((size_t)n * rows[k] * sizeof(float));
+                    for (int64_t e = 0; e < n * rows[k]; e++) got[k][e] = NAN; /* every output must be written */
+                    model_matmul_isa(isa, want[k], x, &w[k], n, scratch, threads);
+                    outs[k] = (model_mm_out){got[k], &w[k]};
+                }
+                model_matmul_group_isa(isa, outs, K, x, n, scratch, threads);
+                for (int k = 0; k < K; k++) {
+                    CHECK(memcmp(got[k], want[k], (size_t)n * rows[k] * sizeof(float)) == 0,
+                          "%s n %d threads %d: weight %d (%s, %lld rows) differs from its own matmul", isa->name, n,
+                          threads, k, qkv_ggml_type_name(types[k]), (long long)rows[k]);
+                    free(got[k]);
+                    free(want[k]);
+                }
+            }
+    }
+    CHECK(ran >= 1, "at least the scalar kernels ran");
+    for (int k = 0; k < K; k++) free(raw[k]);
+    free(x);
+    free(scratch);
 }

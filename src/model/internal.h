@@ -17,6 +17,19 @@
 void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
                   int n_threads);
 
+/* Several matmuls of one x in one parallel loop (a loop's start and end cost
+ * microseconds, and a decode step is dozens of small matmuls): out_k[n,
+ * rows_k] = x[n, cols] @ W_k^T for each of outs[0 .. n_outs), every W_k with
+ * cols columns; the row blocks of all of them are the loop's items, split
+ * across threads as one matmul's are. More than MM_GROUP_MAX run in more loops. */
+#define MM_GROUP_MAX 3
+typedef struct {
+    float *out;               /* [n, rows of w] */
+    const qkv_gguf_tensor *w; /* [rows, cols] */
+} model_mm_out;
+void model_matmul_group(const model_mm_out *outs, int n_outs, const float *x, int n, float *scratch,
+                        int n_threads);
+
 /* The readable twin: each row dequantised by qkv_dequantize, then
  * model_dot per (token, row); same arguments. Kept as the oracle. */
 void model_matmul_reference(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
@@ -41,9 +54,11 @@ typedef struct {
 const model_mm_isa *model_mm_isa_best(void);
 /* The ISA of that name if compiled in and supported by this CPU, else NULL. */
 const model_mm_isa *model_mm_isa_find(const char *name);
-/* model_matmul with a given ISA. */
+/* model_matmul and model_matmul_group with a given ISA. */
 void model_matmul_isa(const model_mm_isa *isa, float *out, const float *x, const qkv_gguf_tensor *w, int n,
                       float *scratch, int n_threads);
+void model_matmul_group_isa(const model_mm_isa *isa, const model_mm_out *outs, int n_outs, const float *x, int n,
+                            float *scratch, int n_threads);
 
 void model_mm_rows_avx512(float *out, const float *x, const qkv_gguf_tensor *w, int n, int64_t r0, int64_t r1,
                           float *scratch);

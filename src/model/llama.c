@@ -395,9 +395,8 @@ static qkv_status attention_layer(qkv_model *m, int l, int n, int pos0, qkv_erro
     const float *norm = m->norm_w + (size_t)(2 * l) * E;
     const layer_weights *w = &m->layers[l];
     for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
-    model_matmul(m->q, m->h, w->wq, n, m->scratch, m->n_threads);
-    model_matmul(m->k, m->h, w->wk, n, m->scratch, m->n_threads);
-    model_matmul(m->v, m->h, w->wv, n, m->scratch, m->n_threads);
+    const model_mm_out qkv[3] = {{m->q, w->wq}, {m->k, w->wk}, {m->v, w->wv}};
+    model_matmul_group(qkv, 3, m->h, n, m->scratch, m->n_threads);
     to_head_major(m->qt, m->q, n, Hq, D);
     to_head_major(m->kt, m->k, n, Hkv, D);
     to_head_major(m->vt, m->v, n, Hkv, D);
@@ -437,8 +436,8 @@ static void ffn_layer(qkv_model *m, int l, int n) {
     const float *norm = m->norm_w + (size_t)(2 * l + 1) * E;
     const layer_weights *w = &m->layers[l];
     for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
-    model_matmul(m->gate, m->h, w->w_gate, n, m->scratch, m->n_threads);
-    model_matmul(m->up, m->h, w->w_up, n, m->scratch, m->n_threads);
+    const model_mm_out gate_up[2] = {{m->gate, w->w_gate}, {m->up, w->w_up}};
+    model_matmul_group(gate_up, 2, m->h, n, m->scratch, m->n_threads);
     for (size_t i = 0; i < (size_t)n * F; i++) {
         float g = m->gate[i];
         m->gate[i] = g / (1.0f + expf(-g)) * m->up[i]; /* SiLU(gate) * up */

@@ -3,8 +3,9 @@
  * file's mapping; rows are split across threads in blocks of MATMUL_ROWS and
  * each block goes to the kernels of the best ISA (matmul_impl.h, compiled per
  * ISA by matmul_avx512.c, matmul_avx2.c, matmul_scalar.c, picked at run time
- * as attention's tiles are). Also the readable reference twin, and the small
- * dense kernels of the forward pass (dot, RMSNorm).
+ * as attention's tiles are); weights that read the same x (Q, K, V; gate,
+ * up) share one loop. Also the readable reference twin, and the small dense
+ * kernels of the forward pass (dot, RMSNorm).
  */
 #include "model/internal.h"
 #include "util/cpu.h"
@@ -40,7 +41,6 @@ typedef struct {
     const qkv_gguf_tensor *w; /* [rows, cols], quantised */
     int n;
     float *scratch;          /* [threads, MATMUL_ROWS, cols] */
-    model_mm_rows_fn rows_fn; /* the ISA's kernel (unused by the reference) */
 } matmul_call;
 
 /* Block b of MATMUL_ROWS rows: dequantised to f32, then one plain dot
@@ -86,18 +86,52 @@ const model_mm_isa *model_mm_isa_best(void) { return &mm_isas[cpu_isa_chosen()];
 
 /* ---------------------------------------------------------------- matmul */
 
-static void matmul_block(void *ctx, int64_t b, int thread) {
-    const matmul_call *c = ctx;
-    const int64_t rows = c->w->shape[0], cols = c->w->shape[1];
-    int64_t r0 = b * MATMUL_ROWS, r1 = r0 + MATMUL_ROWS < rows ? r0 + MATMUL_ROWS : rows;
-    c->rows_fn(c->out, c->x, c->w, c->n, r0, r1, c->scratch + (size_t)thread * MATMUL_ROWS * cols);
+/* One loop over the row blocks of up to MM_GROUP_MAX weights that read the
+ * same x: blocks [first[k], first[k + 1]) are weight k's. */
+typedef struct {
+    model_mm_out outs[MM_GROUP_MAX];
+    int64_t first[MM_GROUP_MAX + 1];
+    int n_outs;
+    const float *x;          /* [n, cols] */
+    int n;
+    float *scratch;          /* [threads, MATMUL_ROWS, cols] */
+    model_mm_rows_fn rows_fn;
+} matmul_group_call;
+
+static void matmul_group_block(void *ctx, int64_t b, int thread) {
+    const matmul_group_call *c = ctx;
+    int k = 0;
+    while (b >= c->first[k + 1]) k++;
+    const qkv_gguf_tensor *w = c->outs[k].w;
+    const int64_t rows = w->shape[0], cols = w->shape[1];
+    const int64_t r0 = (b - c->first[k]) * MATMUL_ROWS, r1 = r0 + MATMUL_ROWS < rows ? r0 + MATMUL_ROWS : rows;
+    c->rows_fn(c->outs[k].out, c->x, w, c->n, r0, r1, c->scratch + (size_t)thread * MATMUL_ROWS * cols);
+}
+
+void model_matmul_group_isa(const model_mm_isa *isa, const model_mm_out *outs, int n_outs, const float *x, int n,
+                            float *scratch, int n_threads) {
+    if (n < 1 || n_outs < 1) return;
+    if (n_outs > MM_GROUP_MAX) { /* the rest in a loop of their own */
+        model_matmul_group_isa(isa, outs + MM_GROUP_MAX, n_outs - MM_GROUP_MAX, x, n, scratch, n_threads);
+        n_outs = MM_GROUP_MAX;
+    }
+    matmul_group_call c = {.n_outs = n_outs, .x = x, .n = n, .scratch = scratch, .rows_fn = isa->rows};
+    for (int k = 0; k < n_outs; k++) {
+        c.outs[k] = outs[k];
+        c.first[k + 1] = c.first[k] + (outs[k].w->shape[0] + MATMUL_ROWS - 1) / MATMUL_ROWS;
+    }
+    qkv_parallel_for(c.first[n_outs], n_threads, 0, matmul_group_block, &c);
+}
+
+void model_matmul_group(const model_mm_out *outs, int n_outs, const float *x, int n, float *scratch,
+                        int n_threads) {
+    model_matmul_group_isa(model_mm_isa_best(), outs, n_outs, x, n, scratch, n_threads);
 }
 
 void model_matmul_isa(const model_mm_isa *isa, float *out, const float *x, const qkv_gguf_tensor *w, int n,
                       float *scratch, int n_threads) {
-    if (n < 1) return;
-    matmul_call c = {.out = out, .x = x, .w = w, .n = n, .scratch = scratch, .rows_fn = isa->rows};
-    qkv_parallel_for((w->shape[0] + MATMUL_ROWS - 1) / MATMUL_ROWS, n_threads, 0, matmul_block, &c);
+    const model_mm_out one = {out, w};
+    model_matmul_group_isa(isa, &one, 1, x, n, scratch, n_threads);
 }
 
 void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
