@@ -300,17 +300,25 @@ TEST(two_models_in_two_threads_match_one_alone) {
     qkv_model_close(m[1]);
 }
 
-TEST(pool_spin_budget_follows_the_runnable_threads) {
+TEST(pool_spin_budget_follows_the_other_runnable_threads) {
     CHECK(pool_parse_runnable("0.70 1.26 1.54 3/160 27654\n") == 3, "3/160");
     CHECK(pool_parse_runnable("12.10 16.00 14.30 17/412 1") == 17, "17/412");
     CHECK(pool_parse_runnable("0.00 0.00 0.00 1/90 5") == 1, "1/90");
     CHECK(pool_parse_runnable("0.70 1.26 1.54") == -1, "no runnable field");
     CHECK(pool_parse_runnable("0.70 1.26 1.54 x/160 1") == -1, "not a number");
     CHECK(pool_parse_runnable("") == -1, "empty");
-    const int spin_long = pool_spin_budget(1, 2), spin_short = pool_spin_budget(5, 2);
+    /* runnable, ours awake (the caller and the workers not asleep), team, CPUs */
+    const int spin_long = pool_spin_budget(1, 1, 2, 2), spin_short = pool_spin_budget(5, 1, 2, 2);
     CHECK(spin_long > spin_short && spin_short > 0, "long %d, short %d", spin_long, spin_short);
-    CHECK(pool_spin_budget(3, 2) == spin_long, "ours and one other thread on 2 CPUs: still the long spin");
-    CHECK(pool_spin_budget(4, 2) == spin_short, "one other thread per CPU: the short spin (the long one collapsed on Zen 3)");
-    CHECK(pool_spin_budget(-1, 2) == spin_short && pool_spin_budget(0, 2) == spin_short, "unknown: the short spin");
-    CHECK(pool_spin_budget(12, 8) == spin_long && pool_spin_budget(13, 8) == spin_short, "8 CPUs");
+    CHECK(pool_spin_budget(2, 2, 2, 2) == spin_long, "idle, the worker spinning: the long spin");
+    CHECK(pool_spin_budget(2, 1, 2, 2) == spin_long && pool_spin_budget(3, 2, 2, 2) == spin_long,
+          "ours and one other thread on 2 CPUs: still the long spin");
+    CHECK(pool_spin_budget(3, 1, 2, 2) == spin_short && pool_spin_budget(4, 2, 2, 2) == spin_short,
+          "one busy thread per CPU: the short spin whether our worker sleeps or not (the long one collapsed on "
+          "Zen 3, and counting our own threads as load gave it half the time)");
+    CHECK(pool_spin_budget(3, 1, 1, 2) == spin_long, "a loop on one thread with one busy thread per CPU: ours fits");
+    CHECK(pool_spin_budget(1, 3, 2, 2) == spin_long, "a count read before our workers were: no negative load");
+    CHECK(pool_spin_budget(-1, 1, 2, 2) == spin_short && pool_spin_budget(0, 1, 2, 2) == spin_short,
+          "unknown: the short spin");
+    CHECK(pool_spin_budget(5, 1, 8, 8) == spin_long && pool_spin_budget(6, 1, 8, 8) == spin_short, "8 CPUs");
 }

@@ -6,9 +6,10 @@
  * slices the working threads need (measured: 2.1 generated tokens/s against
  * 36.8 with OMP_WAIT_POLICY=passive, BENCHMARKS.md). Here a waiting thread
  * spins, then sleeps on a futex. How long it spins depends on the machine:
- *   - runnable threads of the whole system (/proc/loadavg's fourth field,
- *     ours included) at most 1.5 times the CPUs this process may use (2 CPUs:
- *     ours and one other): up to POOL_SPIN_LONG pauses (~0.5 ms), so a worker
+ *   - the other runnable threads of the system (/proc/loadavg's fourth field
+ *     less the pool's threads that are awake when it is read) and the loop's
+ *     threads together at most 1.5 times the CPUs this process may use (2
+ *     CPUs: ours and one other): up to POOL_SPIN_LONG pauses (~0.5 ms), so a worker
  *     is still spinning when the next loop of a decode step comes, a few
  *     microseconds of serial work later. A futex wake-up costs tens of
  *     microseconds in a VM: sleeping after 256 pauses halved the generated
@@ -104,7 +105,11 @@ static struct {
 
 static _Atomic int spin_budget = POOL_SPIN; /* pauses before sleeping, set by pool_read_load */
 
-int pool_spin_budget(int runnable, int cpus) { return runnable > 0 && 2 * runnable <= 3 * cpus ? POOL_SPIN_LONG : POOL_SPIN; }
+int pool_spin_budget(int runnable, int ours_awake, int team, int cpus) {
+    if (runnable < 1) return POOL_SPIN; /* unknown: the reader itself runs */
+    const int others = runnable > ours_awake ? runnable - ours_awake : 0;
+    return 2 * (others + team) <= 3 * cpus ? POOL_SPIN_LONG : POOL_SPIN;
+}
 
 int pool_parse_runnable(const char *loadavg) {
     /* "0.70 1.26 1.54 3/160 27654": the runnable count before the slash */
@@ -118,9 +123,15 @@ int pool_parse_runnable(const char *loadavg) {
     return digits && *p == '/' ? n : -1;
 }
 
-/* Sets spin_budget from the system's runnable threads, at most once every
- * POOL_LOAD_PERIOD_MS (the pool lock is held). Unreadable: the short spin. */
-static void pool_read_load(void) {
+/* Sets spin_budget from the system's runnable threads and a loop of `team`
+ * threads, at most once every POOL_LOAD_PERIOD_MS (the pool lock is held).
+ * The count includes the caller and every worker not asleep on its futex
+ * (spinning or still running a loop): those are taken out, or our own
+ * threads would be the load (with a busy process on each of 2 CPUs, 3 or 4
+ * runnable, as the worker slept or not: the long spin half of the time,
+ * 24% of qkv run's CPU time in the worker's spin, BENCHMARKS.md).
+ * Unreadable: the short spin. */
+static void pool_read_load(int team) {
     static struct timespec last;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
@@ -138,7 +149,10 @@ static void pool_read_load(void) {
             runnable = pool_parse_runnable(buf);
         }
     }
-    atomic_store_explicit(&spin_budget, pool_spin_budget(runnable, qkv_cpu_count()), memory_order_relaxed);
+    int ours_awake = 1; /* the caller */
+    for (int w = 0; w < pool.n_workers; w++) ours_awake += !atomic_load(&pool.workers[w].sleeping);
+    atomic_store_explicit(&spin_budget, pool_spin_budget(runnable, ours_awake, team, qkv_cpu_count()),
+                          memory_order_relaxed);
 }
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t old) {
@@ -246,7 +260,7 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
         for (int64_t it = 0; it < n_items; it++) fn(ctx, it, 0);
         return;
     }
-    pool_read_load();
+    pool_read_load(active);
     pool_grow(active - 1);
     const int n_workers = pool.n_workers < active - 1 ? pool.n_workers : active - 1;
     pool_job *j = &pool.job;

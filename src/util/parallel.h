@@ -33,9 +33,11 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
 /* qkv_cpu_count (qkv.h) is defined in parallel.c too. */
 
 /* How long a waiting thread spins (pause instructions) when `runnable`
- * threads are runnable system-wide and this process may use `cpus` CPUs: long
- * up to 1.5 * cpus runnable, short above that or when runnable is unknown (< 0). */
-int pool_spin_budget(int runnable, int cpus);
+ * threads are runnable system-wide, `ours_awake` of them the pool's (the
+ * caller and its workers not asleep), a loop runs on `team` threads and this
+ * process may use `cpus` CPUs: long while the others and the team are at
+ * most 1.5 * cpus, short above that or when runnable is unknown (< 1). */
+int pool_spin_budget(int runnable, int ours_awake, int team, int cpus);
 /* The runnable-thread count of a /proc/loadavg line ("0.70 1.26 1.54 3/160
  * 27654" -> 3), or -1 if the line is not of that form. */
 int pool_parse_runnable(const char *loadavg);
