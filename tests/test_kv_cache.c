@@ -1,16 +1,18 @@
 /*
  * test_kv_cache.c — the KV cache: append/read round trips in every dtype,
  * capacity errors, and decode through the cache equal to attention on the
- * same rounded K/V given directly. Also the scalar dtype conversions against
- * known bit patterns.
+ * same rounded K/V given directly, and init faulting the cache's memory in.
+ * Also the scalar dtype conversions against known bit patterns.
  */
 #include "testing.h"
 
 #include "qkv.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 TEST(dtype_conversions_round_to_nearest_even) {
     /* bf16: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 -> even (1.0) */
@@ -102,4 +104,33 @@ TEST(decode_through_the_cache_equals_direct_attention) {
         qkv_kv_cache_free(c);
     }
     free(k1); free(v1); free(k2); free(v2); free(kr); free(vr);
+}
+
+/* This process's resident bytes (/proc/self/statm), or -1. */
+static double resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    long size = 0, resident = -1;
+    if (f) {
+        if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = -1;
+        fclose(f);
+    }
+    return resident < 0 ? -1 : (double)resident * (double)sysconf(_SC_PAGESIZE);
+}
+
+/* A new cache is resident at once (kv_cache.c: kv_commit), not page by page
+ * as it fills, so its first append does not fault in a huge page per head
+ * inside a forward pass. 2 x 64 MiB: above glibc's largest mmap threshold,
+ * so the memory is fresh, never pages an earlier test touched. */
+TEST(kv_cache_init_makes_its_memory_resident) {
+    const int n_kv_head = 8, capacity = 16384, head_dim = 128;
+    const double bytes = 2.0 * n_kv_head * capacity * head_dim * 4;
+    const double before = resident_bytes();
+    qkv_kv_cache *c = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_kv_cache_init(&c, n_kv_head, head_dim, capacity, QKV_DTYPE_F32, &err) == QKV_OK, "%s", err.msg);
+    const double after = resident_bytes();
+    CHECK(before >= 0 && after >= 0, "/proc/self/statm is readable");
+    CHECK(after - before >= 0.95 * bytes, "resident grew by %.1f MiB for a %.1f MiB cache", (after - before) / (1 << 20),
+          bytes / (1 << 20));
+    qkv_kv_cache_free(c);
 }

@@ -5,7 +5,9 @@
  * mask: K and V of position j never change once written, unless evicted
  * (qkv_kv_cache_shift moves the later rows down, re-rotating their keys
  * when positions are re-indexed). Storage comes from
- * qkv_kv_alloc: 2 MiB aligned, transparent huge pages where offered.
+ * qkv_kv_alloc: 2 MiB aligned, transparent huge pages where offered; init
+ * faults all of it in (kv_commit), as llama.cpp clears its KV buffers when
+ * it makes a context.
  */
 #include "qkv.h"
 #include "util/error.h"
@@ -30,6 +32,21 @@ void *qkv_kv_alloc(size_t bytes) {
 }
 
 void qkv_kv_free(void *p) { free(p); }
+
+/* Faults in every page of [p, p + bytes) now: MADV_POPULATE_WRITE (Linux
+ * 5.14), else a write to each 4 KiB page (the contents stay undefined: a
+ * cache reads only positions it has written). Otherwise the first append
+ * faults in a whole 2 MiB huge page of every head of every layer (SmolLM2 at
+ * 8K positions: 360 MB on its first token), inside the forward pass: `qkv
+ * run`'s prompt tok/s then timed the kernel zeroing pages (0.06-0.97 s
+ * of system time for a 64-token prompt in a VM, BENCHMARKS.md), and a machine
+ * short of memory failed in the middle of a run, not at init. */
+static void kv_commit(void *p, size_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+    if (bytes >= KV_ALIGN && madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
+#endif
+    for (size_t o = 0; o < bytes; o += 4096) ((volatile char *)p)[o] = 0;
+}
 
 struct qkv_kv_cache {
     int n_kv_head, head_dim, capacity, len;
@@ -56,6 +73,8 @@ qkv_status qkv_kv_cache_init(qkv_kv_cache **out, int n_kv_head, int head_dim, in
         qkv_kv_cache_free(c);
         return qkv_fail(err, QKV_ERR_NOMEM, "kv cache: cannot allocate 2 x %zu bytes", bytes);
     }
+    kv_commit(c->k, bytes);
+    kv_commit(c->v, bytes);
     c->n_kv_head = n_kv_head;
     c->head_dim = head_dim;
     c->capacity = capacity;
