@@ -319,7 +319,9 @@ qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n
 void *qkv_kv_alloc(size_t bytes);
 void qkv_kv_free(void *p);
 
-/* One layer's K (after RoPE) and V, stored in [Hkv, capacity, D] of dtype. */
+/* One layer's K (after RoPE) and V, stored in [Hkv, capacity, D] of dtype.
+ * init makes all of its memory resident (as llama.cpp clears its KV buffers
+ * when it makes a context): appends never fault pages in. */
 typedef struct qkv_kv_cache qkv_kv_cache;
 
 qkv_status qkv_kv_cache_init(qkv_kv_cache **out, int n_kv_head, int head_dim, int capacity,
