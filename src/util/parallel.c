@@ -8,10 +8,10 @@
  * spins, then sleeps on a futex. How long it spins depends on the machine:
  *   - the other runnable threads of the system (/proc/loadavg's fourth field
  *     less the pool's threads that are awake when it is read) and the loop's
- *     threads together at most 1.5 times the CPUs this process may use (2
- *     CPUs: ours and one other): up to POOL_SPIN_LONG pauses (~0.5 ms), so a worker
- *     is still spinning when the next loop of a decode step comes, a few
- *     microseconds of serial work later. A futex wake-up costs tens of
+ *     threads together at most the CPUs this process may use, so that each
+ *     of our threads can have a CPU of its own: up to POOL_SPIN_LONG pauses
+ *     (~0.5 ms), so a worker is still spinning when the next loop of a
+ *     decode step comes, a few microseconds of serial work later. A futex wake-up costs tens of
  *     microseconds in a VM: sleeping after 256 pauses halved the generated
  *     tokens/s on a quiet machine (40-50 -> 92-97 with the long spin),
  *     BENCHMARKS.md, issue 11;
@@ -22,7 +22,10 @@
  *     long spin ran at 42-43 tokens/s on Ice Lake but on Zen 3 it fell to
  *     2.2-2.6 in two runs of three (both our threads on one CPU, each
  *     spinning out the slice the other needed), where the short spin gave
- *     20-30 in every run (same sections).
+ *     20-30 in every run (same sections). With one busy process on 2 CPUs
+ *     (Zen 4, Linux 6.18) the short spin gave 1.32x the long one's
+ *     generated tokens/s (80.0 against 60.8): the long spin now needs a CPU
+ *     for each of our threads, where it allowed 1.5 threads per CPU before.
  * The caller reads the load at most every POOL_LOAD_PERIOD_MS, at the start
  * of a loop; workers use the budget it last set (pool_spin_budget).
  *
@@ -60,7 +63,7 @@
 #ifndef POOL_SPIN /* -DPOOL_SPIN=N builds the variants BENCHMARKS.md compares */
 #define POOL_SPIN 256 /* pauses before a waiting thread sleeps on a crowded machine (~4 us on Ice Lake) */
 #endif
-#define POOL_SPIN_LONG 32768 /* ... and on a machine with at most one other thread per CPU (~0.5 ms) */
+#define POOL_SPIN_LONG 32768 /* ... and on a machine with a CPU free for each of the loop's threads (~0.5 ms) */
 #define POOL_LOAD_PERIOD_MS 20
 
 /* Static: one thread's run of items [next, end), taken one at a time from
@@ -108,7 +111,7 @@ static _Atomic int spin_budget = POOL_SPIN; /* pauses before sleeping, set by po
 int pool_spin_budget(int runnable, int ours_awake, int team, int cpus) {
     if (runnable < 1) return POOL_SPIN; /* unknown: the reader itself runs */
     const int others = runnable > ours_awake ? runnable - ours_awake : 0;
-    return 2 * (others + team) <= 3 * cpus ? POOL_SPIN_LONG : POOL_SPIN;
+    return others + team <= cpus ? POOL_SPIN_LONG : POOL_SPIN;
 }
 
 int pool_parse_runnable(const char *loadavg) {

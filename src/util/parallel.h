@@ -20,8 +20,9 @@
  * Either way a worker that has not started when the caller has taken the
  * last item takes no part (the caller does not wait for it).
  * Returns when every item has run. Workers are started at first need and kept
- * for the process; an idle one spins (up to ~0.5 ms while at most one other
- * thread per CPU is runnable, a few microseconds on a more crowded machine),
+ * for the process; an idle one spins (up to ~0.5 ms while each of the loop's
+ * threads has a CPU no other runnable thread needs, a few microseconds on a
+ * busier machine),
  * then sleeps on a futex, so waiting costs little whatever else runs.
  * One call holds the pool at a time: a call made while another is in flight
  * (from another thread of the program, or from inside fn) runs its items in
@@ -36,7 +37,7 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
  * threads are runnable system-wide, `ours_awake` of them the pool's (the
  * caller and its workers not asleep), a loop runs on `team` threads and this
  * process may use `cpus` CPUs: long while the others and the team are at
- * most 1.5 * cpus, short above that or when runnable is unknown (< 1). */
+ * most cpus, short above that or when runnable is unknown (< 1). */
 int pool_spin_budget(int runnable, int ours_awake, int team, int cpus);
 /* The runnable-thread count of a /proc/loadavg line ("0.70 1.26 1.54 3/160
  * 27654" -> 3), or -1 if the line is not of that form. */
