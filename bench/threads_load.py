@@ -7,11 +7,16 @@ pass of each, in alternating order, so the ratio of the two compares the same
 minutes of a host whose speed drifts. A pass runs, one after the other so
 every program sees the same load:
   qkv run (this build)              --tokens IDS -n GEN --threads T, each prompt length
+  qkv run on one thread (--one-thread)
   qkv run (an older build, --old)   with OMP_WAIT_POLICY unset and =passive
   llama-bench (--llama-bench)       -p N -n GEN -t T, -fa 0 and -fa 1
 and prints the median tokens/s of each (prompt, generation), the CPUs its
 process used on average (user + system seconds over wall seconds), the load
-average before each pass, and each round's idle / loaded ratio. The prompt
+average before each pass, and each round's idle / loaded ratio. With --one-thread it also prints the
+ceiling a fair scheduler allows: with one busy process per CPU, T threads of
+ours get T / 2 CPUs at best, so loaded T threads can run at most as fast as
+the better of idle T threads / 2 and idle 1 thread (a thread has at most
+one CPU), and the table gives loaded / that ceiling. The prompt
 ids are bench/model_speed.py's (the first N tokens of GPL-3); llama-bench
 draws its own prompt ids, which does not change the work of a dense model.
 
@@ -82,6 +87,9 @@ def one_pass(a, ids_by_n, n_load, res):
             for kv in a.kv_dtypes.split(","):
                 record(res, (f"qkv, {kv} KV", n),
                        lambda: run_qkv(a.qkv, a.model, ids, a.gen, a.threads, kv_dtype=kv))
+                if a.one_thread and a.threads > 1:
+                    record(res, (f"qkv, {kv} KV, 1 thread", n),
+                           lambda: run_qkv(a.qkv, a.model, ids, a.gen, 1, kv_dtype=kv))
             if a.old and n <= a.old_max_prompt:
                 for pol in ("default", "passive"):
                     env = dict(os.environ)
@@ -129,6 +137,8 @@ def main():
     ap.add_argument("--kv-dtypes", default="f32,f16",
                     help="qkv run's KV caches to measure (llama.cpp's default cache is f16)")
     ap.add_argument("--phases", default="idle,loaded", help="which phases to run")
+    ap.add_argument("--one-thread", action="store_true",
+                    help="also qkv run on one thread, and the loaded runs against a fair share's ceiling")
     a = ap.parse_args()
     ns = [int(x) for x in a.prompts.split(",")]
     ids_all = prompt_ids(a.qkv, a.model, max(ns))
@@ -161,6 +171,29 @@ def main():
                 rs = [ratio(x[i], y[i]) for x, y in zip(idle[k], busy[k])]
                 cols.append(f"{fmt_ratio(statistics.median(rs))} ({', '.join(fmt_ratio(x) for x in rs)})")
             print(f"| {k[0]} | {k[1]} | {cols[0]} | {cols[1]} |")
+    if a.one_thread and a.threads > 1:
+        print_fair_share(a, idle, busy)
+
+
+def print_fair_share(a, idle, busy):
+    """Loaded T threads against what a fair share of the CPUs allows them:
+    with a busy process per CPU a thread gets half a CPU, so T threads get
+    T / 2 CPUs, which is at best idle T threads' speed / 2, or idle 1
+    thread's where T / 2 >= 1 CPU and one thread uses it better. Medians."""
+    print(f"\n### loaded {a.threads} threads against a fair share of the CPUs\n")
+    print(f"The ceiling is max(idle {a.threads} threads / 2, idle 1 thread): {a.threads} threads beside a busy process "
+          "per CPU get half of each CPU. Medians.\n")
+    print("| program | prompt tokens | idle 1 thread | idle, all threads | ceiling | loaded | loaded / ceiling |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    med = lambda rows, i: statistics.median(r[i] for r in rows)
+    for (prog, n), rows in busy.items():
+        one = (prog + ", 1 thread", n)
+        if prog.endswith("1 thread") or one not in idle or (prog, n) not in idle:
+            continue
+        for i, what in ((0, "prompt"), (1, "generation")):
+            i1, it, lo = med(idle[one], i), med(idle[(prog, n)], i), med(rows, i)
+            ceil = max(it / 2, i1 if a.threads >= 2 else 0)
+            print(f"| {prog}, {what} | {n} | {i1:.1f} | {it:.1f} | {ceil:.1f} | {lo:.1f} | {lo / ceil:.2f} |")
 
 
 def ratio(a, b):
