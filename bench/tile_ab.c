@@ -23,16 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "timing.h"
 
 void attn_rows_A(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws);
 void attn_rows_B(const attn_problem *P, const attn_rows *rows, int j0, int j1, attn_scratch *ws);
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static float uniform(void) { return (float)rand() / (float)RAND_MAX - 0.5f; }
 
