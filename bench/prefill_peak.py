@@ -6,13 +6,15 @@ fp32 FMA peak (`qkv bench --roofline`, the best of --peak-runs runs: a low run
 would flatter the fraction), then each shape — Llama-3.1-8B and SmolLM2 heads,
 f32/bf16/f16 K/V, n in --n — in --rounds interleaved rounds of `qkv bench
 --kernel flash --repeat 3`, this build and (with --old) an older one one after
-the other, and keeps the best (min) time of each. It prints a Markdown table:
+the other (in turns: the older first in even rounds), and keeps the best (min)
+time of each and, with --old, the median of the rounds' old / new ratios (two
+builds' runs seconds apart see the same machine). It prints a Markdown table:
 GFLOP/s = 4 * Hq * D * n (n + 1) / 2 / s (the visible keys of a causal mask),
 and the new build's fraction of the peak.
 
     nice -n -20 python3 bench/prefill_peak.py --threads 2 --old /tmp/qkv-base/qkv
 """
-import argparse, os, re, subprocess, sys
+import argparse, os, re, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADS = {"llama": (32, 8, 128), "smol": (9, 3, 64)}
@@ -54,7 +56,7 @@ def main():
     bins.append(("new", a.qkv))
     thr = ["--threads", str(a.threads)]
     head = "| ISA | heads | K/V | n |" + "".join(" %s ms | %s GFLOP/s |" % (b, b) for b, _ in bins)
-    head += (" speed-up |" if a.old else "") + " % of FMA peak |"
+    head += (" speed-up | median of rounds |" if a.old else "") + " % of FMA peak |"
     rows = []
     for isa in a.isas.split(","):
         peaks = []
@@ -70,19 +72,22 @@ def main():
             hq, hkv, d = HEADS[model]
             for dt in a.dtypes.split(","):
                 for n in (int(x) for x in a.n.split(",")):
-                    best = {}
+                    best, ratios = {}, []
                     args = ["--n", str(n), "--hq", str(hq), "--hkv", str(hkv), "--d", str(d), "--kernel", "flash",
                             "--kv-dtype", dt, "--repeat", "3"] + thr
-                    for _ in range(a.rounds):
-                        for name, binary in bins:
-                            t = float(re.search(r"min=([0-9.]+)", bench(binary, isa, args)).group(1))
-                            best[name] = min(best.get(name, 9e99), t)
+                    for r in range(a.rounds):
+                        this = {}
+                        for name, binary in bins if r % 2 == 0 else bins[::-1]:
+                            this[name] = float(re.search(r"min=([0-9.]+)", bench(binary, isa, args)).group(1))
+                            best[name] = min(best.get(name, 9e99), this[name])
+                        if a.old:
+                            ratios.append(this["old"] / this["new"])
                     flops = 4.0 * hq * d * n * (n + 1) / 2
                     line = "| %s | %s | %s | %d |" % (isa, model, dt, n)
                     for name, _ in bins:
                         line += " %.1f | %.1f |" % (best[name] * 1e3, flops / best[name] / 1e9)
                     if a.old:
-                        line += " %.2fx |" % (best["old"] / best["new"])
+                        line += " %.2fx | %.3f |" % (best["old"] / best["new"], statistics.median(ratios))
                     line += " %.0f%% |" % (flops / best["new"] / 1e9 / peak * 100)
                     rows.append(line)
                     print(line, flush=True)

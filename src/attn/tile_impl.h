@@ -531,8 +531,9 @@ static void mask_tile(float *st, const int32_t *pos, int RP, int RS, const attn_
  * time down all the keys, so the pair's max and running sums stay in
  * registers (two independent sums); with every row vector in the inner loop
  * (up to 16 of them with AVX2) they lived on the stack. Bit for bit the same
- * (each sum still adds its keys in order); 1.06x causal prefill at D = 64 on
- * AVX2, 1.00x with AVX-512 (Zen 4, BENCHMARKS.md, issue 11). */
+ * (each sum still adds its keys in order). Causal prefill at D = 64 on AVX2:
+ * 1.03-1.06x at n = 2048, 0.96-1.01x at n = 4096 (medians of rounds in
+ * turns); AVX-512 and D = 128 1.00x (Zen 4, BENCHMARKS.md, issue 11). */
 static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int RS, int nk, const float *tmax) {
     enum { NRV_MAX = ATTN_MAX_ROWS / VW };
     const int nrv = RP / VW;
