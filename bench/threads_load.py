@@ -192,7 +192,7 @@ def print_fair_share(a, idle, busy):
             continue
         for i, what in ((0, "prompt"), (1, "generation")):
             i1, it, lo = med(idle[one], i), med(idle[(prog, n)], i), med(rows, i)
-            ceil = max(it / 2, i1 if a.threads >= 2 else 0)
+            ceil = max(it / 2, i1)
             print(f"| {prog}, {what} | {n} | {i1:.1f} | {it:.1f} | {ceil:.1f} | {lo:.1f} | {lo / ceil:.2f} |")
 
 

@@ -524,6 +524,23 @@ static void mask_tile(float *st, const int32_t *pos, int RP, int RS, const attn_
     }
 }
 
+/* p = exp(s - m_use) down the nk keys of st [nk, RS] for the nb row vectors
+ * from row vector n, and sum[n ..] = each row vector's sum of its p, adding
+ * the keys in order. nb <= 2 vectors' max and sum stay in registers. */
+INLINE void exp_rows(float *st, int RS, int nk, int n, const vf *m_use, vf *sum, const int nb) {
+    vf mu[2], s[2];
+    for (int b = 0; b < nb; b++) mu[b] = m_use[n + b], s[b] = vset1(0);
+    for (int j = 0; j < nk; j++) {
+        float *p = st + (size_t)j * RS + n * VW;
+        for (int b = 0; b < nb; b++) {
+            vf e = vexp2(vexp_t(vload(p + b * VW), mu[b]));
+            vstore(p + b * VW, e);
+            s[b] += e;
+        }
+    }
+    for (int b = 0; b < nb; b++) sum[n + b] = s[b];
+}
+
 /* Online softmax of one tile, VW rows at a time: st becomes p = exp(s - m'),
  * m, l and alpha are updated (see the invariant at the top). tmax holds each
  * row's max score of the tile when qk_tile's is still true (no mask since),
@@ -554,30 +571,8 @@ static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, in
         vstore(m + n * VW, m_new);
     }
     int n = 0;
-    for (; n + 2 <= nrv; n += 2) {
-        const vf mu0 = m_use[n], mu1 = m_use[n + 1];
-        vf s0 = vset1(0), s1 = vset1(0);
-        for (int j = 0; j < nk; j++) {
-            float *p = st + (size_t)j * RS + n * VW;
-            vf e0 = vexp2(vexp_t(vload(p), mu0)), e1 = vexp2(vexp_t(vload(p + VW), mu1));
-            vstore(p, e0);
-            vstore(p + VW, e1);
-            s0 += e0;
-            s1 += e1;
-        }
-        sum[n] = s0, sum[n + 1] = s1;
-    }
-    for (; n < nrv; n++) { /* an odd last row vector */
-        const vf mu = m_use[n];
-        vf s = vset1(0);
-        for (int j = 0; j < nk; j++) {
-            float *p = st + (size_t)j * RS + n * VW;
-            vf e = vexp2(vexp_t(vload(p), mu));
-            vstore(p, e);
-            s += e;
-        }
-        sum[n] = s;
-    }
+    for (; n + 2 <= nrv; n += 2) exp_rows(st, RS, nk, n, m_use, sum, 2);
+    if (n < nrv) exp_rows(st, RS, nk, n, m_use, sum, 1); /* an odd last row vector */
     for (n = 0; n < nrv; n++) vstore(l + n * VW, vload(l + n * VW) * vload(alpha + n * VW) + sum[n]);
 }
 

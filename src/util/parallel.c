@@ -11,10 +11,10 @@
  *     threads together at most the CPUs this process may use, so that each
  *     of our threads can have a CPU of its own: up to POOL_SPIN_LONG pauses
  *     (~0.5 ms), so a worker is still spinning when the next loop of a
- *     decode step comes, a few microseconds of serial work later. A futex wake-up costs tens of
- *     microseconds in a VM: sleeping after 256 pauses halved the generated
- *     tokens/s on a quiet machine (40-50 -> 92-97 with the long spin),
- *     BENCHMARKS.md, issue 11;
+ *     decode step comes, a few microseconds of serial work later. A futex
+ *     wake-up costs tens of microseconds in a VM: sleeping after 256 pauses
+ *     halved the generated tokens/s on a quiet machine (40-50 -> 92-97
+ *     with the long spin), BENCHMARKS.md, issue 11;
  *   - more than that: POOL_SPIN pauses (~4 us), then sleep. There a spinning
  *     thread burns the slices its partner needs. With ~15 runnable threads
  *     on 2 CPUs, 2048 pauses gave less than half the tokens/s of 256 and
