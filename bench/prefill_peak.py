@@ -12,12 +12,20 @@ builds' runs seconds apart see the same machine). It prints a Markdown table:
 GFLOP/s = 4 * Hq * D * n (n + 1) / 2 / s (the visible keys of a causal mask),
 and the new build's fraction of the peak.
 
+With --mix, bench/fma_mix.sh (built once into /tmp) also runs for --mix-seconds
+just before each shape, on the same threads and ISA: the median rate of the
+flash micro-kernels' instruction mix (broadcasts and loads from L1 feeding a
+register tile of FMAs), which on some machines is well below the FMA peak for
+AVX2. The row then also gives that rate and the new build's fraction of it.
+
     nice -n -20 python3 bench/prefill_peak.py --threads 2 --old /tmp/qkv-base/qkv
+    nice -n -20 python3 bench/prefill_peak.py --threads 2 --mix
 """
 import argparse, os, re, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADS = {"llama": (32, 8, 128), "smol": (9, 3, 64)}
+MIX_BIN = "/tmp/qkv-fma_mix/fma_mix"  # built by bench/fma_mix.sh
 
 
 def bench(binary, isa, args):
@@ -27,6 +35,17 @@ def bench(binary, isa, args):
         print("prefill_peak: %s bench %s failed: %s" % (binary, " ".join(args), r.stderr.strip()), file=sys.stderr)
         sys.exit(2)
     return r.stdout
+
+
+def mix_rate(isa, threads, seconds):
+    """Median GFLOP/s of fma_mix's micro-kernel mix for isa (bench/fma_mix.c)."""
+    r = subprocess.run([MIX_BIN, "--isa", isa, "--threads", str(threads), "--seconds", str(seconds)],
+                       capture_output=True, text=True)
+    m = re.search(r"mix_GFLOP/s median=([0-9.]+)", r.stdout)
+    if r.returncode != 0 or not m:
+        print("prefill_peak: fma_mix failed: %s" % (r.stderr.strip() or r.stdout.strip()), file=sys.stderr)
+        sys.exit(2)
+    return float(m.group(1))
 
 
 def loadavg():
@@ -45,7 +64,14 @@ def main():
     ap.add_argument("--models", default="llama,smol")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--peak-runs", type=int, default=3)
+    ap.add_argument("--mix", action="store_true", help="also the micro-kernels' instruction mix's rate, per shape")
+    ap.add_argument("--mix-seconds", type=float, default=2.0)
     a = ap.parse_args()
+    if a.mix:
+        r = subprocess.run([os.path.join(ROOT, "bench", "fma_mix.sh"), "--seconds", "0.1"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print("prefill_peak: bench/fma_mix.sh failed: %s" % r.stderr.strip(), file=sys.stderr)
+            sys.exit(2)
     for flag, path in (("--qkv", a.qkv), ("--old", a.old)):
         if path and not (os.path.isfile(path) and os.access(path, os.X_OK)):
             print("prefill_peak: %s %s: not an executable file" % (flag, path), file=sys.stderr)
@@ -57,6 +83,7 @@ def main():
     thr = ["--threads", str(a.threads)]
     head = "| ISA | heads | K/V | n |" + "".join(" %s ms | %s GFLOP/s |" % (b, b) for b, _ in bins)
     head += (" speed-up | median of rounds |" if a.old else "") + " % of FMA peak |"
+    head += " mix GFLOP/s | % of mix |" if a.mix else ""
     rows = []
     for isa in a.isas.split(","):
         peaks = []
@@ -73,6 +100,7 @@ def main():
             for dt in a.dtypes.split(","):
                 for n in (int(x) for x in a.n.split(",")):
                     best, ratios = {}, []
+                    mix = mix_rate(isa, a.threads, a.mix_seconds) if a.mix else None
                     args = ["--n", str(n), "--hq", str(hq), "--hkv", str(hkv), "--d", str(d), "--kernel", "flash",
                             "--kv-dtype", dt, "--repeat", "3"] + thr
                     for r in range(a.rounds):
@@ -89,6 +117,8 @@ def main():
                     if a.old:
                         line += " %.2fx | %.3f |" % (best["old"] / best["new"], statistics.median(ratios))
                     line += " %.0f%% |" % (flops / best["new"] / 1e9 / peak * 100)
+                    if mix:
+                        line += " %.1f | %.0f%% |" % (mix, flops / best["new"] / 1e9 / mix * 100)
                     rows.append(line)
                     print(line, flush=True)
     print()

@@ -6,7 +6,8 @@
  * ever lowers them), and the DRAM read bandwidth (a parallel sum over a
  * buffer far beyond the last-level cache; the median of 7 passes). Every
  * thread runs at once. It deliberately measures no
- * cache level and no mixed instruction stream: those are the kernels' job.
+ * cache level and no mixed instruction stream: those are the kernels' job
+ * (bench/fma_mix.c times the flash micro-kernels' mix beside this peak).
  * Part of `qkv bench`, not of libqkv: nothing but a benchmark needs it.
  */
 #include "bench_roofline.h"
@@ -39,7 +40,7 @@ static double now_s(void) {
 
 /* Each loop runs `iters` rounds of ROOF_CHAINS multiply-adds and returns the
  * FLOPs done; the result is folded into *sink so nothing is optimised away. */
-typedef double (*roof_loop)(int64_t iters, float *sink);
+typedef bench_roof_loop roof_loop;
 
 __attribute__((target("avx512f"))) static double fma_avx512(int64_t iters, float *sink) {
     __m512 a[ROOF_CHAINS];
@@ -88,6 +89,12 @@ static double fma_scalar(int64_t iters, float *sink) {
         for (int k = 0; k < ROOF_CHAINS; k++) a[k] = a[k] * 0.999999f + 1e-6f;
     for (int k = 0; k < ROOF_CHAINS; k++) *sink += a[k];
     return (double)iters * ROOF_CHAINS * 2;
+}
+
+bench_roof_loop bench_roofline_fma_loop(const char *isa) {
+    if (!strcmp(isa, "avx512")) return fma_avx512;
+    if (!strcmp(isa, "avx2")) return fma_avx2;
+    return fma_scalar;
 }
 
 /* FLOP/s of `loop` on n_threads threads: the best of ROOF_PASSES short passes
@@ -167,10 +174,8 @@ qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double sec
     const int nt = n_threads > 0 ? n_threads : qkv_cpu_count();
     if (seconds == 0) seconds = 0.2;
     if (dram_bytes == 0) dram_bytes = (size_t)512 << 20;
-    roof_loop fma = fma_scalar;
     const char *isa = qkv_attn_isa();
-    if (!strcmp(isa, "avx512")) fma = fma_avx512;
-    else if (!strcmp(isa, "avx2")) fma = fma_avx2;
+    const roof_loop fma = bench_roofline_fma_loop(isa);
     if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512bf16"))
         out->bf16_gflops = peak_of(bf16_avx512, nt, seconds) * 1e-9;
     out->fma_gflops = peak_of(fma, nt, seconds) * 1e-9;

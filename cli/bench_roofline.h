@@ -8,6 +8,7 @@
 #include "qkv.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct {
     double fma_gflops;   /* fp32 FMA peak in the kernels' vectors, all threads */
@@ -22,5 +23,12 @@ typedef struct {
  * median of 7. QKV_ERR_NOMEM if the buffer cannot be allocated. */
 qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double seconds, size_t dram_bytes,
                                   qkv_error *err);
+
+/* The FMA peak's loop on one thread: `iters` rounds of independent
+ * register-only multiply-adds in the vectors of isa ("avx512", "avx2", else
+ * scalar); returns the FLOPs done and folds the result into *sink. Also
+ * timed beside the flash kernels' instruction mix by bench/fma_mix.c. */
+typedef double (*bench_roof_loop)(int64_t iters, float *sink);
+bench_roof_loop bench_roofline_fma_loop(const char *isa);
 
 #endif /* QKV_BENCH_ROOFLINE_H */
