@@ -88,8 +88,7 @@ __attribute__((target("avx512f"), noinline)) static double mix_avx512(int64_t pa
            a41 = a00, a42 = a00, a43 = a00, a50 = a00, a51 = a00, a52 = a00, a53 = a00, b;
     for (int64_t i = 0; i < passes; i++) {
         const float *qp = qp_buf, *kr = kr_buf;
-        __asm__("" : "+r"(qp), "+r"(kr));
-#pragma GCC unroll 2
+        __asm__("" : "+r"(qp), "+r"(kr)); /* one step an iteration: GCC does not unroll this one */
         for (int d = 0; d < MIX_D; d++) {
             const __m512 q0 = _mm512_load_ps(qp + d * 64), q1 = _mm512_load_ps(qp + d * 64 + 16),
                          q2 = _mm512_load_ps(qp + d * 64 + 32), q3 = _mm512_load_ps(qp + d * 64 + 48);
@@ -174,6 +173,9 @@ int main(int argc, char **argv) {
     for (int k = 0; k < N_ISA; k++)
         if (only && strcmp(only, isas[k].isa)) isas[k].ok = 0;
         else if (only && !isas[k].ok) usage_fail("this CPU does not have the ISA --isa names");
+    int any = 0;
+    for (int k = 0; k < N_ISA; k++) any |= isas[k].ok;
+    if (!any) usage_fail("this CPU has neither AVX2 with FMA nor AVX-512");
     float sink = 0;
     int64_t passes[N_ISA][2];
     static double g_peak[N_ISA][MAX_SLICES], g_mix[N_ISA][MAX_SLICES], ratio[N_ISA][MAX_SLICES];
