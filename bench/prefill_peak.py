@@ -117,7 +117,7 @@ def main():
                     if a.old:
                         line += " %.2fx | %.3f |" % (best["old"] / best["new"], statistics.median(ratios))
                     line += " %.0f%% |" % (flops / best["new"] / 1e9 / peak * 100)
-                    if mix:
+                    if a.mix:
                         line += " %.1f | %.0f%% |" % (mix, flops / best["new"] / 1e9 / mix * 100)
                     rows.append(line)
                     print(line, flush=True)

@@ -38,9 +38,9 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* Each loop runs `iters` rounds of ROOF_CHAINS multiply-adds and returns the
- * FLOPs done; the result is folded into *sink so nothing is optimised away. */
-typedef bench_roof_loop roof_loop;
+/* Each loop (a bench_roof_loop) runs `iters` rounds of ROOF_CHAINS
+ * multiply-adds and returns the FLOPs done; the result is folded into *sink
+ * so nothing is optimised away. */
 
 __attribute__((target("avx512f"))) static double fma_avx512(int64_t iters, float *sink) {
     __m512 a[ROOF_CHAINS];
@@ -100,7 +100,7 @@ bench_roof_loop bench_roofline_fma_loop(const char *isa) {
 /* FLOP/s of `loop` on n_threads threads: the best of ROOF_PASSES short passes
  * (about seconds / ROOF_PASSES each), so that on a shared machine one pass
  * that ran undisturbed is enough. */
-static double peak_of(roof_loop loop, int n_threads, double seconds) {
+static double peak_of(bench_roof_loop loop, int n_threads, double seconds) {
     float sink = 0;
     int64_t iters = 1 << 14;
     for (;;) { /* calibrate on one thread */
@@ -175,7 +175,7 @@ qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double sec
     if (seconds == 0) seconds = 0.2;
     if (dram_bytes == 0) dram_bytes = (size_t)512 << 20;
     const char *isa = qkv_attn_isa();
-    const roof_loop fma = bench_roofline_fma_loop(isa);
+    const bench_roof_loop fma = bench_roofline_fma_loop(isa);
     if (!strcmp(isa, "avx512") && __builtin_cpu_supports("avx512bf16"))
         out->bf16_gflops = peak_of(bf16_avx512, nt, seconds) * 1e-9;
     out->fma_gflops = peak_of(fma, nt, seconds) * 1e-9;
