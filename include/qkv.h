@@ -711,16 +711,6 @@ typedef struct {
 
 typedef struct qkv_model qkv_model;
 
-/* What a probe sees of one layer's attention during a forward call: the
- * rotated queries and the layer's whole KV cache, and the flash kernel's LSE
- * (so any weight row is exp(q.k * scale - lse) without storing n x n).
- *   q:   [Hq, n, D] queries of this call's n tokens (after RoPE)
- *   lse: [Hq, n]    natural-log normaliser of every row
- * pos0 is the absolute position of the first of the n tokens. Return nonzero
- * to abort the forward call (it then fails with QKV_ERR_INVALID). */
-typedef int (*qkv_attn_hook)(void *user, int layer, const float *q, const float *lse, int n, int pos0,
-                             const qkv_kv_cache *cache, const qkv_attn_desc *desc);
-
 /* Opens the model at path: qkv_model_config_read, then every weight's shape
  * and type, and every norm weight finite and every rope_freqs.weight factor
  * finite and > 0 (QKV_ERR_FORMAT naming the tensor and element otherwise).
@@ -737,14 +727,10 @@ int qkv_model_n_ctx(const qkv_model *m);
 int qkv_model_pos(const qkv_model *m);
 /* Forgets every position from pos on (0: a fresh sequence). */
 qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err);
-/* The RoPE position the next token is rotated at: qkv_model_pos plus the
- * positions evicted without a shift (qkv_model_evict); rewinding to 0 resets it. */
+/* The RoPE position the next token is rotated at (before a call's
+ * rope_offset): qkv_model_pos plus the positions evicted without a shift
+ * (qkv_model_evict); rewinding to 0 resets it. */
 int qkv_model_rope_pos(const qkv_model *m);
-/* The mask of every following forward call: QKV_MASK_CAUSAL (the default),
- * QKV_MASK_WINDOW (window) or QKV_MASK_SINK_WINDOW (window, sinks), over the
- * rows of the KV cache as qkv_mask defines it (p(i) = cache length - n + i).
- * QKV_ERR_INVALID for another kind, window < 1 or sinks < 0. */
-qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int sinks, qkv_error *err);
 /* Evicts positions [from, from + n) of every layer's KV cache
  * (qkv_kv_cache_shift). shift 0: the kept keys keep their original
  * positions and so does every later token (qkv_model_rope_pos advances by
@@ -752,8 +738,108 @@ qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int 
  * tokens continue from the cache length. QKV_ERR_INVALID for a range
  * outside the cache. */
 qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
-/* Installs (or with NULL removes) the attention hook. */
-void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
+
+/* ------------------------------------------------ model: one forward call */
+
+/*
+ * Named activation points, TransformerLens's names and shapes (batch of 1
+ * dropped; n = the call's tokens, E = n_embd, Hq, Hkv, D as in the config).
+ * The full name of a per-layer point is "blocks.<L>." followed by its name.
+ */
+typedef enum {
+    QKV_HOOK_EMBED = 0,      /* hook_embed                  [n, E]  the embedded tokens */
+    QKV_HOOK_RESID_PRE,      /* hook_resid_pre              [n, E]  residual stream entering layer L */
+    QKV_HOOK_Q,              /* attn.hook_q                 [n, Hq, D]  queries before RoPE */
+    QKV_HOOK_K,              /* attn.hook_k                 [n, Hkv, D] keys before RoPE */
+    QKV_HOOK_V,              /* attn.hook_v                 [n, Hkv, D] values */
+    QKV_HOOK_ROT_Q,          /* attn.hook_rot_q             [n, Hq, D]  queries after RoPE */
+    QKV_HOOK_ROT_K,          /* attn.hook_rot_k             [n, Hkv, D] keys after RoPE (what the cache stores) */
+    QKV_HOOK_PATTERN,        /* attn.hook_pattern           [Hq, n, n_keys] read-only, rows on demand */
+    QKV_HOOK_Z,              /* attn.hook_z                 [n, Hq, D]  each head's output before Wo */
+    QKV_HOOK_ATTN_OUT,       /* hook_attn_out               [n, E]  the attention sublayer's output (z Wo) */
+    QKV_HOOK_RESID_MID,      /* hook_resid_mid              [n, E]  resid_pre + attn_out */
+    QKV_HOOK_MLP_OUT,        /* hook_mlp_out                [n, E]  the MLP sublayer's output */
+    QKV_HOOK_RESID_POST,     /* hook_resid_post             [n, E]  resid_mid + mlp_out */
+    QKV_HOOK_LN_FINAL,       /* ln_final.hook_normalized    [n, E]  the final RMSNorm's output */
+    QKV_HOOK_COUNT
+} qkv_hook_point;
+
+/* The point's name without its layer ("hook_resid_pre", "attn.hook_z",
+ * "hook_embed", "ln_final.hook_normalized"); NULL if out of range. */
+const char *qkv_hook_point_name(qkv_hook_point p);
+/* 1 for the points inside a layer (every point but hook_embed and ln_final). */
+int qkv_hook_point_per_layer(qkv_hook_point p);
+/* Parses a full name: "hook_embed", "blocks.5.attn.hook_z",
+ * "ln_final.hook_normalized"; "blocks.*.<name>" gives layer QKV_ALL. layer
+ * is -1 (QKV_ALL) for the points outside the layers. QKV_ERR_INVALID with
+ * the name quoted for anything else (the layer is not checked against a
+ * model: the forward call does that). */
+qkv_status qkv_hook_parse(qkv_hook_point *point, int *layer, const char *name, qkv_error *err);
+/* Writes the full name of (point, layer) into buf (at most size bytes, NUL
+ * included); returns the length it needs, as snprintf. */
+int qkv_hook_format(char *buf, size_t size, qkv_hook_point point, int layer);
+
+/* Every layer, or every head, in the scope fields below. */
+#define QKV_ALL (-1)
+
+/* Where a hook is called: one activation array of one forward call. */
+typedef struct qkv_attn_view qkv_attn_view; /* hook_pattern's source: see qkv_pattern_weights */
+typedef struct {
+    qkv_hook_point point;
+    int layer;              /* the block's index; -1 for hook_embed and ln_final */
+    int pos0;               /* absolute position of the call's first token (row 0) */
+    float *data;            /* the array, writable in place; NULL for hook_pattern */
+    int ndim;               /* 2 or 3 */
+    int64_t shape[3];       /* as listed at qkv_hook_point, outermost first */
+    const qkv_attn_view *attn; /* hook_pattern only, else NULL */
+} qkv_activation;
+
+/* A hook reads the activation and may overwrite a->data (the forward pass
+ * goes on with what it leaves there). Anything but QKV_OK stops the forward
+ * call, which returns that status with the message the hook wrote into err
+ * (or one naming the point if it wrote none). */
+typedef qkv_status (*qkv_hook_fn)(void *user, const qkv_activation *a, qkv_error *err);
+
+typedef struct {
+    qkv_hook_point point;
+    int layer;              /* the layer, or QKV_ALL for every layer; ignored outside the layers */
+    qkv_hook_fn fn;
+    void *user;
+} qkv_hook;
+
+/* Weights of hook_pattern's query head `head`, rows row0 .. row0+n_rows-1
+ * of the call against keys key0 .. key0+n_keys-1, recomputed from the rotated
+ * queries, the KV cache and the kernel's LSE (exp(scale q.k - lse): no n x n
+ * table is kept), under the mask the head ran with (its exclusions too).
+ *   w: [n_rows, n_keys] f32 output;  key indices are rows of the layer's cache
+ * QKV_ERR_INVALID if a is not a hook_pattern activation or a range is out of
+ * its shape. */
+qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int row0, int n_rows, int key0,
+                               int n_keys, qkv_error *err);
+/* The call's rotated queries and LSE, the layer's KV cache and the
+ * descriptor of its attention call (without head-scoped exclusions), for
+ * probes that compute from them directly (qkv_attn_weights).
+ *   q: [Hq, n, D] (after RoPE)   lse: [Hq, n] */
+const float *qkv_attn_view_q(const qkv_attn_view *v);
+const float *qkv_attn_view_lse(const qkv_attn_view *v);
+const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v);
+const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v);
+
+/* Keys hidden from queries: at these absolute positions (rows of the KV
+ * cache), in layer `layer` and query head `head` (each QKV_ALL for every
+ * one: set both explicitly). A head-scoped exclusion reruns that head's
+ * attention with its keys hidden, after the layer's call. */
+typedef struct {
+    const int *positions;   /* [n] any order, may repeat; >= 0 */
+    int n;
+    int layer;
+    int head;
+} qkv_exclusion;
+
+typedef struct {
+    int layer, head;
+} qkv_head_ref;
+
 /* Who computes a layer's attention when it is not the model's own kernel:
  * context parallelism (libqkv_mpi), where the keys of the sequence are
  * spread over machines. Called in every layer after the call's n keys and
@@ -762,42 +848,47 @@ void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user);
  * from q: [Hq, n, D] (rotated) and whatever keys it chooses (cache: this
  * model's own; desc: the call the model would have made on it, kv_dtype
  * and kv_head_stride of the cache). A failure stops the forward call with
- * its status and message. Interventions (exclusions, zeroed heads) are not
- * applied; the hook (qkv_model_set_hook) still sees q and the LSE. */
+ * its status and message. */
 typedef qkv_status (*qkv_attn_replace_fn)(void *user, int layer, float *att, float *lse, const float *q, int n,
                                           const qkv_kv_cache *cache, const qkv_attn_desc *desc, qkv_error *err);
-/* Installs (or with NULL removes) the replacement. */
-void qkv_model_set_attention(qkv_model *m, qkv_attn_replace_fn fn, void *user);
-/* The next token is rotated at RoPE position qkv_model_pos(m) + offset (the
- * offset qkv_model_evict without shift accumulates): a model holding one
- * rank's part of a longer sequence sets it to the global position of its
- * first row. offset >= 0, else QKV_ERR_INVALID. */
-qkv_status qkv_model_set_rope_offset(qkv_model *m, int offset, qkv_error *err);
-/* Masks keys at these absolute positions in every layer and head for the
- * following forward calls (an intervention; NULL/0 clears). Copied. */
-qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err);
-/* The same, scoped: only in layer `layer` and only for query head `head`
- * (-1: every layer / every head). A head-scoped exclusion reruns that head's
- * attention with the exclusion after the layer's call; the hook's desc then
- * carries no exclusion (its LSE for that head is the rerun's). Setting a new
- * exclusion (or clearing it) replaces the scope. QKV_ERR_INVALID for a layer
- * or head out of range. */
-qkv_status qkv_model_set_exclude_in(qkv_model *m, const int *positions, int n, int layer, int head,
-                                    qkv_error *err);
-/* Zero-ablation of one head: its attention output is set to 0 before the
- * output projection (Wo), for every row of the following forward calls, in
- * layer `layer` only. layer = head = -1 clears it; QKV_ERR_INVALID if out of
- * range. The hook still sees the head's q and LSE (its pattern, not its
- * contribution, is what remains). */
-qkv_status qkv_model_set_zero_head(qkv_model *m, int layer, int head, qkv_error *err);
+
+/* Everything that changes one forward call, and only that call: a zeroed
+ * struct (or NULL) is the plain forward. Nothing here is kept by the model,
+ * so two calls with different options never see each other's. */
+typedef struct {
+    /* the mask of every layer: 0 or QKV_MASK_CAUSAL is the model's causal
+     * mask; QKV_MASK_WINDOW (window) or QKV_MASK_SINK_WINDOW (window, sinks)
+     * over the rows of the KV cache as qkv_mask defines it (p(i) = cache
+     * length - n + i) */
+    qkv_mask_kind mask;
+    int window, sinks;
+    const qkv_exclusion *exclude;   /* [n_exclude] */
+    int n_exclude;
+    /* heads whose output (hook_z) is zeroed before Wo, every row */
+    const qkv_head_ref *zero_heads; /* [n_zero_heads] */
+    int n_zero_heads;
+    const qkv_hook *hooks;          /* [n_hooks], called in forward order, in list order at one point */
+    int n_hooks;
+    /* the attention of every layer (NULL: the model's kernel); exclusions and
+     * a non-causal mask are refused with it, and hook_pattern is not called */
+    qkv_attn_replace_fn replace;
+    void *replace_user;
+    /* the call's tokens are rotated at qkv_model_rope_pos(m) + rope_offset
+     * (>= 0): a model holding one rank's part of a longer sequence passes the
+     * global position of its first row */
+    int rope_offset;
+} qkv_forward_opts;
 
 /* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache) and
  * writes logits: [n, V] if all_logits, else [1, V] for the last token only.
  *   tokens: [n]   logits: see above, f32 (may be NULL: no lm_head)
+ *   opts: this call's interventions and hooks (NULL: none)
  * QKV_ERR_FULL if the cache cannot take n more positions; QKV_ERR_INVALID for
- * a token id outside [0, V). */
-qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n,
-                             int all_logits, qkv_error *err);
+ * a token id outside [0, V) or options out of range (a layer, head or point
+ * that does not exist, a negative position, window < 1, sinks < 0). On any
+ * failure the KV cache is as before the call. */
+qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
+                             const qkv_forward_opts *opts, qkv_error *err);
 
 /* ----------------------------------------------------------------- sampler */
 
@@ -984,8 +1075,9 @@ int qkv_token_ends_turn(const qkv_tokenizer *t, int32_t id);
  * Attention maps and sink statistics of a running model, taken from the
  * engine that runs it. A probe holds no copy of the attention: it reads what
  * a layer's kernel was given (rotated q, the KV cache) and what it returned
- * (LSE) through the model's attention hook, and recomputes the weight rows it
- * is asked for:  w[i, j] = exp(scale * q_i . k_j - lse_i), 0 where masked.
+ * (LSE) through a hook on blocks.L.attn.hook_pattern, and recomputes the
+ * weight rows it is asked for:  w[i, j] = exp(scale * q_i . k_j - lse_i), 0
+ * where masked.
  */
 
 /* Weights of query head `head`: rows row0 .. row0+n_rows-1 against keys
@@ -1030,21 +1122,20 @@ typedef struct {
     void *user;
 } qkv_inspect_params;
 
-/* An attention hook that hands the requested maps to p->row one row at a
- * time, in order: layer, head (as listed), query row — so one forward call
- * over a whole prompt streams [n_layers, n_heads, n, n] in C order. It holds
- * 64 rows of Lk floats, whatever the prompt: O(n) beyond the model.
+/* A hook on hook_pattern that hands the requested maps to p->row one row
+ * at a time, in order: layer, head (as listed), query row — so one forward
+ * call over a whole prompt streams [n_layers, n_heads, n, n] in C order. It
+ * holds 64 rows of Lk floats, whatever the prompt: O(n) beyond the model.
  *   qkv_inspect *in; qkv_inspect_init(&in, qkv_model_get_config(m), &p, &err);
- *   qkv_model_set_hook(m, qkv_inspect_hook, in); qkv_model_forward(m, ...);
- * When the forward call fails because the hook stopped it,
- * qkv_inspect_error(in) says why (NULL if the hook did not fail). */
+ *   qkv_hook h = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_inspect_hook, .user = in};
+ *   qkv_model_forward(m, ..., &(qkv_forward_opts){.hooks = &h, .n_hooks = 1}, &err);
+ * A row callback that returns nonzero stops the forward call (its error
+ * names the layer and head). */
 typedef struct qkv_inspect qkv_inspect;
 qkv_status qkv_inspect_init(qkv_inspect **out, const qkv_model_config *cfg, const qkv_inspect_params *p,
                             qkv_error *err);
 void qkv_inspect_free(qkv_inspect *in);
-int qkv_inspect_hook(void *in, int layer, const float *q, const float *lse, int n, int pos0,
-                     const qkv_kv_cache *cache, const qkv_attn_desc *desc);
-const char *qkv_inspect_error(const qkv_inspect *in);
+qkv_status qkv_inspect_hook(void *in, const qkv_activation *a, qkv_error *err);
 
 /* Attention sinks over long text, from the kernel's outputs: every row's
  * weight on keys 0 .. n_first-1 (n_first dot products and the row's LSE),
@@ -1071,15 +1162,14 @@ typedef struct {
     int64_t n_rows, n_sampled;
 } qkv_sinks_head;
 
-/* Accumulates over every forward call while installed as the hook
- * (qkv_model_set_hook(m, qkv_sinks_hook, s)). p NULL: qkv_sinks_params_default(). */
+/* Accumulates over every forward call it is a hook of, on hook_pattern
+ * (qkv_hook){.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_sinks_hook, .user = s}.
+ * p NULL: qkv_sinks_params_default(). */
 typedef struct qkv_sinks qkv_sinks;
 qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qkv_sinks_params *p,
                           qkv_error *err);
 void qkv_sinks_free(qkv_sinks *s);
-int qkv_sinks_hook(void *s, int layer, const float *q, const float *lse, int n, int pos0,
-                   const qkv_kv_cache *cache, const qkv_attn_desc *desc);
-const char *qkv_sinks_error(const qkv_sinks *s);
+qkv_status qkv_sinks_hook(void *s, const qkv_activation *a, qkv_error *err);
 /* The means so far for (layer, head); NULL if out of range. Valid until the
  * next call for the same pair or qkv_sinks_free. */
 const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
@@ -1089,8 +1179,8 @@ const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
 /*
  * Weight against influence: a key's attention weight says how much a row
  * reads it, not how much the answer depends on it. Ablating position j hides
- * key j through the engine's exclusion mask (qkv_model_set_exclude_in, never
- * a dense mask) and measures how the next-token distribution of the last
+ * key j through the engine's exclusion mask (a qkv_exclusion of the forward
+ * call, never a dense mask) and measures how the next-token distribution of the last
  * position moves: KL(p_full || p_ablated) in nats.
  *   QKV_ABLATE_ALL   key j leaves every query row (in the scoped layers and
  *                    heads). Rows before j cannot see j anyway, so their KV
@@ -1148,19 +1238,17 @@ typedef struct {
  * layer and head, the top token).
  *   rows:   [n] output, rows[j] for position j
  *   tokens: [n] the sequence from position 0, 2 <= n <= qkv_model_n_ctx(m)
- * Uses the model's hook slot and exclusion; on return both are cleared and
- * the KV cache is empty. QKV_ERR_INVALID for n < 2, a layer, head or target
+ * On return the KV cache is empty. QKV_ERR_INVALID for n < 2, a layer, head or target
  * out of range, or a token id outside the vocabulary. */
 qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, qkv_model *m,
                                 const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err);
 
 /* Head importance: zero-ablates each (layer, head) in turn
- * (qkv_model_set_zero_head), a full forward of tokens each.
+ * (qkv_forward_opts.zero_heads), a full forward of tokens each.
  *   effects: [L, Hq] output     tokens: [n], 1 <= n <= qkv_model_n_ctx(m)
  * target as in qkv_ablate_params (-1: the full run's top). sum gets the
  * target, its p and the top token (spearman_attn_kl NaN). Cost: L x Hq
- * forwards of n tokens. On return the zeroed head is cleared and the KV
- * cache empty. */
+ * forwards of n tokens. On return the KV cache is empty. */
 qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
                             const int32_t *tokens, int32_t target, int n, qkv_error *err);
 
@@ -1213,9 +1301,9 @@ int qkv_stream_rows(const qkv_stream_params *p, int n);
 /* Scores tokens under p.
  *   nll:    [n - 1] output, nll[t] for token t + 1
  *   tokens: [n], 2 <= n
- * *max_rows (may be NULL) gets the most KV rows held at once. Uses the
- * model's mask and KV cache (on return the mask is causal and the cache
- * empty); its n_ctx must be >= qkv_stream_rows(p, n). QKV_ERR_INVALID for
+ * *max_rows (may be NULL) gets the most KV rows held at once. Each chunk is
+ * a forward call with the policy's mask; on return the cache is empty. The
+ * model's n_ctx must be >= qkv_stream_rows(p, n). QKV_ERR_INVALID for
  * bad parameters or a too small context. */
 qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32_t *tokens, int n,
                             const qkv_stream_params *p, qkv_error *err);
@@ -1287,8 +1375,8 @@ typedef struct {
 } qkv_needle_result;
 
 /* Runs p from an empty cache and answers greedily (at most max_answer
- * tokens; a qkv_token_ends_turn token stops it). Uses the model's hook slot
- * (cleared on return) and needs qkv_model_n_ctx(m) >= p->n + max_answer.
+ * tokens; a qkv_token_ends_turn token stops it); on return the cache is
+ * empty. Needs qkv_model_n_ctx(m) >= p->n + max_answer.
  * The needle mass of head h in layer l is the sum of the weights its last
  * prompt row gives keys needle_pos .. needle_pos + needle_len - 1, each
  * exp(scale q.k - lse) from the kernel's LSE. */

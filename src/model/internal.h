@@ -80,4 +80,34 @@ float model_dot(const float *a, const float *b, int n);
  * bytes (QKV_ERR_FORMAT naming the key and the limit otherwise, or when absent). */
 qkv_status model_chat_template(const char **out, const qkv_gguf *g, qkv_error *err);
 
+/* ------------------------------------------------ forward options (forward_opts.c) */
+
+/* What hook_pattern's activation points to: one layer's attention call. */
+struct qkv_attn_view {
+    const float *q;            /* [Hq, n, D] rotated */
+    const float *lse;          /* [Hq, n] */
+    const qkv_kv_cache *cache;
+    qkv_attn_desc desc;        /* the layer's call: its exclusions for every head, the cache's dtype and stride */
+    const qkv_forward_opts *opts; /* for head-scoped exclusions */
+    int *head_excl;            /* [n_ctx] scratch for one head's exclusion list */
+    unsigned char *mark;       /* [n_ctx] zeros, scratch of forward_opts_exclusions */
+};
+
+/* QKV_OK, or QKV_ERR_INVALID naming the first option out of range for c. */
+qkv_status forward_opts_check(const qkv_forward_opts *o, const qkv_model_config *c, qkv_error *err);
+/* out <- the union of the positions below n_keys that o hides in layer
+ * `layer` from query head `head` (QKV_ALL: only the exclusions for every
+ * head); returns its length. mark: [n_keys] zeros, left zero. */
+int forward_opts_exclusions(int *out, unsigned char *mark, const qkv_forward_opts *o, int layer, int head,
+                            int n_keys);
+/* 1 if an exclusion scoped to this head applies in this layer. */
+int forward_opts_head_excluded(const qkv_forward_opts *o, int layer, int head);
+/* 1 if (layer, head) is one of o's zeroed heads. */
+int forward_opts_zeroed(const qkv_forward_opts *o, int layer, int head);
+/* 1 if a hook of o is installed at point in layer. */
+int forward_opts_hooked(const qkv_forward_opts *o, qkv_hook_point point, int layer);
+/* Calls o's hooks at a's point and layer, in list order; the first failure
+ * stops them, its message (or one naming the point) in err. */
+qkv_status forward_opts_call(const qkv_forward_opts *o, const qkv_activation *a, qkv_error *err);
+
 #endif

@@ -9,7 +9,10 @@
  * State is split as in llama2.c: config (qkv_model_config), weights (pointers
  * into the GGUF mapping) and run state (activations, KV caches, matmul scratch
  * and one attention plan for every layer, allocated once at open for n_ctx
- * positions: forward never allocates, tests/test_alloc.c counts).
+ * positions: forward never allocates, tests/test_alloc.c counts). What one
+ * call changes (masks, exclusions, zeroed heads, hooks at the named
+ * activation points) comes with that call (qkv_forward_opts, forward_opts.c)
+ * and is never kept.
  *
  * RoPE pairing: llama.cpp's converter permutes the rows of q and k weights so
  * that ggml's "normal" rope, which rotates adjacent pairs (2i, 2i+1), equals
@@ -55,17 +58,11 @@ struct qkv_model {
     float *gate, *up;        /* [n_ctx, F] */
     float *scratch;          /* [n_threads, MATMUL_ROWS, max cols] */
     int64_t *positions;      /* [n_ctx] */
-    int *exclude;            /* [n_exclude] */
-    int n_exclude;
-    int exclude_layer, exclude_head; /* where the exclusion applies; -1: every layer / head */
-    int zero_layer, zero_head;       /* the head whose attention output is zeroed; -1: none */
-    qkv_attn_hook hook;
-    void *hook_user;
-    qkv_attn_replace_fn replace;     /* computes every layer's attention instead of plan (NULL: plan) */
-    void *replace_user;
-    qkv_mask_kind mask_kind;         /* CAUSAL, WINDOW or SINK_WINDOW (qkv_model_set_mask) */
-    int mask_window, mask_sinks;
-    int rope_offset;                 /* positions evicted without a shift: RoPE position = row + offset */
+    int *excl_layer;         /* [n_ctx] the exclusions of one layer's call (every head) */
+    int *excl_head;          /* [n_ctx] ... of one head (a rerun, or hook_pattern's rows) */
+    unsigned char *excl_mark;/* [n_ctx] zeros between unions */
+    /* sequence state */
+    int rope_offset;         /* positions evicted without a shift: RoPE position = row + offset */
 };
 
 /* ------------------------------------------------------------- loading */
@@ -181,7 +178,7 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
     if (F > max_cols) max_cols = F;
     /* what the buffers below and the KV cache take, checked before any of them
      * is allocated (in doubles: no size_t product can wrap here) */
-    const double need = 4.0 * N * (2.0 * E + 4.0 * QD + 4.0 * KD + c->n_head + 2.0 * F) + 8.0 * N +
+    const double need = 4.0 * N * (2.0 * E + 4.0 * QD + 4.0 * KD + c->n_head + 2.0 * F) + 17.0 * N +
                         4.0 * m->n_threads * MATMUL_ROWS * max_cols +
                         2.0 * c->n_layer * N * KD * qkv_dtype_size(p->kv_dtype);
     const double have = memory_bytes();
@@ -205,9 +202,13 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
     m->up = malloc(N * F * 4);
     m->scratch = malloc((size_t)m->n_threads * MATMUL_ROWS * max_cols * 4);
     m->positions = malloc(N * sizeof(int64_t));
+    m->excl_layer = malloc(N * sizeof(int));
+    m->excl_head = malloc(N * sizeof(int));
+    m->excl_mark = calloc(N, 1);
     m->cache = calloc((size_t)c->n_layer, sizeof *m->cache);
     if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->qt || !m->kt || !m->vt || !m->att || !m->lse || !m->o ||
-        !m->gate || !m->up || !m->scratch || !m->positions || !m->cache)
+        !m->gate || !m->up || !m->scratch || !m->positions || !m->excl_layer || !m->excl_head || !m->excl_mark ||
+        !m->cache)
         return qkv_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_ctx);
     for (int l = 0; l < c->n_layer; l++) {
         qkv_status st = qkv_kv_cache_init(&m->cache[l], c->n_kv_head, c->head_dim, m->n_ctx, p->kv_dtype, err);
@@ -227,8 +228,6 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     if (p->n_ctx < 0 || p->n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx or n_threads");
     qkv_model *m = calloc(1, sizeof *m);
     if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
-    m->exclude_layer = m->exclude_head = m->zero_layer = m->zero_head = -1;
-    m->mask_kind = QKV_MASK_CAUSAL;
     qkv_status st = qkv_gguf_open(&m->gguf, path, err);
     if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
     if (!st) st = load_weights(m, err);
@@ -255,7 +254,7 @@ void qkv_model_close(qkv_model *m) {
     free(m->layers); free(m->norm_w); free(m->rope_factors);
     free(m->x); free(m->h); free(m->q); free(m->k); free(m->v); free(m->qt); free(m->kt); free(m->vt);
     free(m->att); free(m->lse); free(m->o); free(m->gate); free(m->up); free(m->scratch); free(m->positions);
-    free(m->exclude);
+    free(m->excl_layer); free(m->excl_head); free(m->excl_mark);
     qkv_gguf_close(m->gguf);
     free(m);
 }
@@ -275,17 +274,6 @@ qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err) {
 
 int qkv_model_rope_pos(const qkv_model *m) { return qkv_model_pos(m) + m->rope_offset; }
 
-qkv_status qkv_model_set_mask(qkv_model *m, qkv_mask_kind kind, int window, int sinks, qkv_error *err) {
-    if (kind != QKV_MASK_CAUSAL && kind != QKV_MASK_WINDOW && kind != QKV_MASK_SINK_WINDOW)
-        return qkv_fail(err, QKV_ERR_INVALID, "model: mask kind %d is not causal, window or sink-window", (int)kind);
-    if (kind != QKV_MASK_CAUSAL && (window < 1 || sinks < 0))
-        return qkv_fail(err, QKV_ERR_INVALID, "model: mask window %d must be >= 1 and sinks %d >= 0", window, sinks);
-    m->mask_kind = kind;
-    m->mask_window = window;
-    m->mask_sinks = sinks;
-    return QKV_OK;
-}
-
 qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err) {
     const int len = qkv_model_pos(m);
     if (from < 0 || n < 0 || n > len - from)
@@ -295,81 +283,6 @@ qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *
         if (st) return st;
     }
     if (!shift) m->rope_offset += n;
-    return QKV_OK;
-}
-
-void qkv_model_set_attention(qkv_model *m, qkv_attn_replace_fn fn, void *user) {
-    m->replace = fn;
-    m->replace_user = user;
-}
-
-qkv_status qkv_model_set_rope_offset(qkv_model *m, int offset, qkv_error *err) {
-    if (offset < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: RoPE offset %d < 0", offset);
-    m->rope_offset = offset;
-    return QKV_OK;
-}
-
-void qkv_model_set_hook(qkv_model *m, qkv_attn_hook hook, void *user) {
-    m->hook = hook;
-    m->hook_user = user;
-}
-
-qkv_status qkv_model_set_exclude(qkv_model *m, const int *positions, int n, qkv_error *err) {
-    return qkv_model_set_exclude_in(m, positions, n, -1, -1, err);
-}
-
-qkv_status qkv_model_set_exclude_in(qkv_model *m, const int *positions, int n, int layer, int head,
-                                    qkv_error *err) {
-    if (layer < -1 || layer >= m->cfg.n_layer || head < -1 || head >= m->cfg.n_head)
-        return qkv_fail(err, QKV_ERR_INVALID, "model: exclusion scope layer %d head %d outside [-1, %d) x [-1, %d)",
-                        layer, head, m->cfg.n_layer, m->cfg.n_head);
-    free(m->exclude);
-    m->exclude = NULL;
-    m->n_exclude = 0;
-    m->exclude_layer = m->exclude_head = -1;
-    if (n <= 0 || !positions) return QKV_OK;
-    m->exclude = malloc((size_t)n * sizeof(int));
-    if (!m->exclude) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
-    memcpy(m->exclude, positions, (size_t)n * sizeof(int));
-    m->n_exclude = n;
-    m->exclude_layer = layer;
-    m->exclude_head = head;
-    return QKV_OK;
-}
-
-qkv_status qkv_model_set_zero_head(qkv_model *m, int layer, int head, qkv_error *err) {
-    if ((layer < 0) != (head < 0) || layer < -1 || layer >= m->cfg.n_layer || head < -1 || head >= m->cfg.n_head)
-        return qkv_fail(err, QKV_ERR_INVALID, "model: zeroed head layer %d head %d outside [0, %d) x [0, %d)", layer,
-                        head, m->cfg.n_layer, m->cfg.n_head);
-    m->zero_layer = layer;
-    m->zero_head = head;
-    return QKV_OK;
-}
-
-/* The interventions on one head of layer l, after the layer's attention call
- * (desc: that call, run without exclusion when it is scoped to one head):
- * a head-scoped exclusion reruns that head's rows with the exclusion, over
- * its own KV head; a zeroed head gets O = 0 (before Wo) for every row. */
-static qkv_status intervene_heads(qkv_model *m, int l, int n, const qkv_attn_desc *desc, qkv_error *err) {
-    const int D = m->cfg.head_dim, h = m->exclude_head;
-    if (m->n_exclude && h >= 0 && (m->exclude_layer < 0 || m->exclude_layer == l)) {
-        const qkv_kv_cache *c = m->cache[l];
-        const size_t es = qkv_dtype_size(qkv_kv_cache_dtype(c));
-        const int64_t stride = (int64_t)qkv_kv_cache_capacity(c) * D;
-        const int kvh = h / (m->cfg.n_head / m->cfg.n_kv_head);
-        qkv_attn_desc one = *desc;
-        one.n_q_head = one.n_kv_head = 1;
-        one.mask.exclude = m->exclude;
-        one.mask.n_exclude = m->n_exclude;
-        one.kv_dtype = qkv_kv_cache_dtype(c);
-        one.kv_head_stride = stride;
-        const char *k = (const char *)qkv_kv_cache_k(c) + (size_t)kvh * stride * es;
-        const char *v = (const char *)qkv_kv_cache_v(c) + (size_t)kvh * stride * es;
-        qkv_status st = qkv_attn_run(m->plan, m->att + (size_t)h * n * D, m->lse + (size_t)h * n,
-                                     m->qt + (size_t)h * n * D, k, v, &one, err);
-        if (st) return st;
-    }
-    if (m->zero_layer == l) memset(m->att + (size_t)m->zero_head * n * D, 0, (size_t)n * D * sizeof(float));
     return QKV_OK;
 }
 
@@ -389,50 +302,126 @@ static void to_token_major(float *dst, const float *src, int n, int H, int D) {
             memcpy(dst + ((size_t)t * H + h) * D, src + ((size_t)h * n + t) * D, (size_t)D * sizeof(float));
 }
 
-static qkv_status attention_layer(qkv_model *m, int l, int n, int pos0, qkv_error *err) {
-    const qkv_model_config *c = &m->cfg;
-    const int E = c->n_embd, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim;
-    const float *norm = m->norm_w + (size_t)(2 * l) * E;
-    const layer_weights *w = &m->layers[l];
-    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
-    const model_mm_out qkv[3] = {{m->q, w->wq}, {m->k, w->wk}, {m->v, w->wv}};
-    model_matmul_group(qkv, 3, m->h, n, m->scratch, m->n_threads);
-    to_head_major(m->qt, m->q, n, Hq, D);
-    to_head_major(m->kt, m->k, n, Hkv, D);
-    to_head_major(m->vt, m->v, n, Hkv, D);
-    qkv_status st;
-    if ((st = qkv_rope_apply(m->qt, m->positions, &c->rope, Hq, n, D, err)) ||
-        (st = qkv_rope_apply(m->kt, m->positions, &c->rope, Hkv, n, D, err)) ||
-        (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
-        return st;
-    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
-                          .mask = {.kind = m->mask_kind, .window = m->mask_window, .sinks = m->mask_sinks,
-                                   .exclude = m->exclude, .n_exclude = m->n_exclude},
-                          .n_threads = m->n_threads};
-    if ((m->exclude_layer >= 0 && m->exclude_layer != l) || m->exclude_head >= 0) desc.mask.n_exclude = 0;
-    if (m->replace) {
-        desc.kv_dtype = qkv_kv_cache_dtype(m->cache[l]);
-        desc.kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D;
-        if ((st = m->replace(m->replace_user, l, m->att, m->lse, m->qt, n, m->cache[l], &desc, err))) return st;
-    } else if ((st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err)) ||
-               (st = intervene_heads(m, l, n, &desc, err))) {
-        return st;
+
+/* One forward call: the model, its options (never NULL here) and its rows. */
+typedef struct {
+    qkv_model *m;
+    const qkv_forward_opts *o;
+    int n, pos0;
+} fwd_call;
+
+/* Calls the hooks at (point, layer) on x, if any is installed there.
+ *   x: shaped as listed at qkv_hook_point (shape[0..ndim)) */
+static qkv_status hook_at(const fwd_call *f, qkv_hook_point point, int layer, float *x, int ndim, int64_t d0,
+                          int64_t d1, int64_t d2, qkv_error *err) {
+    if (!f->o->n_hooks || !forward_opts_hooked(f->o, point, layer)) return QKV_OK;
+    const qkv_activation a = {.point = point, .layer = qkv_hook_point_per_layer(point) ? layer : -1,
+                              .pos0 = f->pos0, .data = x, .ndim = ndim, .shape = {d0, d1, d2}};
+    return forward_opts_call(f->o, &a, err);
+}
+
+/* The rotated heads [H, n, D] as hook_rot_q / hook_rot_k see them, [n, H, D]:
+ * through tmp ([n, H*D]) and back. */
+static qkv_status hook_rotated(const fwd_call *f, qkv_hook_point point, int l, float *heads, float *tmp, int H,
+                               qkv_error *err) {
+    const int n = f->n, D = f->m->cfg.head_dim;
+    if (!f->o->n_hooks || !forward_opts_hooked(f->o, point, l)) return QKV_OK;
+    to_token_major(tmp, heads, n, H, D);
+    qkv_status st = hook_at(f, point, l, tmp, 3, n, H, D, err);
+    if (!st) to_head_major(heads, tmp, n, H, D);
+    return st;
+}
+
+/* The interventions on single heads of layer l after its attention call
+ * (desc: that call): a head-scoped exclusion reruns that head's rows with
+ * its keys hidden, over its own KV head; a zeroed head gets O = 0 (before
+ * Wo) for every row. */
+static qkv_status intervene_heads(const fwd_call *f, int l, const qkv_attn_desc *desc, qkv_error *err) {
+    qkv_model *m = f->m;
+    const qkv_forward_opts *o = f->o;
+    const int n = f->n, D = m->cfg.head_dim, Hq = m->cfg.n_head;
+    const qkv_kv_cache *c = m->cache[l];
+    for (int h = 0; h < Hq && o->n_exclude; h++) {
+        if (!forward_opts_head_excluded(o, l, h)) continue;
+        const size_t es = qkv_dtype_size(qkv_kv_cache_dtype(c));
+        const int kvh = h / (Hq / m->cfg.n_kv_head);
+        qkv_attn_desc one = *desc;
+        one.n_q_head = one.n_kv_head = 1;
+        one.mask.exclude = m->excl_head;
+        one.mask.n_exclude = forward_opts_exclusions(m->excl_head, m->excl_mark, o, l, h, desc->kv_len);
+        const char *k = (const char *)qkv_kv_cache_k(c) + (size_t)kvh * desc->kv_head_stride * es;
+        const char *v = (const char *)qkv_kv_cache_v(c) + (size_t)kvh * desc->kv_head_stride * es;
+        qkv_status st = qkv_attn_run(m->plan, m->att + (size_t)h * n * D, m->lse + (size_t)h * n,
+                                     m->qt + (size_t)h * n * D, k, v, &one, err);
+        if (st) return st;
     }
-    if (m->hook) {
-        desc.kv_dtype = qkv_kv_cache_dtype(m->cache[l]);
-        desc.kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D;
-        if (m->hook(m->hook_user, l, m->qt, m->lse, n, pos0, m->cache[l], &desc))
-            return qkv_fail(err, QKV_ERR_INVALID, "model: the attention hook stopped the forward pass at layer %d", l);
-    }
-    to_token_major(m->o, m->att, n, Hq, D);
-    model_matmul(m->h, m->o, w->wo, n, m->scratch, m->n_threads); /* h <- o Wo^T */
-    for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
+    for (int i = 0; i < o->n_zero_heads; i++)
+        if (o->zero_heads[i].layer == l)
+            memset(m->att + (size_t)o->zero_heads[i].head * n * D, 0, (size_t)n * D * sizeof(float));
     return QKV_OK;
 }
 
-static void ffn_layer(qkv_model *m, int l, int n) {
+/* x += attention(rmsnorm(x)) Wo, with the hooks from resid_pre to resid_mid. */
+static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
+    qkv_model *m = f->m;
+    const qkv_forward_opts *o = f->o;
     const qkv_model_config *c = &m->cfg;
-    const int E = c->n_embd, F = c->n_ff;
+    const int E = c->n_embd, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim, n = f->n, pos0 = f->pos0;
+    const float *norm = m->norm_w + (size_t)(2 * l) * E;
+    const layer_weights *w = &m->layers[l];
+    qkv_status st;
+    if ((st = hook_at(f, QKV_HOOK_RESID_PRE, l, m->x, 2, n, E, 0, err))) return st;
+    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    const model_mm_out qkv[3] = {{m->q, w->wq}, {m->k, w->wk}, {m->v, w->wv}};
+    model_matmul_group(qkv, 3, m->h, n, m->scratch, m->n_threads);
+    if ((st = hook_at(f, QKV_HOOK_Q, l, m->q, 3, n, Hq, D, err)) ||
+        (st = hook_at(f, QKV_HOOK_K, l, m->k, 3, n, Hkv, D, err)) ||
+        (st = hook_at(f, QKV_HOOK_V, l, m->v, 3, n, Hkv, D, err)))
+        return st;
+    to_head_major(m->qt, m->q, n, Hq, D);
+    to_head_major(m->kt, m->k, n, Hkv, D);
+    to_head_major(m->vt, m->v, n, Hkv, D);
+    if ((st = qkv_rope_apply(m->qt, m->positions, &c->rope, Hq, n, D, err)) ||
+        (st = qkv_rope_apply(m->kt, m->positions, &c->rope, Hkv, n, D, err)) ||
+        (st = hook_rotated(f, QKV_HOOK_ROT_Q, l, m->qt, m->q, Hq, err)) ||
+        (st = hook_rotated(f, QKV_HOOK_ROT_K, l, m->kt, m->k, Hkv, err)) ||
+        (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
+        return st;
+    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
+                          .mask = {.kind = o->mask == QKV_MASK_NONE ? QKV_MASK_CAUSAL : o->mask,
+                                   .window = o->window, .sinks = o->sinks},
+                          .kv_dtype = qkv_kv_cache_dtype(m->cache[l]),
+                          .kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D,
+                          .n_threads = m->n_threads};
+    if (o->n_exclude) {
+        desc.mask.n_exclude = forward_opts_exclusions(m->excl_layer, m->excl_mark, o, l, QKV_ALL, desc.kv_len);
+        desc.mask.exclude = m->excl_layer;
+    }
+    if (o->replace)
+        st = o->replace(o->replace_user, l, m->att, m->lse, m->qt, n, m->cache[l], &desc, err);
+    else
+        st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err);
+    if (st || (st = intervene_heads(f, l, &desc, err))) return st;
+    if (o->n_hooks && forward_opts_hooked(o, QKV_HOOK_PATTERN, l)) {
+        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .desc = desc, .opts = o,
+                                    .head_excl = m->excl_head, .mark = m->excl_mark};
+        const qkv_activation a = {.point = QKV_HOOK_PATTERN, .layer = l, .pos0 = pos0, .ndim = 3,
+                                  .shape = {Hq, n, pos0 + n}, .attn = &view};
+        if ((st = forward_opts_call(o, &a, err))) return st;
+    }
+    to_token_major(m->o, m->att, n, Hq, D);
+    if ((st = hook_at(f, QKV_HOOK_Z, l, m->o, 3, n, Hq, D, err))) return st;
+    model_matmul(m->h, m->o, w->wo, n, m->scratch, m->n_threads); /* h <- o Wo^T */
+    if ((st = hook_at(f, QKV_HOOK_ATTN_OUT, l, m->h, 2, n, E, 0, err))) return st;
+    for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
+    return hook_at(f, QKV_HOOK_RESID_MID, l, m->x, 2, n, E, 0, err);
+}
+
+/* x += SwiGLU(rmsnorm(x)), with the hooks mlp_out and resid_post. */
+static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
+    qkv_model *m = f->m;
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd, F = c->n_ff, n = f->n;
     const float *norm = m->norm_w + (size_t)(2 * l + 1) * E;
     const layer_weights *w = &m->layers[l];
     for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
@@ -443,41 +432,54 @@ static void ffn_layer(qkv_model *m, int l, int n) {
         m->gate[i] = g / (1.0f + expf(-g)) * m->up[i]; /* SiLU(gate) * up */
     }
     model_matmul(m->h, m->gate, w->w_down, n, m->scratch, m->n_threads);
+    qkv_status st = hook_at(f, QKV_HOOK_MLP_OUT, l, m->h, 2, n, E, 0, err);
+    if (st) return st;
     for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
+    return hook_at(f, QKV_HOOK_RESID_POST, l, m->x, 2, n, E, 0, err);
 }
 
-qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
-                             qkv_error *err) {
+/* Embedding, the layers and the final norm; logits as qkv_model_forward. */
+static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t *tokens, int all_logits,
+                                 qkv_error *err) {
+    qkv_model *m = f->m;
     const qkv_model_config *c = &m->cfg;
-    const int E = c->n_embd;
-    const int pos0 = qkv_model_pos(m);
-    if (n < 1 || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "forward: no tokens");
-    if (n > m->n_ctx - pos0)
-        return qkv_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, pos0,
-                        m->n_ctx);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= c->n_vocab)
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], c->n_vocab);
-    /* embedding rows */
+    const int E = c->n_embd, n = f->n;
     const size_t emb_row = qkv_ggml_row_size(m->tok_embd->type, E);
     for (int t = 0; t < n; t++) {
         qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)m->tok_embd->data + (size_t)tokens[t] * emb_row,
                                        m->tok_embd->type, E, err);
         if (st) return st;
-        m->positions[t] = (int64_t)pos0 + m->rope_offset + t;
+        m->positions[t] = (int64_t)f->pos0 + m->rope_offset + f->o->rope_offset + t;
     }
-    for (int l = 0; l < c->n_layer; l++) {
-        qkv_status st = attention_layer(m, l, n, pos0, err);
-        if (st) {
-            for (int j = 0; j <= l; j++) qkv_kv_cache_truncate(m->cache[j], pos0, NULL);
-            return st;
-        }
-        ffn_layer(m, l, n);
-    }
-    if (!logits) return QKV_OK;
+    qkv_status st = hook_at(f, QKV_HOOK_EMBED, -1, m->x, 2, n, E, 0, err);
+    for (int l = 0; l < c->n_layer && !st; l++)
+        if (!(st = attention_layer(f, l, err))) st = ffn_layer(f, l, err);
+    if (st) return st;
     const float *norm = m->norm_w + (size_t)(2 * c->n_layer) * E;
-    int first = all_logits ? 0 : n - 1, rows = n - first;
+    const int hooked = f->o->n_hooks && forward_opts_hooked(f->o, QKV_HOOK_LN_FINAL, -1);
+    if (!logits && !hooked) return QKV_OK;
+    /* rows first .. n-1 are normed into h (all of them when a hook reads them) */
+    const int first = all_logits || hooked ? 0 : n - 1, out0 = all_logits ? 0 : n - 1;
     for (int t = first; t < n; t++) model_rmsnorm(m->h + (size_t)(t - first) * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
-    model_matmul(logits, m->h, m->output, rows, m->scratch, m->n_threads);
+    if ((st = hook_at(f, QKV_HOOK_LN_FINAL, -1, m->h, 2, n, E, 0, err)) || !logits) return st;
+    model_matmul(logits, m->h + (size_t)(out0 - first) * E, m->output, n - out0, m->scratch, m->n_threads);
     return QKV_OK;
+}
+
+qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
+                             const qkv_forward_opts *opts, qkv_error *err) {
+    const qkv_forward_opts plain = {0}; /* zero is the plain forward */
+    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = n, .pos0 = qkv_model_pos(m)};
+    if (n < 1 || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "forward: no tokens");
+    if (n > m->n_ctx - f.pos0)
+        return qkv_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
+                        m->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
+            return qkv_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
+    qkv_status st = forward_opts_check(f.o, &m->cfg, err);
+    if (st) return st;
+    if ((st = forward_layers(&f, logits, tokens, all_logits, err)))
+        for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], f.pos0, NULL);
+    return st;
 }

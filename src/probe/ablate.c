@@ -73,24 +73,23 @@ typedef struct {
     double *mean, *max;     /* [last + 1] */
     float *w;               /* [last + 1] one head's row */
     int count;              /* (layer, head) pairs accumulated */
-    qkv_error err;
 } last_row;
 
-static int last_row_hook(void *user, int layer, const float *q, const float *lse, int n, int pos0,
-                         const qkv_kv_cache *cache, const qkv_attn_desc *desc) {
+static qkv_status last_row_hook(void *user, const qkv_activation *a, qkv_error *err) {
     last_row *r = user;
-    if (pos0 + n - 1 != r->last || (r->layer >= 0 && layer != r->layer)) return 0;
+    const int n = (int)a->shape[1];
+    if (a->pos0 + n - 1 != r->last || (r->layer >= 0 && a->layer != r->layer)) return QKV_OK;
     for (int h = 0; h < r->n_head; h++) {
         if (r->head >= 0 && h != r->head) continue;
-        if (qkv_attn_weights(r->w, q, lse, qkv_kv_cache_k(cache), desc, h, n - 1, 1, 0, r->last + 1, &r->err))
-            return 1;
+        qkv_status st = qkv_pattern_weights(r->w, a, h, n - 1, 1, 0, r->last + 1, err);
+        if (st) return st;
         for (int j = 0; j <= r->last; j++) {
             r->mean[j] += r->w[j];
             if (r->w[j] > r->max[j]) r->max[j] = r->w[j];
         }
         r->count++;
     }
-    return 0;
+    return QKV_OK;
 }
 
 /* --------------------------------------------------------------- ablation */
@@ -110,12 +109,13 @@ static void summarise(qkv_ablate_summary *sum, const float *full, int n_vocab, i
 }
 
 /* The whole sequence, or tokens 0 .. n-2 then the last one (QKV_ABLATE_LAST),
- * from an empty cache; logits: [V] of the last token. */
-static qkv_status run_full(qkv_model *m, float *logits, const int32_t *tokens, int n, int split, qkv_error *err) {
+ * from an empty cache, under o; logits: [V] of the last token. */
+static qkv_status run_full(qkv_model *m, float *logits, const int32_t *tokens, int n, int split,
+                           const qkv_forward_opts *o, qkv_error *err) {
     qkv_status st = qkv_model_rewind(m, 0, err);
-    if (!st && split) st = qkv_model_forward(m, NULL, tokens, n - 1, 0, err);
-    if (!st) st = split ? qkv_model_forward(m, logits, tokens + n - 1, 1, 0, err)
-                        : qkv_model_forward(m, logits, tokens, n, 0, err);
+    if (!st && split) st = qkv_model_forward(m, NULL, tokens, n - 1, 0, o, err);
+    if (!st) st = split ? qkv_model_forward(m, logits, tokens + n - 1, 1, 0, o, err)
+                        : qkv_model_forward(m, logits, tokens, n, 0, o, err);
     return st;
 }
 
@@ -148,23 +148,19 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
         goto done;
     }
     /* pass 1: the full run, keeping the last row's weights */
-    qkv_model_set_exclude(m, NULL, 0, NULL);
-    qkv_model_set_hook(m, last_row_hook, &lr);
-    st = run_full(m, full, tokens, n, split, err);
-    qkv_model_set_hook(m, NULL, NULL);
-    if (st) {
-        if (lr.err.status) *err = lr.err;
+    const qkv_hook keep_row = {.point = QKV_HOOK_PATTERN, .layer = p->layer, .fn = last_row_hook, .user = &lr};
+    if ((st = run_full(m, full, tokens, n, split, &(qkv_forward_opts){.hooks = &keep_row, .n_hooks = 1}, err)))
         goto done;
-    }
     summarise(sum, full, V, p->target);
     /* pass 2: each position hidden in turn; only the rows that can see it
      * rerun. Last position first: a run hiding j rewrites the cache from j
      * on, so the rows kept for the next (smaller) j are still the full run's. */
     for (int j = n - 1; j >= 0; j--) {
         const int from = split ? n - 1 : j;
+        const qkv_exclusion hide = {.positions = &j, .n = 1, .layer = p->layer, .head = p->head};
         if ((st = qkv_model_rewind(m, from, err)) ||
-            (st = qkv_model_set_exclude_in(m, &j, 1, p->layer, p->head, err)) ||
-            (st = qkv_model_forward(m, abl, tokens + from, n - from, 0, err)))
+            (st = qkv_model_forward(m, abl, tokens + from, n - from, 0,
+                                    &(qkv_forward_opts){.exclude = &hide, .n_exclude = 1}, err)))
             goto done;
         rows[j] = (qkv_ablate_row){.attn_mean = lr.mean[j] / lr.count, .attn_max = lr.max[j]};
         qkv_ablate_effect_of(&rows[j].effect, full, abl, V, sum->target);
@@ -172,7 +168,6 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
     }
     sum->spearman_attn_kl = qkv_spearman(lr.mean, kl, n);
 done:
-    qkv_model_set_exclude(m, NULL, 0, NULL);
     qkv_model_rewind(m, 0, NULL);
     free(full);
     free(abl);
@@ -197,17 +192,16 @@ qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum,
         st = qkv_fail(err, QKV_ERR_NOMEM, "ablate: out of memory");
         goto done;
     }
-    qkv_model_set_exclude(m, NULL, 0, NULL);
-    qkv_model_set_zero_head(m, -1, -1, NULL);
-    if ((st = run_full(m, full, tokens, n, 0, err))) goto done;
+    if ((st = run_full(m, full, tokens, n, 0, NULL, err))) goto done;
     summarise(sum, full, V, target);
     for (int l = 0; l < c->n_layer; l++)
         for (int h = 0; h < c->n_head; h++) {
-            if ((st = qkv_model_set_zero_head(m, l, h, err)) || (st = run_full(m, abl, tokens, n, 0, err))) goto done;
+            const qkv_head_ref zero = {.layer = l, .head = h};
+            if ((st = run_full(m, abl, tokens, n, 0, &(qkv_forward_opts){.zero_heads = &zero, .n_zero_heads = 1}, err)))
+                goto done;
             qkv_ablate_effect_of(&effects[(size_t)l * c->n_head + h], full, abl, V, sum->target);
         }
 done:
-    qkv_model_set_zero_head(m, -1, -1, NULL);
     qkv_model_rewind(m, 0, NULL);
     free(full);
     free(abl);

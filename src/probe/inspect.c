@@ -27,7 +27,6 @@ struct qkv_inspect {
     void *user;
     float *block;     /* [INSPECT_BLOCK, cap] */
     int cap;
-    qkv_error err;
 };
 
 static qkv_status check_list(const int *v, int n, int limit, const char *what, qkv_error *err) {
@@ -83,41 +82,31 @@ void qkv_inspect_free(qkv_inspect *in) {
     free(in);
 }
 
-const char *qkv_inspect_error(const qkv_inspect *in) { return in->err.msg[0] ? in->err.msg : NULL; }
-
-int qkv_inspect_hook(void *user, int layer, const float *q, const float *lse, int n, int pos0,
-                     const qkv_kv_cache *cache, const qkv_attn_desc *desc) {
+qkv_status qkv_inspect_hook(void *user, const qkv_activation *a, qkv_error *err) {
     qkv_inspect *in = user;
-    (void)pos0;
-    if (layer < 0 || layer >= in->n_layer || in->layer_index[layer] < 0) return 0;
-    const int li = in->layer_index[layer], Lk = desc->kv_len;
+    const int layer = a->layer;
+    if (layer < 0 || layer >= in->n_layer || in->layer_index[layer] < 0) return QKV_OK;
+    const int li = in->layer_index[layer], n = (int)a->shape[1], Lk = (int)a->shape[2];
     if (Lk > in->cap) {
         float *b = realloc(in->block, (size_t)INSPECT_BLOCK * Lk * sizeof(float));
-        if (!b) {
-            qkv_fail(&in->err, QKV_ERR_NOMEM, "inspect: cannot allocate %d rows of %d keys", INSPECT_BLOCK, Lk);
-            return 1;
-        }
+        if (!b) return qkv_fail(err, QKV_ERR_NOMEM, "inspect: cannot allocate %d rows of %d keys", INSPECT_BLOCK, Lk);
         in->block = b;
         in->cap = Lk;
     }
-    const void *k = qkv_kv_cache_k(cache);
     for (int hi = 0; hi < in->n_heads; hi++) {
         for (int r0 = 0; r0 < n; r0 += INSPECT_BLOCK) {
             const int nr = n - r0 < INSPECT_BLOCK ? n - r0 : INSPECT_BLOCK;
-            if (qkv_attn_weights(in->block, q, lse, k, desc, in->heads[hi], r0, nr, 0, Lk, &in->err)) return 1;
+            qkv_status st = qkv_pattern_weights(in->block, a, in->heads[hi], r0, nr, 0, Lk, err);
+            if (st) return st;
             for (int r = 0; r < nr; r++) {
                 const float *w = in->block + (size_t)r * Lk;
                 qkv_row_stats s;
                 qkv_row_stats_of(&s, w, Lk, in->n_first);
-                int rc = in->row(in->user, li, hi, Lk - n + r0 + r, w, Lk, &s);
-                if (rc) {
-                    if (!in->err.msg[0])
-                        qkv_fail(&in->err, QKV_ERR_INVALID, "inspect: the row callback stopped at layer %d head %d",
-                                 layer, in->heads[hi]);
-                    return rc;
-                }
+                if (in->row(in->user, li, hi, Lk - n + r0 + r, w, Lk, &s))
+                    return qkv_fail(err, QKV_ERR_INVALID, "inspect: the row callback stopped at layer %d head %d",
+                                    layer, in->heads[hi]);
             }
         }
     }
-    return 0;
+    return QKV_OK;
 }

@@ -23,16 +23,15 @@ typedef struct {
     double *step_max, *step_mean;   /* [max_answer, L] the result's, or NULL */
     int *top;               /* [L, Hq] this step's strongest key of each head */
     float *w;               /* [n_ctx] one weight row */
-    qkv_error err;
 } needle_hook_state;
 
-static int needle_hook(void *user, int layer, const float *q, const float *lse, int n, int pos0,
-                       const qkv_kv_cache *cache, const qkv_attn_desc *desc) {
+static qkv_status needle_hook(void *user, const qkv_activation *a, qkv_error *err) {
     needle_hook_state *s = user;
-    const int n_keys = pos0 + n;
+    const int n = (int)a->shape[1], n_keys = (int)a->shape[2], layer = a->layer;
     double mx = 0, sum = 0;
     for (int h = 0; h < s->n_head; h++) {
-        if (qkv_attn_weights(s->w, q, lse, qkv_kv_cache_k(cache), desc, h, n - 1, 1, 0, n_keys, &s->err)) return 1;
+        qkv_status st = qkv_pattern_weights(s->w, a, h, n - 1, 1, 0, n_keys, err);
+        if (st) return st;
         s->top[layer * s->n_head + h] = probe_argmax(s->w, n_keys);
         if (s->step > 0 && !s->step_max) continue;
         double mass = 0;
@@ -48,7 +47,7 @@ static int needle_hook(void *user, int layer, const float *q, const float *lse, 
         s->step_max[(size_t)s->step * s->n_layer + layer] = mx;
         s->step_mean[(size_t)s->step * s->n_layer + layer] = sum / s->n_head;
     }
-    return 0;
+    return QKV_OK;
 }
 
 qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenizer *t, const qkv_needle_prompt *p,
@@ -78,8 +77,9 @@ qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenize
         st = qkv_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
         goto done;
     }
-    qkv_model_set_hook(m, needle_hook, &s);
-    if ((st = qkv_model_rewind(m, 0, err)) || (st = qkv_model_forward(m, logits, p->ids, p->n, 0, err))) goto done;
+    const qkv_hook telemetry = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = needle_hook, .user = &s};
+    const qkv_forward_opts o = {.hooks = &telemetry, .n_hooks = 1};
+    if ((st = qkv_model_rewind(m, 0, err)) || (st = qkv_model_forward(m, logits, p->ids, p->n, 0, &o, err))) goto done;
     for (;;) {
         const int32_t next = probe_argmax(logits, V);
         if (qkv_token_ends_turn(t, next)) break;
@@ -94,11 +94,9 @@ qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenize
         r->answer[r->n_answer++] = next;
         if (r->n_answer == max_answer) break;
         s.step = r->n_answer;
-        if ((st = qkv_model_forward(m, logits, &next, 1, 0, err))) goto done;
+        if ((st = qkv_model_forward(m, logits, &next, 1, 0, &o, err))) goto done;
     }
 done:
-    if (st && s.err.status) *err = s.err;
-    qkv_model_set_hook(m, NULL, NULL);
     qkv_model_rewind(m, 0, NULL);
     free(s.top);
     free(s.w);

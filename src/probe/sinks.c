@@ -34,7 +34,6 @@ struct qkv_sinks {
     float *first;          /* [Hq, cap, k] weights on the first k keys */
     float *rows;           /* [threads, cap] one full row per thread */
     int cap, n_buf_threads;
-    qkv_error err;
 };
 
 qkv_sinks_params qkv_sinks_params_default(void) {
@@ -76,8 +75,7 @@ void qkv_sinks_free(qkv_sinks *s) {
     free(s);
 }
 
-const char *qkv_sinks_error(const qkv_sinks *s) { return s->err.msg[0] ? s->err.msg : NULL; }
-
+/* Sizes the buffers for n rows of Lk keys; 1 if out of memory. */
 static int grow(qkv_sinks *s, int n, int Lk) {
     const int cap = n > Lk ? n : Lk;
     if (cap <= s->cap) return 0;
@@ -85,10 +83,7 @@ static int grow(qkv_sinks *s, int n, int Lk) {
     if (f) s->first = f;
     float *r = realloc(s->rows, (size_t)s->n_threads * cap * sizeof(float));
     if (r) s->rows = r;
-    if (!f || !r) {
-        qkv_fail(&s->err, QKV_ERR_NOMEM, "sinks: cannot allocate rows of %d keys", cap);
-        return 1;
-    }
+    if (!f || !r) return 1;
     s->cap = cap;
     return 0;
 }
@@ -148,27 +143,25 @@ static void sinks_head(void *ctx, int64_t item, int thread) {
     }
 }
 
-int qkv_sinks_hook(void *user, int layer, const float *q, const float *lse, int n, int pos0,
-                   const qkv_kv_cache *cache, const qkv_attn_desc *desc) {
+qkv_status qkv_sinks_hook(void *user, const qkv_activation *a, qkv_error *err) {
     qkv_sinks *s = user;
-    if (layer < 0 || layer >= s->n_layer) return 0;
-    const int Lk = desc->kv_len, Hq = desc->n_q_head, k = s->n_first < Lk ? s->n_first : Lk;
-    if (Hq != s->n_head) {
-        qkv_fail(&s->err, QKV_ERR_INVALID, "sinks: %d heads, expected %d", Hq, s->n_head);
-        return 1;
-    }
-    if (grow(s, n, Lk)) return 1;
-    const void *kc = qkv_kv_cache_k(cache);
+    const int layer = a->layer;
+    if (a->point != QKV_HOOK_PATTERN || !a->attn)
+        return qkv_fail(err, QKV_ERR_INVALID, "sinks: a hook on hook_pattern only");
+    if (layer < 0 || layer >= s->n_layer) return QKV_OK;
+    const qkv_attn_desc *desc = qkv_attn_view_desc(a->attn);
+    const int n = (int)a->shape[1], Lk = desc->kv_len, Hq = desc->n_q_head, k = s->n_first < Lk ? s->n_first : Lk;
+    if (Hq != s->n_head) return qkv_fail(err, QKV_ERR_INVALID, "sinks: %d heads, expected %d", Hq, s->n_head);
+    if (grow(s, n, Lk)) return qkv_fail(err, QKV_ERR_NOMEM, "sinks: cannot allocate rows of %d keys", Lk);
     qkv_attn_desc d1 = *desc;
     d1.n_threads = 1; /* parallel over heads here */
-    sinks_call c = {.s = s, .q = q, .lse = lse, .kc = kc, .d1 = &d1, .layer = layer, .n = n, .pos0 = pos0,
-                    .k = k, .Lk = Lk};
+    sinks_call c = {.s = s, .q = qkv_attn_view_q(a->attn), .lse = qkv_attn_view_lse(a->attn),
+                    .kc = qkv_kv_cache_k(qkv_attn_view_cache(a->attn)), .d1 = &d1, .layer = layer, .n = n,
+                    .pos0 = a->pos0, .k = k, .Lk = Lk};
     qkv_parallel_for(Hq, s->n_threads, 1, sinks_head, &c);
-    if (atomic_load(&c.failed)) {
-        qkv_fail(&s->err, QKV_ERR_INVALID, "sinks: recomputing weights failed at layer %d", layer);
-        return 1;
-    }
-    return 0;
+    if (atomic_load(&c.failed))
+        return qkv_fail(err, QKV_ERR_INVALID, "sinks: recomputing weights failed at layer %d", layer);
+    return QKV_OK;
 }
 
 const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head) {

@@ -2,9 +2,9 @@
  * stream.c — perplexity under a bounded KV cache (qkv.h, "probe: stream"):
  * full context, a sliding window, attention sinks plus a window
  * (StreamingLLM, arXiv:2309.17453), and the window recomputed per chunk.
- * The policies are the model's mask (qkv_model_set_mask) and eviction
- * (qkv_model_evict); this file only decides, before each chunk, what the
- * cache keeps, and scores the chunk's logits. It does not time anything or
+ * The policies are the forward call's mask (qkv_forward_opts) and the
+ * model's eviction (qkv_model_evict); this file only decides, before each
+ * chunk, what the cache keeps, and scores the chunk's logits. It does not time anything or
  * open models: the caller sizes the model with qkv_stream_rows.
  */
 #include "qkv.h"
@@ -41,7 +41,7 @@ static double nll_of(const float *logits, int V, int32_t target) {
  * recomputes (RECOMPUTE). The next chunk's rows then see, through the mask,
  * exactly the keys the policy promises. */
 static qkv_status prepare_chunk(qkv_model *m, const int32_t *tokens, int t0, const qkv_stream_params *p,
-                                qkv_error *err) {
+                                const qkv_forward_opts *o, qkv_error *err) {
     const int len = qkv_model_pos(m), keep = p->window - 1;
     switch (p->policy) {
     case QKV_STREAM_FULL: return QKV_OK;
@@ -54,7 +54,7 @@ static qkv_status prepare_chunk(qkv_model *m, const int32_t *tokens, int t0, con
         const int prefix = p->window > p->chunk ? p->window - p->chunk : 0;
         const int start = t0 > prefix ? t0 - prefix : 0;
         if (st || t0 == start) return st;
-        return qkv_model_forward(m, NULL, tokens + start, t0 - start, 0, err);
+        return qkv_model_forward(m, NULL, tokens + start, t0 - start, 0, o, err);
     }
     case QKV_STREAM_WINDOW:
     case QKV_STREAM_SINKS:
@@ -79,17 +79,17 @@ qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32
     float *logits = malloc((size_t)C * V * sizeof(float)); /* [C, V] */
     if (!logits) return qkv_fail(err, QKV_ERR_NOMEM, "stream: out of memory");
     if ((st = qkv_model_rewind(m, 0, err))) goto done;
+    qkv_forward_opts o = {0}; /* FULL: the causal mask */
     if (p->policy == QKV_STREAM_WINDOW || p->policy == QKV_STREAM_RECOMPUTE)
-        st = qkv_model_set_mask(m, QKV_MASK_WINDOW, p->window, 0, err);
+        o = (qkv_forward_opts){.mask = QKV_MASK_WINDOW, .window = p->window};
     else if (p->policy == QKV_STREAM_SINKS)
-        st = qkv_model_set_mask(m, p->sinks ? QKV_MASK_SINK_WINDOW : QKV_MASK_WINDOW, p->window - p->sinks, p->sinks,
-                                err);
-    if (st) goto done;
+        o = (qkv_forward_opts){.mask = p->sinks ? QKV_MASK_SINK_WINDOW : QKV_MASK_WINDOW,
+                               .window = p->window - p->sinks, .sinks = p->sinks};
     int peak = 0;
     for (int t0 = 0; t0 < n - 1 && !st; t0 += C) {
         const int c = n - 1 - t0 < C ? n - 1 - t0 : C; /* the last token is never a query */
-        if ((st = prepare_chunk(m, tokens, t0, p, err)) ||
-            (st = qkv_model_forward(m, logits, tokens + t0, c, 1, err)))
+        if ((st = prepare_chunk(m, tokens, t0, p, &o, err)) ||
+            (st = qkv_model_forward(m, logits, tokens + t0, c, 1, &o, err)))
             break;
         if (qkv_model_pos(m) > peak) peak = qkv_model_pos(m);
         for (int k = 0; k < c; k++) nll[t0 + k] = (float)nll_of(logits + (size_t)k * V, V, tokens[t0 + k + 1]);
@@ -97,7 +97,6 @@ qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32
     if (max_rows) *max_rows = peak;
 done:
     free(logits);
-    qkv_model_set_mask(m, QKV_MASK_CAUSAL, 0, 0, NULL);
     qkv_model_rewind(m, 0, NULL);
     return st;
 }
