@@ -41,12 +41,12 @@ int main(int argc, char **argv) {
     double *step = malloc((size_t)n_steps * sizeof *step);
     for (int i = 0; i < n_prompt; i++) prompt[i] = sentence[i % 12];
     double t0 = now_s();
-    int failed = qkv_model_forward(m, logits, prompt, n_prompt, 0, &err) != QKV_OK;
+    int failed = qkv_model_forward(m, logits, prompt, n_prompt, 0, NULL, &err) != QKV_OK;
     const double prefill = now_s() - t0;
     for (int i = 0; i < n_steps && !failed; i++) {
         int32_t tok = sentence[i % 12];
         t0 = now_s();
-        failed = qkv_model_forward(m, logits, &tok, 1, 0, &err) != QKV_OK;
+        failed = qkv_model_forward(m, logits, &tok, 1, 0, NULL, &err) != QKV_OK;
         step[i] = now_s() - t0;
     }
     if (failed) {

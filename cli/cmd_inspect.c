@@ -255,10 +255,9 @@ int cmd_inspect(int argc, char **argv) {
         rc = cli_fail("%s", err.msg);
         goto done;
     }
-    qkv_model_set_hook(m, qkv_inspect_hook, in);
-    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &err)) {
-        const char *why = o.err.msg[0] ? o.err.msg : qkv_inspect_error(in);
-        rc = cli_fail("%s", why ? why : err.msg);
+    const qkv_hook maps = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_inspect_hook, .user = in};
+    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &(qkv_forward_opts){.hooks = &maps, .n_hooks = 1}, &err)) {
+        rc = cli_fail("%s", o.err.msg[0] ? o.err.msg : err.msg);
         goto done;
     }
     const double t1 = cli_now_s();

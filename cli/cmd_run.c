@@ -79,7 +79,7 @@ static int run(const run_args *a) {
     if (!logits) { rc = cli_fail("run: cannot allocate logits for %lld positions", (long long)n_prompt); goto done; }
 
     double t0 = cli_now_s();
-    if (qkv_model_forward(m, logits, ids, (int)n_prompt, a->logits != NULL, &err)) { rc = cli_fail("%s", err.msg); goto done; }
+    if (qkv_model_forward(m, logits, ids, (int)n_prompt, a->logits != NULL, NULL, &err)) { rc = cli_fail("%s", err.msg); goto done; }
     double t1 = cli_now_s();
     if (a->logits) {
         int64_t shape[2] = {n_prompt, (int64_t)V};
@@ -95,7 +95,7 @@ static int run(const run_args *a) {
         cli_put_token(tok, next, a->print_ids, n_done == 0);
         if (n_done + 1 == a->n_gen) { n_done++; break; }
         if (qkv_model_pos(m) >= qkv_model_n_ctx(m)) { n_done++; break; }
-        if (qkv_model_forward(m, logits, &next, 1, 0, &err)) { rc = cli_fail("%s", err.msg); goto done; }
+        if (qkv_model_forward(m, logits, &next, 1, 0, NULL, &err)) { rc = cli_fail("%s", err.msg); goto done; }
         last = logits;
     }
     if (a->n_gen > 0) printf("\n");

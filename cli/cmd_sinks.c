@@ -142,10 +142,9 @@ int cmd_sinks(int argc, char **argv) {
         rc = cli_fail("%s", err.msg);
         goto done;
     }
-    qkv_model_set_hook(m, qkv_sinks_hook, s);
-    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &err)) {
-        const char *why = qkv_sinks_error(s);
-        rc = cli_fail("%s", why ? why : err.msg);
+    const qkv_hook sink = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_sinks_hook, .user = s};
+    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &(qkv_forward_opts){.hooks = &sink, .n_hooks = 1}, &err)) {
+        rc = cli_fail("%s", err.msg);
         goto done;
     }
     const double t1 = cli_now_s();

@@ -241,13 +241,15 @@ TEST(ablate_zeroed_heads_match_transformers) {
                 if ((pick[t] < 0 || want[i] > want[pick[t]]) && (t == 0 || want[i] < want[pick[t - 1]])) pick[t] = i;
         qkv_error err = {0};
         qkv_model_rewind(m, 0, NULL);
-        CHECK(qkv_model_forward(m, full, ids.data, fc->n, 0, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_model_forward(m, full, ids.data, fc->n, 0, NULL, &err) == QKV_OK, "%s", err.msg);
         double kl[6];
         float w[6];
         for (int t = 0; t < 6; t++) {
             qkv_model_rewind(m, 0, NULL);
-            CHECK(qkv_model_set_zero_head(m, pick[t] / H, pick[t] % H, &err) == QKV_OK, "%s", err.msg);
-            CHECK(qkv_model_forward(m, abl, ids.data, fc->n, 0, &err) == QKV_OK, "%s", err.msg);
+            const qkv_head_ref zero = {.layer = pick[t] / H, .head = pick[t] % H};
+            CHECK(qkv_model_forward(m, abl, ids.data, fc->n, 0,
+                                    &(qkv_forward_opts){.zero_heads = &zero, .n_zero_heads = 1}, &err) == QKV_OK,
+                  "%s", err.msg);
             kl[t] = qkv_kl_logits(full, abl, V);
             w[t] = want[pick[t]];
         }
@@ -269,9 +271,16 @@ TEST(ablate_zeroed_heads_match_transformers) {
         check_kl("capital: KL per zeroed head, every head", kl, heads.data, L * H);
         free(e);
         free(kl);
-        CHECK(qkv_model_set_zero_head(m, L, 0, &err) == QKV_ERR_INVALID, "layer out of range refused");
-        CHECK(qkv_model_set_zero_head(m, 0, -1, &err) == QKV_ERR_INVALID, "half-cleared refused");
-        CHECK(qkv_model_set_exclude_in(m, NULL, 0, 0, H, &err) == QKV_ERR_INVALID, "head out of range refused");
+        qkv_model_rewind(m, 0, NULL);
+        const qkv_head_ref bad_layer = {.layer = L, .head = 0}, bad_head = {.layer = 0, .head = -1};
+        const qkv_exclusion bad_scope = {.layer = 0, .head = H};
+        CHECK(qkv_model_forward(m, abl, ids.data, fc->n, 0, &(qkv_forward_opts){.zero_heads = &bad_layer, .n_zero_heads = 1},
+                                &err) == QKV_ERR_INVALID, "layer out of range refused");
+        CHECK(qkv_model_forward(m, abl, ids.data, fc->n, 0, &(qkv_forward_opts){.zero_heads = &bad_head, .n_zero_heads = 1},
+                                &err) == QKV_ERR_INVALID, "head -1 refused for a zeroed head");
+        CHECK(qkv_model_forward(m, abl, ids.data, fc->n, 0, &(qkv_forward_opts){.exclude = &bad_scope, .n_exclude = 1},
+                                &err) == QKV_ERR_INVALID, "head out of range refused");
+        CHECK(qkv_model_pos(m) == 0, "refused calls leave the cache as it was");
     }
     qkv_npy_free(&ids);
     qkv_npy_free(&heads);

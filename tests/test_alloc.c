@@ -118,23 +118,26 @@ TEST(model_forward_allocates_nothing_after_the_first_call) {
     int32_t prompt[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) prompt[i] = story[i % 12];
     float *logits = malloc((size_t)V * sizeof(float));
-    const int excl[] = {3};
-    CHECK(qkv_model_set_exclude(m, excl, 1, &err) == QKV_OK, "%s", err.msg);
+    const int excl[] = {3}, excl_head[] = {5, 7};
+    const qkv_exclusion ex[2] = {{.positions = excl, .n = 1, .layer = QKV_ALL, .head = QKV_ALL},
+                                 {.positions = excl_head, .n = 2, .layer = 2, .head = 1}};
+    const qkv_head_ref zero = {.layer = 4, .head = 0};
+    const qkv_forward_opts opts = {.exclude = ex, .n_exclude = 2, .zero_heads = &zero, .n_zero_heads = 1};
 
-    /* chunk 1, then chunk 2 counted (exclusions on: the bitmap is the plan's) */
-    CHECK(qkv_model_forward(m, logits, prompt, 150, 0, &err) == QKV_OK, "%s", err.msg);
+    /* chunk 1, then chunk 2 counted (exclusions on: the bitmap is the plan's,
+     * the union of the lists the run state's) */
+    CHECK(qkv_model_forward(m, logits, prompt, 150, 0, &opts, &err) == QKV_OK, "%s", err.msg);
     alloc_count_start();
-    qkv_status st = qkv_model_forward(m, logits, prompt + 150, N_PROMPT - 150, 0, &err);
+    qkv_status st = qkv_model_forward(m, logits, prompt + 150, N_PROMPT - 150, 0, &opts, &err);
     int64_t n_chunk = alloc_count_stop();
     CHECK(st == QKV_OK, "%s", err.msg);
     CHECK(n_chunk == 0, "the second prefill chunk allocated %lld times", (long long)n_chunk);
-    qkv_model_set_exclude(m, NULL, 0, NULL);
 
     int64_t n_gen = 0;
     int steps = 0;
     for (int i = 0; i < N_GEN && st == QKV_OK; i++) {
         int32_t next = qkv_sample(greedy, logits);
-        st = qkv_model_forward(m, logits, &next, 1, 0, &err);
+        st = qkv_model_forward(m, logits, &next, 1, 0, NULL, &err);
         CHECK(st == QKV_OK, "step %d: %s", i, err.msg);
         steps++;
         if (i == 0) alloc_count_start();

@@ -11,6 +11,7 @@
  *   - the streaming .npy writer, the HTML page and the PNG figure.
  */
 #include "qkv_render.h"
+#include "pattern_view.h"
 #include "testing.h"
 
 #include <math.h>
@@ -149,7 +150,10 @@ TEST(inspect_hook_streams_requested_rows) {
                            .mask = {.kind = QKV_MASK_CAUSAL}};
         CHECK(qkv_attention_cached(o, lse, q, cache, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "%s", err.msg);
         d.kv_head_stride = (int64_t)(n + 5) * D; /* as the model hands it: the cache's capacity */
-        CHECK(qkv_inspect_hook(in, l, q, lse, n, 0, cache, &d) == 0, "hook: %s", qkv_inspect_error(in));
+        qkv_activation a;
+        qkv_attn_view view;
+        test_pattern_activation(&a, &view, l, q, lse, n, 0, cache, &d);
+        CHECK(qkv_inspect_hook(in, &a, &err) == QKV_OK, "hook: %s", err.msg);
         qkv_attn_desc dr = d;
         dr.kv_head_stride = 0; /* k, v here are dense [Hkv, n, D] */
         qkv_attention_reference(o, NULL, ref, q, k, v, &dr, &err);

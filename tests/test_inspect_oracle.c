@@ -106,9 +106,9 @@ TEST(inspect_oracle_library) {
         qkv_inspect_params ip = {.n_first = 1, .row = pack_row, .user = &pk};
         qkv_inspect *in = NULL;
         CHECK(qkv_inspect_init(&in, cfg, &ip, &err) == QKV_OK, "%s", err.msg);
-        qkv_model_set_hook(m, qkv_inspect_hook, in);
-        CHECK(qkv_model_forward(m, NULL, f.ids.data, f.n, 0, &err) == QKV_OK, "%s: forward: %s (%s)", prompts[i].name,
-              err.msg, qkv_inspect_error(in) ? qkv_inspect_error(in) : "");
+        const qkv_hook maps = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_inspect_hook, .user = in};
+        CHECK(qkv_model_forward(m, NULL, f.ids.data, f.n, 0, &(qkv_forward_opts){.hooks = &maps, .n_hooks = 1}, &err) ==
+                  QKV_OK, "%s: forward: %s", prompts[i].name, err.msg);
         char what[64];
         snprintf(what, sizeof what, "%s: all %d x %d maps", prompts[i].name, f.L, f.H);
         double maxd = CHECK_CLOSE(what, pk.packed, f.attn.data, (size_t)f.attn.count, ATOL, 0);

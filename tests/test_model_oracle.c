@@ -52,7 +52,7 @@ static void check_prompt(qkv_model *m, const char *dir, const char *name, int wi
     float *lg = malloc((size_t)T * V * sizeof(float)); /* [T, V] */
     qkv_error err = {0};
     qkv_model_rewind(m, 0, NULL);
-    CHECK(qkv_model_forward(m, lg, ids, (int)T, 1, &err) == QKV_OK, "%s: %s", name, err.msg);
+    CHECK(qkv_model_forward(m, lg, ids, (int)T, 1, NULL, &err) == QKV_OK, "%s: %s", name, err.msg);
     double worst = 0, worst_lse = 0;
     int argmax_bad = 0, ties = 0;
     for (int64_t t = 0; t < T; t++) {
@@ -110,7 +110,7 @@ static void check_greedy(qkv_model *m, const char *dir, const char *name, int n_
     float *lg = malloc((size_t)V * sizeof(float));
     qkv_model_rewind(m, 0, NULL);
     qkv_error err = {0};
-    CHECK(qkv_model_forward(m, lg, ids, (int)T, 0, &err) == QKV_OK, "%s", err.msg);
+    CHECK(qkv_model_forward(m, lg, ids, (int)T, 0, NULL, &err) == QKV_OK, "%s", err.msg);
     qkv_sampler *greedy = NULL;
     CHECK(qkv_sampler_init(&greedy, V, NULL, &err) == QKV_OK, "%s", err.msg);
     int first_diff = -1;
@@ -120,7 +120,7 @@ static void check_greedy(qkv_model *m, const char *dir, const char *name, int n_
             first_diff = i;
             break;
         }
-        if (qkv_model_forward(m, lg, &next, 1, 0, &err)) {
+        if (qkv_model_forward(m, lg, &next, 1, 0, NULL, &err)) {
             CHECK(0, "%s", err.msg);
             break;
         }

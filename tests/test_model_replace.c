@@ -1,10 +1,10 @@
 /*
  * test_model_replace.c — the model's hooks for context parallelism
- * (libqkv_mpi): an attention replacement (qkv_model_set_attention) that does
+ * (libqkv_mpi): an attention replacement (qkv_forward_opts.replace) that does
  * what the model does gives the same logits bit for bit; one that fails
  * stops the forward call with its status and message and leaves the cache
- * as it was; qkv_model_set_rope_offset rotates at the offset (the queries
- * the hook sees change) while the logits, which RoPE makes depend on
+ * as it was; a call's rope_offset rotates at the offset (the queries
+ * hook_rot_q sees change) while the logits, which RoPE makes depend on
  * relative positions only, stay within float rounding.
  */
 #include "testing.h"
@@ -34,12 +34,11 @@ static qkv_status failing(void *user, int layer, float *att, float *lse, const f
     return layer == 3 ? QKV_ERR_IO : QKV_OK;
 }
 
-/* the first query value of layer 0 as the hook sees it */
-static int first_q(void *user, int layer, const float *q, const float *lse, int n, int pos0, const qkv_kv_cache *cache,
-                   const qkv_attn_desc *desc) {
-    (void)lse, (void)n, (void)pos0, (void)cache, (void)desc;
-    if (layer == 0) *(float *)user = q[7];
-    return 0;
+/* the first query value of layer 0 after RoPE, as hook_rot_q sees it ([n, Hq, D]: token 0, head 0, element 7) */
+static qkv_status first_q(void *user, const qkv_activation *a, qkv_error *err) {
+    (void)err;
+    *(float *)user = a->data[7];
+    return QKV_OK;
 }
 
 TEST(model_attention_replacement_and_rope_offset) {
@@ -52,23 +51,33 @@ TEST(model_attention_replacement_and_rope_offset) {
     const int V = qkv_model_get_config(m)->n_vocab, L = qkv_model_get_config(m)->n_layer, n = 10;
     float *want = malloc((size_t)n * V * 4), *got = malloc((size_t)n * V * 4);
     float q0 = 0, q100 = 0;
-    qkv_model_set_hook(m, first_q, &q0);
-    CHECK(qkv_model_forward(m, want, prompt, n, 1, &err) == QKV_OK, "%s", err.msg);
+    const qkv_hook h0 = {.point = QKV_HOOK_ROT_Q, .layer = 0, .fn = first_q, .user = &q0};
+    CHECK(qkv_model_forward(m, want, prompt, n, 1, &(qkv_forward_opts){.hooks = &h0, .n_hooks = 1}, &err) == QKV_OK,
+          "%s", err.msg);
     qkv_model_rewind(m, 0, NULL);
     int calls = 0;
-    qkv_model_set_attention(m, same_as_model, &calls);
-    CHECK(qkv_model_forward(m, got, prompt, n, 1, &err) == QKV_OK, "%s", err.msg);
+    CHECK(qkv_model_forward(m, got, prompt, n, 1, &(qkv_forward_opts){.replace = same_as_model, .replace_user = &calls},
+                            &err) == QKV_OK, "%s", err.msg);
     CHECK(calls == L && !memcmp(got, want, (size_t)n * V * 4), "replacement: %d calls, logits %s", calls,
           memcmp(got, want, (size_t)n * V * 4) ? "differ" : "equal");
     qkv_model_rewind(m, 0, NULL);
-    qkv_model_set_attention(m, failing, NULL);
-    CHECK(qkv_model_forward(m, got, prompt, n, 1, &err) == QKV_ERR_IO && strstr(err.msg, "layer 3") && qkv_model_pos(m) == 0,
+    CHECK(qkv_model_forward(m, got, prompt, n, 1, &(qkv_forward_opts){.replace = failing}, &err) == QKV_ERR_IO &&
+              strstr(err.msg, "layer 3") && qkv_model_pos(m) == 0,
           "failing replacement: '%s', position %d", err.msg, qkv_model_pos(m));
-    qkv_model_set_attention(m, NULL, NULL);
-    CHECK(qkv_model_set_rope_offset(m, -1, &err) == QKV_ERR_INVALID, "offset -1 accepted");
-    CHECK(qkv_model_set_rope_offset(m, 100, &err) == QKV_OK && qkv_model_rope_pos(m) == 100, "rope pos %d", qkv_model_rope_pos(m));
-    qkv_model_set_hook(m, first_q, &q100);
-    CHECK(qkv_model_forward(m, got, prompt, n, 1, &err) == QKV_OK, "%s", err.msg);
+    const int drop = 2;
+    const qkv_exclusion ex = {.positions = &drop, .n = 1, .layer = QKV_ALL, .head = QKV_ALL};
+    CHECK(qkv_model_forward(m, got, prompt, n, 1,
+                            &(qkv_forward_opts){.replace = same_as_model, .replace_user = &calls, .exclude = &ex,
+                                                .n_exclude = 1},
+                            &err) == QKV_ERR_INVALID,
+          "an exclusion with a replacement is refused");
+    CHECK(qkv_model_forward(m, got, prompt, n, 1, &(qkv_forward_opts){.rope_offset = -1}, &err) == QKV_ERR_INVALID,
+          "offset -1 accepted");
+    const qkv_hook h100 = {.point = QKV_HOOK_ROT_Q, .layer = 0, .fn = first_q, .user = &q100};
+    CHECK(qkv_model_forward(m, got, prompt, n, 1,
+                            &(qkv_forward_opts){.hooks = &h100, .n_hooks = 1, .rope_offset = 100}, &err) == QKV_OK,
+          "%s", err.msg);
+    CHECK(qkv_model_rope_pos(m) == n, "the offset is the call's: rope pos %d after it", qkv_model_rope_pos(m));
     CHECK(q100 != q0, "the offset did not change the rotated queries");
     /* same relative positions: the logits agree to float rounding of the rotations (measured 4.6e-5; logits up to ~20) */
     CHECK_CLOSE("logits at offset 100 vs 0", got, want, (size_t)n * V, 5e-4, 0);

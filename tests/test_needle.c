@@ -134,10 +134,13 @@ typedef struct {
     double *mass;   /* [L, Hq] */
 } dense_state;
 
-static int dense_hook(void *user, int layer, const float *q, const float *lse, int n, int pos0,
-                      const qkv_kv_cache *cache, const qkv_attn_desc *d) {
-    (void)lse;
+static qkv_status dense_hook(void *user, const qkv_activation *a, qkv_error *err) {
+    (void)err;
     dense_state *s = user;
+    const int layer = a->layer, n = (int)a->shape[1], pos0 = a->pos0;
+    const float *q = qkv_attn_view_q(a->attn);
+    const qkv_kv_cache *cache = qkv_attn_view_cache(a->attn);
+    const qkv_attn_desc *d = qkv_attn_view_desc(a->attn);
     const int Lk = pos0 + n, D = d->head_dim, group = d->n_q_head / d->n_kv_head;
     const float *k = qkv_kv_cache_k(cache);
     const int64_t stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)Lk * D;
@@ -158,7 +161,7 @@ static int dense_hook(void *user, int layer, const float *q, const float *lse, i
         s->mass[layer * s->n_head + h] = mass;
     }
     free(sc);
-    return 0;
+    return QKV_OK;
 }
 
 TEST(needle_mass_equals_dense_softmax) {
@@ -173,9 +176,9 @@ TEST(needle_mass_equals_dense_softmax) {
     if (!p.ids) goto done;
     dense_state ds = {.needle_pos = p.needle_pos, .needle_len = p.needle_len, .n_head = H,
                       .mass = calloc((size_t)L * H, sizeof(double))};
-    qkv_model_set_hook(f.m, dense_hook, &ds);
-    CHECK(qkv_model_forward(f.m, NULL, p.ids, p.n, 0, &err) == QKV_OK, "%s", err.msg);
-    qkv_model_set_hook(f.m, NULL, NULL);
+    const qkv_hook dense = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = dense_hook, .user = &ds};
+    CHECK(qkv_model_forward(f.m, NULL, p.ids, p.n, 0, &(qkv_forward_opts){.hooks = &dense, .n_hooks = 1}, &err) == QKV_OK,
+          "%s", err.msg);
     int32_t answer[16];
     double mx[64] = {0}, mean[64] = {0}, *retrieval = calloc((size_t)L * H, sizeof(double));
     qkv_needle_result r = {.answer = answer, .mass_max = mx, .mass_mean = mean, .retrieval = retrieval};

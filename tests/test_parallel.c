@@ -258,12 +258,12 @@ static void *decode_run(void *arg) {
     const int V = qkv_model_get_config(j->m)->n_vocab;
     qkv_error err = {0};
     qkv_model_rewind(j->m, 0, NULL);
-    j->failed |= qkv_model_forward(j->m, j->logits, prompt, 12, 0, &err) != QKV_OK;
+    j->failed |= qkv_model_forward(j->m, j->logits, prompt, 12, 0, NULL, &err) != QKV_OK;
     for (int s = 0; s < N_STEPS && !j->failed; s++) {
         const float *row = j->logits + (size_t)s * V;
         int32_t best = 0;
         for (int v = 1; v < V; v++) best = row[v] > row[best] ? v : best;
-        j->failed |= qkv_model_forward(j->m, j->logits + (size_t)(s + 1) * V, &best, 1, 0, &err) != QKV_OK;
+        j->failed |= qkv_model_forward(j->m, j->logits + (size_t)(s + 1) * V, &best, 1, 0, NULL, &err) != QKV_OK;
     }
     return NULL;
 }

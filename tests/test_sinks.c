@@ -9,6 +9,7 @@
  *     SVG) and `qkv inspect` outputs (PNG, JSON) on a short prompt.
  */
 #include "qkv.h"
+#include "pattern_view.h"
 #include "testing.h"
 
 #include <math.h>
@@ -56,10 +57,14 @@ TEST(sinks_hook_means) {
             memcpy(lse1 + (size_t)h * 25, lse + (size_t)h * n, 25 * 4);
         }
         d1.kv_head_stride = (int64_t)n * D;
-        CHECK(qkv_sinks_hook(s, l, q1, lse1, 25, 0, cache, &d1) == 0, "hook: %s", qkv_sinks_error(s));
+        qkv_activation a;
+        qkv_attn_view view;
+        test_pattern_activation(&a, &view, l, q1, lse1, 25, 0, cache, &d1);
+        CHECK(qkv_sinks_hook(s, &a, &err) == QKV_OK, "hook: %s", err.msg);
         qkv_attn_desc d2 = d;
         d2.q_len = 15;
-        CHECK(qkv_sinks_hook(s, l, q2, lse2, 15, 25, cache, &d2) == 0, "hook: %s", qkv_sinks_error(s));
+        test_pattern_activation(&a, &view, l, q2, lse2, 15, 25, cache, &d2);
+        CHECK(qkv_sinks_hook(s, &a, &err) == QKV_OK, "hook: %s", err.msg);
         free(q1); free(q2); free(lse1); free(lse2);
         qkv_attention_reference(o, NULL, ref, q, k, v, &d, &err);
         for (int h = 0; h < Hq; h++) {

@@ -217,21 +217,24 @@ TEST(stream_eviction_and_window_mask_allocate_nothing) {
     qkv_error err = {0};
     const int V = qkv_model_get_config(m)->n_vocab;
     float *logits = malloc(sizeof(float) * (size_t)2 * C * V); /* [2C, V] */
-    CHECK(qkv_model_set_mask(m, QKV_MASK_SINK_WINDOW, W - S, S, &err) == QKV_OK, "%s", err.msg);
-    CHECK(qkv_model_forward(m, logits, ids, 2 * C, 1, &err) == QKV_OK, "%s", err.msg);
+    const qkv_forward_opts o = {.mask = QKV_MASK_SINK_WINDOW, .window = W - S, .sinks = S};
+    CHECK(qkv_model_forward(m, logits, ids, 2 * C, 1, &o, &err) == QKV_OK, "%s", err.msg);
     alloc_count_start();
     qkv_status st = qkv_model_evict(m, S, C, 1, &err);
-    if (!st) st = qkv_model_forward(m, logits, ids + 2 * C, C, 1, &err);
+    if (!st) st = qkv_model_forward(m, logits, ids + 2 * C, C, 1, &o, &err);
     if (!st) st = qkv_model_evict(m, S, C, 0, &err);
-    if (!st) st = qkv_model_forward(m, logits, ids + 3 * C, C, 1, &err);
+    if (!st) st = qkv_model_forward(m, logits, ids + 3 * C, C, 1, &o, &err);
     const int64_t n_alloc = alloc_count_stop();
     CHECK(st == QKV_OK, "%s", err.msg);
     CHECK(n_alloc == 0, "evictions and masked forwards allocated %lld times", (long long)n_alloc);
     CHECK(qkv_model_pos(m) == 2 * C && qkv_model_rope_pos(m) == 3 * C, "rows %d, next RoPE position %d (want %d, %d)",
           qkv_model_pos(m), qkv_model_rope_pos(m), 2 * C, 3 * C); /* only the unshifted eviction counts */
     CHECK(qkv_model_evict(m, 1, 4 * C, 1, &err) == QKV_ERR_INVALID, "evicting past the cache is refused");
-    CHECK(qkv_model_set_mask(m, QKV_MASK_WINDOW, 0, 0, &err) == QKV_ERR_INVALID, "window 0 is refused");
-    CHECK(qkv_model_set_mask(m, QKV_MASK_NONE, 4, 0, &err) == QKV_ERR_INVALID, "no mask is refused");
+    CHECK(qkv_model_forward(m, logits, ids, 1, 0, &(qkv_forward_opts){.mask = QKV_MASK_WINDOW}, &err) ==
+              QKV_ERR_INVALID, "window 0 is refused");
+    CHECK(qkv_model_forward(m, logits, ids, 1, 0, &(qkv_forward_opts){.mask = (qkv_mask_kind)7, .window = 4}, &err) ==
+              QKV_ERR_INVALID, "an unknown mask kind is refused");
+    CHECK(qkv_model_pos(m) == 2 * C, "refused calls leave the cache as it was");
     qkv_model_rewind(m, 0, NULL);
     CHECK(qkv_model_rope_pos(m) == 0, "rewinding to 0 resets the RoPE position (%d)", qkv_model_rope_pos(m));
     free(logits);
