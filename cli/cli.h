@@ -99,17 +99,15 @@ extern const char *const cli_kernels[];    /* "auto", "ref", ...: qkv_kernel ord
 #define CLI_STR(x) CLI_STR_(x) /* a macro's value as a string literal */
 
 /* Table rows: a flag, a flag whose value is one of choices, a flag read by fn. */
-#define CLI_FLAG(name_, alias_, kind_, dest_, lo_, hi_, metavar_, help_)                                 \
-    {.name = name_, .alias = alias_, .kind = kind_, .dest = dest_, .lo = lo_, .hi = hi_, .metavar = metavar_, \
-     .help = help_}
 #define CLI_FLAG_CHOICE(name_, kind_, dest_, choices_, help_) \
     {.name = name_, .kind = kind_, .dest = dest_, .help = help_, .choices = choices_}
 #define CLI_FLAG_FN(name_, dest_, fn_, metavar_, help_) \
     {.name = name_, .kind = CLI_FN, .dest = dest_, .metavar = metavar_, .help = help_, .fn = fn_}
 
 /* Table fragments: the same flag means the same thing in every command. */
-#define CLI_FLAG_MODEL(dst) \
-    CLI_FLAG("--model", "-m", CLI_STRING, (dst), 0, 0, "FILE", "GGUF model (default " CLI_DEFAULT_MODEL ")")
+#define CLI_FLAG_MODEL(dst)                                                                  \
+    {.name = "--model", .alias = "-m", .kind = CLI_STRING, .dest = (dst), .metavar = "FILE", \
+     .help = "GGUF model (default " CLI_DEFAULT_MODEL ")"}
 /* --threads: 1 .. CLI_THREADS_PER_CPU x the online CPUs (cli_parse_threads) */
 #define CLI_THREADS_PER_CPU 4
 int cli_parse_threads(void *dest, const char *flag, const char *value);
@@ -119,38 +117,38 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
 /* The arrays and the mask of an attention call, as `qkv attend` and
  * `qkv-mpi attend` both take them, into a struct with fields q, k, v, out,
  * lse (const char *), causal, window, sinks (int), exclude (cli_ints). */
-#define CLI_FLAGS_ATTEND_ARRAYS(a)                                                                              \
-    CLI_FLAG("--q", NULL, CLI_STRING, &(a)->q, 0, 0, "FILE", "queries, float32 [Hq, Lq, D]"),                  \
-    CLI_FLAG("--k", NULL, CLI_STRING, &(a)->k, 0, 0, "FILE", "keys, float32 [Hkv, Lk, D]"),                    \
-    CLI_FLAG("--v", NULL, CLI_STRING, &(a)->v, 0, 0, "FILE", "values, float32 [Hkv, Lk, D]"),                  \
-    CLI_FLAG("--out", NULL, CLI_STRING, &(a)->out, 0, 0, "FILE", "the output O [Hq, Lq, D]"),                  \
-    CLI_FLAG("--lse", NULL, CLI_STRING, &(a)->lse, 0, 0, "FILE", "also write LSE [Hq, Lq] (natural log)")
-#define CLI_FLAGS_ATTEND_MASK(a)                                                                                \
-    CLI_FLAG("--causal", NULL, CLI_BOOL, &(a)->causal, 0, 0, NULL,                                              \
-             "causal mask, bottom-right aligned (row i at position Lk-Lq+i)"),                                  \
-    CLI_FLAG("--window", NULL, CLI_INT, &(a)->window, 1, 2147483647, "W",                                       \
-             "sliding window of W keys including self (implies causal)"),                                      \
-    CLI_FLAG("--sinks", NULL, CLI_INT, &(a)->sinks, 0, 2147483647, "S",                                         \
-             "keep the first S keys visible too (needs --window): StreamingLLM"),                              \
-    CLI_FLAG("--exclude", NULL, CLI_INTS, &(a)->exclude, 0, 2147483647, "i,j,...",                             \
-             "key indices no row may see (ablation)"),                                                          \
-    CLI_FLAG("--scale", NULL, CLI_FLOAT, &(a)->scale, 1e-30, 1e30, "X", "softmax scale (default 1/sqrt(D))")
-#define CLI_FLAG_JSON(dst, help) CLI_FLAG("--json", NULL, CLI_BOOL, (dst), 0, 0, NULL, (help))
-#define CLI_FLAG_VERBOSE(dst) \
-    CLI_FLAG("--verbose", "-v", CLI_BOOL, (dst), 0, 0, NULL, "time and peak memory (RSS) on stderr")
+#define CLI_FLAGS_ATTEND_ARRAYS(a)                                                                           \
+    {.name = "--q", .kind = CLI_STRING, .dest = &(a)->q, .metavar = "FILE", .help = "queries, float32 [Hq, Lq, D]"}, \
+    {.name = "--k", .kind = CLI_STRING, .dest = &(a)->k, .metavar = "FILE", .help = "keys, float32 [Hkv, Lk, D]"}, \
+    {.name = "--v", .kind = CLI_STRING, .dest = &(a)->v, .metavar = "FILE", .help = "values, float32 [Hkv, Lk, D]"}, \
+    {.name = "--out", .kind = CLI_STRING, .dest = &(a)->out, .metavar = "FILE", .help = "the output O [Hq, Lq, D]"}, \
+    {.name = "--lse", .kind = CLI_STRING, .dest = &(a)->lse, .metavar = "FILE",                                      \
+     .help = "also write LSE [Hq, Lq] (natural log)"}
+#define CLI_FLAGS_ATTEND_MASK(a)                                                                             \
+    {.name = "--causal", .kind = CLI_BOOL, .dest = &(a)->causal,                                                  \
+     .help = "causal mask, bottom-right aligned (row i at position Lk-Lq+i)"},                                    \
+    {.name = "--window", .kind = CLI_INT, .dest = &(a)->window, .lo = 1, .hi = 2147483647, .metavar = "W",        \
+     .help = "sliding window of W keys including self (implies causal)"},                                         \
+    {.name = "--sinks", .kind = CLI_INT, .dest = &(a)->sinks, .lo = 0, .hi = 2147483647, .metavar = "S",          \
+     .help = "keep the first S keys visible too (needs --window): StreamingLLM"},                                 \
+    {.name = "--exclude", .kind = CLI_INTS, .dest = &(a)->exclude, .lo = 0, .hi = 2147483647, .metavar = "i,j,...", \
+     .help = "key indices no row may see (ablation)"},                                                            \
+    {.name = "--scale", .kind = CLI_FLOAT, .dest = &(a)->scale, .lo = 1e-30, .hi = 1e30, .metavar = "X",          \
+     .help = "softmax scale (default 1/sqrt(D))"}
+#define CLI_FLAG_JSON(dst, help_) {.name = "--json", .kind = CLI_BOOL, .dest = (dst), .help = (help_)}
+#define CLI_FLAG_VERBOSE(dst)                                     \
+    {.name = "--verbose", .alias = "-v", .kind = CLI_BOOL, .dest = (dst), \
+     .help = "time and peak memory (RSS) on stderr"}
 #define CLI_FLAG_KV_DTYPE(dst, help) CLI_FLAG_CHOICE("--kv-dtype", CLI_CHOICE, (dst), cli_kv_dtypes, help)
 #define CLI_FLAG_KERNEL(dst, help) CLI_FLAG_CHOICE("--kernel", CLI_CHOICE, (dst), cli_kernels, help)
 /* -p/-f/--tokens, --chat, --system, --special into a cli_prompt_args *pa */
 #define CLI_FLAGS_PROMPT(pa)                                                                                   \
-    CLI_FLAG("--prompt", "-p", CLI_STRING, &(pa)->text, 0, 0, "TEXT", "the prompt text"),                      \
-    CLI_FLAG("--file", "-f", CLI_STRING, &(pa)->file, 0, 0, "FILE", "read the prompt from a file ('-': stdin)"), \
-    CLI_FLAG("--tokens", NULL, CLI_STRING, &(pa)->tokens, 0, 0, "IDS", "the prompt as token ids, e.g. 1,9690,198"), \
-    CLI_FLAG("--chat", NULL, CLI_BOOL, &(pa)->chat, 0, 0, NULL,                                                \
-             "wrap the text as a user turn in the model's chat template (ChatML, Llama-3)"),                   \
-    CLI_FLAG("--system", NULL, CLI_STRING, &(pa)->system, 0, 0, "TEXT",                                        \
-             "system turn for --chat (default: the template's own)"),                                          \
-    CLI_FLAG("--special", NULL, CLI_BOOL, &(pa)->special, 0, 0, NULL,                                          \
-             "recognise special tokens (<|im_start|> ...) written in the text")
+    {.name = "--prompt", .alias = "-p", .kind = CLI_STRING, .dest = &(pa)->text, .metavar = "TEXT", .help = "the prompt text"}, \
+    {.name = "--file", .alias = "-f", .kind = CLI_STRING, .dest = &(pa)->file, .metavar = "FILE", .help = "read the prompt from a file ('-': stdin)"}, \
+    {.name = "--tokens", .kind = CLI_STRING, .dest = &(pa)->tokens, .metavar = "IDS", .help = "the prompt as token ids, e.g. 1,9690,198"}, \
+    {.name = "--chat", .kind = CLI_BOOL, .dest = &(pa)->chat, .help = "wrap the text as a user turn in the model's chat template (ChatML, Llama-3)"}, \
+    {.name = "--system", .kind = CLI_STRING, .dest = &(pa)->system, .metavar = "TEXT", .help = "system turn for --chat (default: the template's own)"}, \
+    {.name = "--special", .kind = CLI_BOOL, .dest = &(pa)->special, .help = "recognise special tokens (<|im_start|> ...) written in the text"}
 
 /* ----------------------------------------------------------------- prompt */
 

@@ -121,8 +121,10 @@ int cmd_demo(int argc, char **argv) {
     int n = 1024;
     const char *out_dir = "build";
     cli_flag flags[] = {
-        CLI_FLAG("--n", NULL, CLI_INT, &n, 1, 4096, "N", "tokens of the Llama-3.1-8B layer (default 1024)"),
-        CLI_FLAG("--out-dir", NULL, CLI_STRING, &out_dir, 0, 0, "DIR", "where the attention pages go (default build)"),
+        {.name = "--n", .kind = CLI_INT, .dest = &n, .lo = 1, .hi = 4096, .metavar = "N",
+         .help = "tokens of the Llama-3.1-8B layer (default 1024)"},
+        {.name = "--out-dir", .kind = CLI_STRING, .dest = &out_dir, .metavar = "DIR",
+         .help = "where the attention pages go (default build)"},
         {0},
     };
     const cli_command cmd = {.name = "demo", .usage = "[--n N] [--out-dir DIR]",

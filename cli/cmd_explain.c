@@ -704,15 +704,16 @@ int cmd_explain(int argc, char **argv) {
     int no_mask = 0, no_scale = 0, json = 0, print_example = 0;
     const char *input = NULL, *vocab = LLAMA3_VOCAB;
     cli_flag flags[] = {
-        CLI_FLAG("--no-mask", NULL, CLI_BOOL, &no_mask, 0, 0, NULL,
-                 "no causal mask: every row sees every token (and why that cheats)"),
-        CLI_FLAG("--no-scale", NULL, CLI_BOOL, &no_scale, 0, 0, NULL, "scores q.k without the 1/sqrt(d) factor"),
+        {.name = "--no-mask", .kind = CLI_BOOL, .dest = &no_mask,
+         .help = "no causal mask: every row sees every token (and why that cheats)"},
+        {.name = "--no-scale", .kind = CLI_BOOL, .dest = &no_scale, .help = "scores q.k without the 1/sqrt(d) factor"},
         CLI_FLAG_JSON(&json, "the same numbers as JSON"),
-        CLI_FLAG("--input", NULL, CLI_STRING, &input, 0, 0, "FILE",
-                 "your own small example ('-' reads stdin), in the format below"),
-        CLI_FLAG("--example", NULL, CLI_BOOL, &print_example, 0, 0, NULL, "print the built-in example in that format and exit"),
-        CLI_FLAG("--vocab", NULL, CLI_STRING, &vocab, 0, 0, "FILE",
-                 "the GGUF whose tokenizer cuts the article's sentence (default " LLAMA3_VOCAB ")"),
+        {.name = "--input", .kind = CLI_STRING, .dest = &input, .metavar = "FILE",
+         .help = "your own small example ('-' reads stdin), in the format below"},
+        {.name = "--example", .kind = CLI_BOOL, .dest = &print_example,
+         .help = "print the built-in example in that format and exit"},
+        {.name = "--vocab", .kind = CLI_STRING, .dest = &vocab, .metavar = "FILE",
+         .help = "the GGUF whose tokenizer cuts the article's sentence (default " LLAMA3_VOCAB ")"},
         {0},
     };
     const cli_command cmd = {.name = "explain", .usage = "[--no-mask] [--no-scale] [--json] [--input FILE | --example]",

@@ -271,11 +271,14 @@ int cmd_scaling(int argc, char **argv) {
     int64_t seed = 1;
     cli_ints d_list = {0};
     cli_flag flags[] = {
-        CLI_FLAG("--d", NULL, CLI_INTS, &d_list, 1, QKV_HEAD_DIM_MAX, "LIST",
-                 "head dims, comma separated, at most " CLI_STR(MAX_D) " (default 2,128)"),
-        CLI_FLAG("--positions", NULL, CLI_INT, &positions, 2, 4096, "N", "keys each query attends to (default 5)"),
-        CLI_FLAG("--trials", NULL, CLI_INT, &trials, 100, 10000000, "N", "random queries per d (default 20000)"),
-        CLI_FLAG("--seed", NULL, CLI_I64, &seed, 0, 0x1p63, "N", "random seed (default 1); the same seed gives the same output"),
+        {.name = "--d", .kind = CLI_INTS, .dest = &d_list, .lo = 1, .hi = QKV_HEAD_DIM_MAX, .metavar = "LIST",
+         .help = "head dims, comma separated, at most " CLI_STR(MAX_D) " (default 2,128)"},
+        {.name = "--positions", .kind = CLI_INT, .dest = &positions, .lo = 2, .hi = 4096, .metavar = "N",
+         .help = "keys each query attends to (default 5)"},
+        {.name = "--trials", .kind = CLI_INT, .dest = &trials, .lo = 100, .hi = 10000000, .metavar = "N",
+         .help = "random queries per d (default 20000)"},
+        {.name = "--seed", .kind = CLI_I64, .dest = &seed, .lo = 0, .hi = 0x1p63, .metavar = "N",
+         .help = "random seed (default 1); the same seed gives the same output"},
         CLI_FLAG_JSON(&json, "the same figures as JSON"),
         {0},
     };

@@ -68,7 +68,8 @@ int cmd_tokenize(int argc, char **argv) {
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
         CLI_FLAGS_PROMPT(&pa),
-        CLI_FLAG("--no-bos", NULL, CLI_BOOL, &pa.no_bos, 0, 0, NULL, "add no BOS / EOS even where the GGUF asks for them"),
+        {.name = "--no-bos", .kind = CLI_BOOL, .dest = &pa.no_bos,
+         .help = "add no BOS / EOS even where the GGUF asks for them"},
         CLI_FLAG_JSON(&json, "{\"ids\": [...], \"pieces\": [...], ...} on one line"),
         {0},
     };

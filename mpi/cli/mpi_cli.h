@@ -33,8 +33,7 @@ extern const char *const mpi_cli_layouts[]; /* "contiguous", "zigzag": qkv_cp_la
                 "threads per rank (default: cores / ranks on the node; at most " CLI_STR(CLI_THREADS_PER_CPU) \
                 " per online CPU)")
 #define MPI_FLAG_TIMEOUT(dst)                                                       \
-    CLI_FLAG("--timeout", NULL, CLI_DOUBLE, (dst), 0.01, 86400, "S",              \
-             "longest wait for another rank before the job is aborted (default 60)")
+    {.name = "--timeout", .kind = CLI_DOUBLE, .dest = (dst), .lo = 0.01, .hi = 86400, .metavar = "S", .help = "longest wait for another rank before the job is aborted (default 60)"}
 
 /* After a failed library call: QKV_ERR_IO (a timeout or an MPI error, seen
  * by this rank alone) aborts the job (this rank prints "qkv: <msg>", MPI_Abort
