@@ -26,7 +26,8 @@ endif
 WARN_FLAGS := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
               -Wmissing-prototypes -Werror
 OPT_FLAGS  ?= -O3 -g
-ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -pthread \
+# -fvisibility=hidden: libqkv.so exports what include/qkv.h declares (QKV_API), nothing else
+ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -fvisibility=hidden -pthread \
               -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(CFLAGS)
 LDLIBS     := -lm -pthread $(LDFLAGS)
 # OpenMP only in the CLI's roofline loops (qkv bench) and a test's two threads

@@ -40,7 +40,7 @@ int cli_parse_i64(int64_t *out, const char *flag, const char *s, int64_t lo, int
 }
 
 int cli_parse_int(int *out, const char *flag, const char *s, long lo, long hi) {
-    int64_t v;
+    int64_t v = 0;
     int rc = cli_parse_i64(&v, flag, s, lo, hi);
     if (rc == 0) *out = (int)v;
     return rc;
@@ -58,7 +58,7 @@ int cli_parse_double(double *out, const char *flag, const char *s, double lo, do
 }
 
 int cli_parse_float(float *out, const char *flag, const char *s, double lo, double hi) {
-    double v;
+    double v = 0;
     int rc = cli_parse_double(&v, flag, s, lo, hi);
     if (rc == 0) *out = (float)v;
     return rc;

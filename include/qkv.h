@@ -32,6 +32,15 @@
 extern "C" {
 #endif
 
+/* Marks what libqkv exports: the library is built with -fvisibility=hidden,
+ * so the functions declared here, and nothing else, are its ABI
+ * (tests/test_library.c checks the shared library's symbol table). */
+#if defined(__GNUC__) || defined(__clang__)
+#define QKV_API __attribute__((visibility("default")))
+#else
+#define QKV_API
+#endif
+
 /* The API's version: MAJOR changes break source or binary compatibility (the
  * shared library's soname is libqkv.so.MAJOR), MINOR adds, PATCH fixes. */
 #define QKV_VERSION_MAJOR 0
@@ -45,7 +54,7 @@ extern "C" {
 
 /* The version of the library linked at run time, "MAJOR.MINOR.PATCH" (the
  * header a program was compiled with says QKV_VERSION). */
-const char *qkv_version(void);
+QKV_API const char *qkv_version(void);
 
 /* ------------------------------------------------------------------ errors */
 
@@ -66,7 +75,7 @@ typedef struct {
 } qkv_error;
 
 /* Name of a status code, e.g. "invalid argument". Never NULL. */
-const char *qkv_status_str(qkv_status s);
+QKV_API const char *qkv_status_str(qkv_status s);
 
 /* ------------------------------------------------------------------ dtypes */
 
@@ -76,19 +85,19 @@ typedef enum {
     QKV_DTYPE_F16 = 2
 } qkv_dtype;
 
-size_t qkv_dtype_size(qkv_dtype t);          /* bytes per element */
-const char *qkv_dtype_name(qkv_dtype t);     /* "f32", "bf16", "f16" */
+QKV_API size_t qkv_dtype_size(qkv_dtype t);          /* bytes per element */
+QKV_API const char *qkv_dtype_name(qkv_dtype t);     /* "f32", "bf16", "f16" */
 /* Parses "f32" | "bf16" | "f16"; returns QKV_ERR_INVALID otherwise. */
-qkv_status qkv_dtype_parse(qkv_dtype *out, const char *name);
+QKV_API qkv_status qkv_dtype_parse(qkv_dtype *out, const char *name);
 
 /* Round-to-nearest-even conversions, NaN preserved. */
-uint16_t qkv_f32_to_bf16(float x);
-float qkv_bf16_to_f32(uint16_t x);
-uint16_t qkv_f32_to_f16(float x);
-float qkv_f16_to_f32(uint16_t x);
+QKV_API uint16_t qkv_f32_to_bf16(float x);
+QKV_API float qkv_bf16_to_f32(uint16_t x);
+QKV_API uint16_t qkv_f32_to_f16(float x);
+QKV_API float qkv_f16_to_f32(uint16_t x);
 /* dst[n] (dtype t) <- src[n] f32, and back. */
-void qkv_convert_from_f32(void *dst, qkv_dtype t, const float *src, size_t n);
-void qkv_convert_to_f32(float *dst, const void *src, qkv_dtype t, size_t n);
+QKV_API void qkv_convert_from_f32(void *dst, qkv_dtype t, const float *src, size_t n);
+QKV_API void qkv_convert_to_f32(float *dst, const void *src, qkv_dtype t, size_t n);
 
 /* ------------------------------------------------------------------- masks */
 
@@ -112,7 +121,7 @@ typedef struct {
 
 /* 1 if key j is visible to query row i under mask m for the given lengths.
  * The one definition every kernel and test agrees on. */
-int qkv_mask_visible(const qkv_mask *m, int q_len, int kv_len, int i, int j);
+QKV_API int qkv_mask_visible(const qkv_mask *m, int q_len, int kv_len, int i, int j);
 
 /* --------------------------------------------------------------- attention */
 
@@ -127,9 +136,9 @@ typedef enum {
                                   exactly the flash kernel elsewhere. Never chosen by AUTO */
 } qkv_kernel;
 
-const char *qkv_kernel_name(qkv_kernel k);
+QKV_API const char *qkv_kernel_name(qkv_kernel k);
 /* Parses "ref" | "reference" | "flash" | "decode" | "flash-bf16" | "auto". */
-qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
+QKV_API qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
 
 #define QKV_HEAD_DIM_MIN 16
 #define QKV_HEAD_DIM_MAX 256
@@ -157,10 +166,10 @@ typedef struct {
 } qkv_attn_desc;
 
 /* Checks a descriptor; QKV_OK or QKV_ERR_INVALID with the field named. */
-qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err);
+QKV_API qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err);
 
 /* The kernel AUTO resolves to for this descriptor. */
-qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
+QKV_API qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
 
 /*
  * Non-finite numbers, in every kernel (reference, flash on every ISA,
@@ -192,17 +201,17 @@ qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
  *   v:   [Hkv, Lk, D]  kv_dtype, same layout as k
  * The decode kernel requires Lq <= QKV_DECODE_MAX_Q.
  */
-qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
-                         const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+QKV_API qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
+                                 const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
 /* (One shot: a plan for this call is made, run and freed. A caller that
  * attends repeatedly keeps a plan instead, below.) */
 
 /* The reference kernel with its weight matrix returned.
  *   weights: [Hq, Lq, Lk] f32 output (softmax probabilities; masked = 0); may be NULL
  * Refuses (QKV_ERR_TOO_LARGE) when Hq*Lq*Lk > QKV_REFERENCE_MAX_SCORES. */
-qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
-                                   const void *k, const void *v, const qkv_attn_desc *d,
-                                   qkv_error *err);
+QKV_API qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
+                                           const void *k, const void *v, const qkv_attn_desc *d,
+                                           qkv_error *err);
 
 /*
  * A plan: every buffer the flash and decode kernels need (per-thread tile
@@ -240,37 +249,37 @@ typedef struct qkv_attn_plan qkv_attn_plan;
 
 /* Bytes of memory a plan needs, at any alignment (qkv_attn_plan_init_in);
  * 0 if the arguments are invalid (qkv_attn_plan_init says why). */
-size_t qkv_attn_workspace_size(const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads);
+QKV_API size_t qkv_attn_workspace_size(const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads);
 
 /* A plan in memory it allocates itself; release with qkv_attn_plan_free.
  * QKV_ERR_INVALID for a bad max_desc, kernel or n_threads; QKV_ERR_NOMEM. */
-qkv_status qkv_attn_plan_init(qkv_attn_plan **out, const qkv_attn_desc *max_desc, qkv_kernel kernel,
-                              int n_threads, qkv_error *err);
+QKV_API qkv_status qkv_attn_plan_init(qkv_attn_plan **out, const qkv_attn_desc *max_desc, qkv_kernel kernel,
+                                      int n_threads, qkv_error *err);
 
 /* A plan that lives in the caller's memory, which it never frees:
  *   workspace: [bytes] any alignment, bytes >= qkv_attn_workspace_size(...);
  *              it must outlive the plan and not be used for anything else meanwhile.
  * *out points into workspace; qkv_attn_plan_free on it does nothing. */
-qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t bytes,
-                                 const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads,
-                                 qkv_error *err);
-void qkv_attn_plan_free(qkv_attn_plan *plan);  /* NULL is fine */
+QKV_API qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t bytes,
+                                         const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads,
+                                         qkv_error *err);
+QKV_API void qkv_attn_plan_free(qkv_attn_plan *plan);  /* NULL is fine */
 
 /* qkv_attention with the plan's kernel and memory (same o, lse, q, k, v
  * shapes, same results bit for bit); never allocates unless the plan's
  * kernel is REFERENCE. */
-qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k,
-                        const void *v, const qkv_attn_desc *d, qkv_error *err);
+QKV_API qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k,
+                                const void *v, const qkv_attn_desc *d, qkv_error *err);
 
 /* The instruction set the flash and decode kernels run on this CPU: "avx512",
  * "avx2" or "scalar" (QKV_ISA=avx512|avx2|scalar in the environment narrows
  * the choice). */
-const char *qkv_attn_isa(void);
+QKV_API const char *qkv_attn_isa(void);
 
 /* The CPUs this process may run on now (its affinity mask: taskset, cgroup
  * cpusets), at least 1: what n_threads 0 ("all available") means everywhere
  * in this header. */
-int qkv_cpu_count(void);
+QKV_API int qkv_cpu_count(void);
 
 /* -------------------------------------------------------------------- RoPE */
 
@@ -297,17 +306,17 @@ typedef struct {
 } qkv_rope;
 
 /* Defaults: rotate-half, theta 10000, no scaling. */
-qkv_rope qkv_rope_default(void);
+QKV_API qkv_rope qkv_rope_default(void);
 
 /* Inverse frequencies as transformers computes them (float32 arithmetic).
  *   inv_freq: [D/2] output */
-qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, qkv_error *err);
+QKV_API qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, qkv_error *err);
 
 /* Rotates x in place by position: angle = (float)pos[t] * inv_freq[i].
  *   x:   [n_head, n_tok, D] f32
  *   pos: [n_tok] absolute positions */
-qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n_head, int n_tok,
-                          int head_dim, qkv_error *err);
+QKV_API qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n_head, int n_tok,
+                                  int head_dim, qkv_error *err);
 
 /* ---------------------------------------------------------------- KV cache */
 
@@ -316,33 +325,33 @@ qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n
  * crosses 512x fewer page boundaries (+10-25% decode bandwidth per core on
  * Zen 4). Any size; NULL if out of memory. Release with qkv_kv_free. The KV
  * cache below allocates this way; callers of qkv_attention may too. */
-void *qkv_kv_alloc(size_t bytes);
-void qkv_kv_free(void *p);
+QKV_API void *qkv_kv_alloc(size_t bytes);
+QKV_API void qkv_kv_free(void *p);
 
 /* One layer's K (after RoPE) and V, stored in [Hkv, capacity, D] of dtype.
  * init makes all of its memory resident (as llama.cpp clears its KV buffers
  * when it makes a context): appends never fault pages in. */
 typedef struct qkv_kv_cache qkv_kv_cache;
 
-qkv_status qkv_kv_cache_init(qkv_kv_cache **out, int n_kv_head, int head_dim, int capacity,
-                             qkv_dtype dtype, qkv_error *err);
-void qkv_kv_cache_free(qkv_kv_cache *c);
-int qkv_kv_cache_len(const qkv_kv_cache *c);
-int qkv_kv_cache_capacity(const qkv_kv_cache *c);
-qkv_dtype qkv_kv_cache_dtype(const qkv_kv_cache *c);
+QKV_API qkv_status qkv_kv_cache_init(qkv_kv_cache **out, int n_kv_head, int head_dim, int capacity,
+                                     qkv_dtype dtype, qkv_error *err);
+QKV_API void qkv_kv_cache_free(qkv_kv_cache *c);
+QKV_API int qkv_kv_cache_len(const qkv_kv_cache *c);
+QKV_API int qkv_kv_cache_capacity(const qkv_kv_cache *c);
+QKV_API qkv_dtype qkv_kv_cache_dtype(const qkv_kv_cache *c);
 /* Forgets positions >= len (len <= current length). */
-qkv_status qkv_kv_cache_truncate(qkv_kv_cache *c, int len, qkv_error *err);
+QKV_API qkv_status qkv_kv_cache_truncate(qkv_kv_cache *c, int len, qkv_error *err);
 
 /* Appends n_new positions, converting to the cache dtype.
  *   k, v: [Hkv, n_new, D] f32
  * QKV_ERR_FULL (nothing written) if len + n_new > capacity. */
-qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, int n_new,
-                               qkv_error *err);
+QKV_API qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, int n_new,
+                                       qkv_error *err);
 
 /* Reads positions [start, start + n) back as f32.
  *   k, v: [Hkv, n, D] f32 outputs (either may be NULL) */
-qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,
-                             qkv_error *err);
+QKV_API qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,
+                                     qkv_error *err);
 
 /* Evicts positions [from, from + n) (from + n <= length): the later rows move
  * down by n, the length drops by n. rope NULL: the moved keys keep their
@@ -353,21 +362,21 @@ qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int star
  * (R(a) R(b) = R(a + b)), so this equals rotating the unrotated keys at their
  * new rows, up to float rounding (and the cache dtype's, once more). Never
  * allocates. QKV_ERR_INVALID for a range outside [0, length) or a bad rope. */
-qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err);
+QKV_API qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err);
 
 /* Raw storage for kernels: pointers to [Hkv, capacity, D] in the cache dtype. */
-const void *qkv_kv_cache_k(const qkv_kv_cache *c);
-const void *qkv_kv_cache_v(const qkv_kv_cache *c);
+QKV_API const void *qkv_kv_cache_k(const qkv_kv_cache *c);
+QKV_API const void *qkv_kv_cache_v(const qkv_kv_cache *c);
 
 /* Attention of q against everything in the cache. d->kv_len, kv_dtype,
  * kv_head_stride, n_kv_head and head_dim are taken from the cache.
  *   o:   [Hq, Lq, D], lse: [Hq, Lq] or NULL, q: [Hq, Lq, D] */
-qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
-                                const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
+QKV_API qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
+                                        const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
 /* The same through a plan (qkv_attn_run): d->kv_len becomes the cache's
  * length, so a plan for a cache has max kv_len = its capacity. */
-qkv_status qkv_attn_run_cached(qkv_attn_plan *plan, float *o, float *lse, const float *q,
-                               const qkv_kv_cache *c, const qkv_attn_desc *d, qkv_error *err);
+QKV_API qkv_status qkv_attn_run_cached(qkv_attn_plan *plan, float *o, float *lse, const float *q,
+                                       const qkv_kv_cache *c, const qkv_attn_desc *d, qkv_error *err);
 
 
 /* --------------------------------------------------------------------- npy */
@@ -386,8 +395,8 @@ typedef struct {
 
 /* Loads path; QKV_ERR_IO / QKV_ERR_FORMAT (the message names the file and the
  * problem: truncated, big-endian, Fortran order, unsupported dtype ...). */
-qkv_status qkv_npy_load(qkv_npy *out, const char *path, qkv_error *err);
-void qkv_npy_free(qkv_npy *a);
+QKV_API qkv_status qkv_npy_load(qkv_npy *out, const char *path, qkv_error *err);
+QKV_API void qkv_npy_free(qkv_npy *a);
 
 /* Writes a float32 array (qkv_npy_writer open, put, close). path is written
  * in place and removed if any step fails, so no partial file is left; a
@@ -395,8 +404,8 @@ void qkv_npy_free(qkv_npy *a);
  * until the write succeeded is the caller's (write a temporary beside it,
  * then rename: qkv's CLI does, cli/outputs.c).
  *   data: [shape[0], ..., shape[ndim-1]] f32 */
-qkv_status qkv_npy_save_f32(const char *path, const float *data, int ndim, const int64_t *shape,
-                            qkv_error *err);
+QKV_API qkv_status qkv_npy_save_f32(const char *path, const float *data, int ndim, const int64_t *shape,
+                                    qkv_error *err);
 
 /* -------------------------------------------------------------------- gguf */
 
@@ -474,36 +483,36 @@ typedef enum {
 } qkv_ggml_type;
 
 /* "u8" ... "f64", "string", "array"; "?" for an unknown id. */
-const char *qkv_gguf_type_name(qkv_gguf_type t);
+QKV_API const char *qkv_gguf_type_name(qkv_gguf_type t);
 /* llama.cpp's names: "f32", "f16", "q4_0", "q4_K", "q6_K", "bf16" ...; "?" if unknown. */
-const char *qkv_ggml_type_name(qkv_ggml_type t);
+QKV_API const char *qkv_ggml_type_name(qkv_ggml_type t);
 /* Elements per block (1 for plain types, 32 or 256 for quantised ones) and
  * bytes per block; 0 for an unknown id. */
-int64_t qkv_ggml_block_elems(qkv_ggml_type t);
-size_t qkv_ggml_block_bytes(qkv_ggml_type t);
+QKV_API int64_t qkv_ggml_block_elems(qkv_ggml_type t);
+QKV_API size_t qkv_ggml_block_bytes(qkv_ggml_type t);
 /* Bytes of n consecutive elements (a row of n = shape[last]); 0 if the type is
  * unknown or n is not a multiple of the block size. Row r of a 2-D weight
  * [rows, n] starts at data + r * qkv_ggml_row_size(type, n). */
-size_t qkv_ggml_row_size(qkv_ggml_type t, int64_t n);
+QKV_API size_t qkv_ggml_row_size(qkv_ggml_type t, int64_t n);
 
 /* Opens and validates path. QKV_ERR_IO if it cannot be opened or mapped,
  * QKV_ERR_FORMAT if malformed (bad magic, version 1, truncated, absurd counts,
  * unknown value or tensor type, duplicate key or tensor name, tensor data out
  * of the file or overlapping ...), QKV_ERR_NOMEM. *out is NULL on failure. */
-qkv_status qkv_gguf_open(qkv_gguf **out, const char *path, qkv_error *err);
-void qkv_gguf_close(qkv_gguf *g);   /* NULL is fine */
+QKV_API qkv_status qkv_gguf_open(qkv_gguf **out, const char *path, qkv_error *err);
+QKV_API void qkv_gguf_close(qkv_gguf *g);   /* NULL is fine */
 
-const char *qkv_gguf_path(const qkv_gguf *g);      /* as given to open */
-uint32_t qkv_gguf_version(const qkv_gguf *g);      /* 2 or 3 */
-uint32_t qkv_gguf_alignment(const qkv_gguf *g);    /* general.alignment or 32 */
-uint64_t qkv_gguf_file_size(const qkv_gguf *g);
-uint64_t qkv_gguf_data_offset(const qkv_gguf *g);  /* file offset of the data section */
+QKV_API const char *qkv_gguf_path(const qkv_gguf *g);      /* as given to open */
+QKV_API uint32_t qkv_gguf_version(const qkv_gguf *g);      /* 2 or 3 */
+QKV_API uint32_t qkv_gguf_alignment(const qkv_gguf *g);    /* general.alignment or 32 */
+QKV_API uint64_t qkv_gguf_file_size(const qkv_gguf *g);
+QKV_API uint64_t qkv_gguf_data_offset(const qkv_gguf *g);  /* file offset of the data section */
 
 /* Metadata. key_id is 0 .. n_kv-1 in file order. */
-int64_t qkv_gguf_n_kv(const qkv_gguf *g);
-int64_t qkv_gguf_find_key(const qkv_gguf *g, const char *key);  /* -1 if absent */
-const char *qkv_gguf_key(const qkv_gguf *g, int64_t key_id);     /* NULL if out of range */
-qkv_gguf_type qkv_gguf_key_type(const qkv_gguf *g, int64_t key_id); /* -1 cast if out of range */
+QKV_API int64_t qkv_gguf_n_kv(const qkv_gguf *g);
+QKV_API int64_t qkv_gguf_find_key(const qkv_gguf *g, const char *key);  /* -1 if absent */
+QKV_API const char *qkv_gguf_key(const qkv_gguf *g, int64_t key_id);     /* NULL if out of range */
+QKV_API qkv_gguf_type qkv_gguf_key_type(const qkv_gguf *g, int64_t key_id); /* -1 cast if out of range */
 
 /* Typed getters by key. QKV_ERR_FORMAT (message names file, key, stored type)
  * when the key is absent or of another type; check qkv_gguf_find_key first for
@@ -511,14 +520,14 @@ qkv_gguf_type qkv_gguf_key_type(const qkv_gguf *g, int64_t key_id); /* -1 cast i
  * INT64_MAX is refused): use it for counts and sizes. get_f32 accepts f32 and
  * f64 (rounded). get_string gives a NUL-terminated copy and, if len is not
  * NULL, its length in bytes. */
-qkv_status qkv_gguf_get_u32(uint32_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
-qkv_status qkv_gguf_get_i32(int32_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
-qkv_status qkv_gguf_get_u64(uint64_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
-qkv_status qkv_gguf_get_int(int64_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
-qkv_status qkv_gguf_get_f32(float *out, const qkv_gguf *g, const char *key, qkv_error *err);
-qkv_status qkv_gguf_get_bool(int *out, const qkv_gguf *g, const char *key, qkv_error *err);
-qkv_status qkv_gguf_get_string(const char **out, size_t *len, const qkv_gguf *g,
-                               const char *key, qkv_error *err);
+QKV_API qkv_status qkv_gguf_get_u32(uint32_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+QKV_API qkv_status qkv_gguf_get_i32(int32_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+QKV_API qkv_status qkv_gguf_get_u64(uint64_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+QKV_API qkv_status qkv_gguf_get_int(int64_t *out, const qkv_gguf *g, const char *key, qkv_error *err);
+QKV_API qkv_status qkv_gguf_get_f32(float *out, const qkv_gguf *g, const char *key, qkv_error *err);
+QKV_API qkv_status qkv_gguf_get_bool(int *out, const qkv_gguf *g, const char *key, qkv_error *err);
+QKV_API qkv_status qkv_gguf_get_string(const char **out, size_t *len, const qkv_gguf *g,
+                                       const char *key, qkv_error *err);
 
 /* Arrays, by key_id (the tokenizer reads 10^5 elements; look the key up once).
  * arr_len is 0 and arr_type -1 when key_id is not an array.
@@ -528,10 +537,10 @@ qkv_status qkv_gguf_get_string(const char **out, size_t *len, const qkv_gguf *g,
  * contents are not exposed).
  * arr_str: element i of a string array (NUL-terminated copy, *len its length
  * if len is not NULL); NULL if not a string array or i out of range. */
-uint64_t qkv_gguf_arr_len(const qkv_gguf *g, int64_t key_id);
-qkv_gguf_type qkv_gguf_arr_type(const qkv_gguf *g, int64_t key_id);
-const void *qkv_gguf_arr_data(const qkv_gguf *g, int64_t key_id);
-const char *qkv_gguf_arr_str(const qkv_gguf *g, int64_t key_id, uint64_t i, size_t *len);
+QKV_API uint64_t qkv_gguf_arr_len(const qkv_gguf *g, int64_t key_id);
+QKV_API qkv_gguf_type qkv_gguf_arr_type(const qkv_gguf *g, int64_t key_id);
+QKV_API const void *qkv_gguf_arr_data(const qkv_gguf *g, int64_t key_id);
+QKV_API const char *qkv_gguf_arr_str(const qkv_gguf *g, int64_t key_id, uint64_t i, size_t *len);
 
 /* Tensors. shape is OUTERMOST FIRST like every shape in this API: the file
  * stores ggml's ne[] innermost first and the loader reverses it (the only place
@@ -549,35 +558,23 @@ typedef struct {
     const void *data;                    /* into the mapping, read-only */
 } qkv_gguf_tensor;
 
-int64_t qkv_gguf_n_tensors(const qkv_gguf *g);
-int64_t qkv_gguf_find_tensor(const qkv_gguf *g, const char *name);  /* -1 if absent */
+QKV_API int64_t qkv_gguf_n_tensors(const qkv_gguf *g);
+QKV_API int64_t qkv_gguf_find_tensor(const qkv_gguf *g, const char *name);  /* -1 if absent */
 /* Tensor tensor_id (0 .. n_tensors-1, file order); NULL if out of range. */
-const qkv_gguf_tensor *qkv_gguf_tensor_info(const qkv_gguf *g, int64_t tensor_id);
+QKV_API const qkv_gguf_tensor *qkv_gguf_tensor_info(const qkv_gguf *g, int64_t tensor_id);
 
 /* ------------------------------------------------------------- dequantise */
 
 /* 1 if qkv_dequantize handles t: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
  * Q5_K, Q6_K. */
-int qkv_dequantize_supported(qkv_ggml_type t);
+QKV_API int qkv_dequantize_supported(qkv_ggml_type t);
 
 /* out[n] f32 <- src, n consecutive elements of type t (whole blocks: n a
  * multiple of qkv_ggml_block_elems(t); src needs qkv_ggml_row_size(t, n)
  * bytes, any alignment). QKV_ERR_UNSUPPORTED naming the type for other types,
  * QKV_ERR_INVALID if n < 0 or not a whole number of blocks. */
-qkv_status qkv_dequantize(float *out, const void *src, qkv_ggml_type t, int64_t n,
-                          qkv_error *err);
-
-/* -------------------------------------------------------------- text width */
-
-/* Decodes the UTF-8 code point at s into *cp; returns the bytes it took, 0 at
- * the terminating NUL. An invalid or truncated sequence gives U+FFFD and 1. */
-int qkv_text_next(uint32_t *cp, const char *s);
-/* Terminal columns of one code point: 2 for East Asian Wide and Fullwidth
- * (CJK ideographs, kana, hangul, fullwidth forms, emoji), 0 for combining
- * marks, zero-width characters and controls, else 1. */
-int qkv_text_char_width(uint32_t cp);
-/* Terminal columns of a NUL-terminated UTF-8 string (sum of the above). */
-int qkv_text_width(const char *s);
+QKV_API qkv_status qkv_dequantize(float *out, const void *src, qkv_ggml_type t, int64_t n,
+                                  qkv_error *err);
 
 /* -------------------------------------------------------------- cost model */
 
@@ -615,13 +612,13 @@ typedef struct {
 /* Built-in configurations by id ("llama-3.1-8b", ...); QKV_ERR_INVALID
  * listing the known ids otherwise. qkv_cost_preset_id(i) enumerates them,
  * NULL past the end. */
-qkv_status qkv_cost_preset(qkv_cost_config *out, const char *id, qkv_error *err);
-const char *qkv_cost_preset_id(int i);
+QKV_API qkv_status qkv_cost_preset(qkv_cost_config *out, const char *id, qkv_error *err);
+QKV_API const char *qkv_cost_preset_id(int i);
 /* Every size >= 1 and Hq % Hkv == 0; QKV_ERR_INVALID naming the field. */
-qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err);
+QKV_API qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err);
 /* The figures for context ctx >= 1 with elements of elem_bytes (1..8). */
-qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
-                         qkv_error *err);
+QKV_API qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+                                 qkv_error *err);
 
 /* Across machines: ring attention (context parallelism, libqkv_mpi) for a
  * causal prefill of ctx tokens split over P ranks, balanced (zigzag layout,
@@ -652,8 +649,8 @@ typedef struct {
 
 /* QKV_ERR_INVALID for a bad configuration, ctx < P, P < 1, or a bandwidth or
  * rate that is not positive. */
-qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
-                         const qkv_ring_params *p, qkv_error *err);
+QKV_API qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+                                 const qkv_ring_params *p, qkv_error *err);
 
 /* ------------------------------------------------------------------- model */
 
@@ -698,7 +695,7 @@ typedef struct {
  * tokenizer.ggml.tokens), and when the rows, the token list and
  * <arch>.vocab_size do not all agree. rope.freq_factors is NULL here:
  * qkv_model_open fills it from rope_freqs.weight. */
-qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
+QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
 /* The KV cache's default size: min(n_ctx_train, QKV_MODEL_DEFAULT_CTX). */
@@ -718,26 +715,26 @@ typedef struct qkv_model qkv_model;
  * allocating, their size is checked against physical memory and RLIMIT_AS /
  * RLIMIT_DATA: a context that cannot fit is QKV_ERR_TOO_LARGE, the message
  * naming the bytes it needs. */
-qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
-void qkv_model_close(qkv_model *m);
-const qkv_model_config *qkv_model_get_config(const qkv_model *m);
-const qkv_gguf *qkv_model_gguf(const qkv_model *m);
-int qkv_model_n_ctx(const qkv_model *m);
+QKV_API qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
+QKV_API void qkv_model_close(qkv_model *m);
+QKV_API const qkv_model_config *qkv_model_get_config(const qkv_model *m);
+QKV_API const qkv_gguf *qkv_model_gguf(const qkv_model *m);
+QKV_API int qkv_model_n_ctx(const qkv_model *m);
 /* Positions already in the KV cache (the next token's position). */
-int qkv_model_pos(const qkv_model *m);
+QKV_API int qkv_model_pos(const qkv_model *m);
 /* Forgets every position from pos on (0: a fresh sequence). */
-qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err);
+QKV_API qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err);
 /* The RoPE position the next token is rotated at (before a call's
  * rope_offset): qkv_model_pos plus the positions evicted without a shift
  * (qkv_model_evict); rewinding to 0 resets it. */
-int qkv_model_rope_pos(const qkv_model *m);
+QKV_API int qkv_model_rope_pos(const qkv_model *m);
 /* Evicts positions [from, from + n) of every layer's KV cache
  * (qkv_kv_cache_shift). shift 0: the kept keys keep their original
  * positions and so does every later token (qkv_model_rope_pos advances by
  * n); shift 1: the kept keys are re-rotated to their new rows and later
  * tokens continue from the cache length. QKV_ERR_INVALID for a range
  * outside the cache. */
-qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
+QKV_API qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
 
 /* ------------------------------------------------ model: one forward call */
 
@@ -766,18 +763,18 @@ typedef enum {
 
 /* The point's name without its layer ("hook_resid_pre", "attn.hook_z",
  * "hook_embed", "ln_final.hook_normalized"); NULL if out of range. */
-const char *qkv_hook_point_name(qkv_hook_point p);
+QKV_API const char *qkv_hook_point_name(qkv_hook_point p);
 /* 1 for the points inside a layer (every point but hook_embed and ln_final). */
-int qkv_hook_point_per_layer(qkv_hook_point p);
+QKV_API int qkv_hook_point_per_layer(qkv_hook_point p);
 /* Parses a full name: "hook_embed", "blocks.5.attn.hook_z",
  * "ln_final.hook_normalized"; "blocks.*.<name>" gives layer QKV_ALL. layer
  * is -1 (QKV_ALL) for the points outside the layers. QKV_ERR_INVALID with
  * the name quoted for anything else (the layer is not checked against a
  * model: the forward call does that). */
-qkv_status qkv_hook_parse(qkv_hook_point *point, int *layer, const char *name, qkv_error *err);
+QKV_API qkv_status qkv_hook_parse(qkv_hook_point *point, int *layer, const char *name, qkv_error *err);
 /* Writes the full name of (point, layer) into buf (at most size bytes, NUL
  * included); returns the length it needs, as snprintf. */
-int qkv_hook_format(char *buf, size_t size, qkv_hook_point point, int layer);
+QKV_API int qkv_hook_format(char *buf, size_t size, qkv_hook_point point, int layer);
 
 /* Every layer, or every head, in the scope fields below. */
 #define QKV_ALL (-1)
@@ -814,16 +811,16 @@ typedef struct {
  *   w: [n_rows, n_keys] f32 output;  key indices are rows of the layer's cache
  * QKV_ERR_INVALID if a is not a hook_pattern activation or a range is out of
  * its shape. */
-qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int row0, int n_rows, int key0,
-                               int n_keys, qkv_error *err);
+QKV_API qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int row0, int n_rows, int key0,
+                                       int n_keys, qkv_error *err);
 /* The call's rotated queries and LSE, the layer's KV cache and the
  * descriptor of its attention call (without head-scoped exclusions), for
  * probes that compute from them directly (qkv_attn_weights).
  *   q: [Hq, n, D] (after RoPE)   lse: [Hq, n] */
-const float *qkv_attn_view_q(const qkv_attn_view *v);
-const float *qkv_attn_view_lse(const qkv_attn_view *v);
-const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v);
-const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v);
+QKV_API const float *qkv_attn_view_q(const qkv_attn_view *v);
+QKV_API const float *qkv_attn_view_lse(const qkv_attn_view *v);
+QKV_API const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v);
+QKV_API const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v);
 
 /* Keys hidden from queries: at these absolute positions (rows of the KV
  * cache), in layer `layer` and query head `head` (each QKV_ALL for every
@@ -887,8 +884,8 @@ typedef struct {
  * a token id outside [0, V) or options out of range (a layer, head or point
  * that does not exist, a negative position, window < 1, sinks < 0). On any
  * failure the KV cache is as before the call. */
-qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
-                             const qkv_forward_opts *opts, qkv_error *err);
+QKV_API qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
+                                     const qkv_forward_opts *opts, qkv_error *err);
 
 /* ----------------------------------------------------------------- sampler */
 
@@ -904,12 +901,12 @@ typedef struct {
  * qkv_sample never allocates. p NULL: greedy. QKV_ERR_INVALID for n_vocab < 1
  * or a negative temperature, top_k or top_p; QKV_ERR_NOMEM. */
 typedef struct qkv_sampler qkv_sampler;
-qkv_status qkv_sampler_init(qkv_sampler **out, int n_vocab, const qkv_sampler_params *p, qkv_error *err);
-void qkv_sampler_free(qkv_sampler *s);   /* NULL is fine */
+QKV_API qkv_status qkv_sampler_init(qkv_sampler **out, int n_vocab, const qkv_sampler_params *p, qkv_error *err);
+QKV_API void qkv_sampler_free(qkv_sampler *s);   /* NULL is fine */
 
 /* Picks a token from logits: [V] f32 (V = the n_vocab of init), advancing the
  * sampler's stream unless greedy. */
-int32_t qkv_sample(qkv_sampler *s, const float *logits);
+QKV_API int32_t qkv_sample(qkv_sampler *s, const float *logits);
 
 /* --------------------------------------------------------------- tokenizer */
 
@@ -974,38 +971,38 @@ typedef enum {
  * lengths differ, a merge of unknown tokens, a tokenizer.chat_template over
  * QKV_CHAT_TEMPLATE_MAX bytes); QKV_ERR_UNSUPPORTED for another model type or pre-tokenizer name;
  * QKV_ERR_NOMEM. *out is NULL on failure. */
-qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error *err);
-void qkv_tokenizer_free(qkv_tokenizer *t);   /* NULL is fine */
+QKV_API qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error *err);
+QKV_API void qkv_tokenizer_free(qkv_tokenizer *t);   /* NULL is fine */
 
-int qkv_tokenizer_n_vocab(const qkv_tokenizer *t);
-qkv_vocab_type qkv_tokenizer_type(const qkv_tokenizer *t);
-qkv_pretok qkv_tokenizer_pretok(const qkv_tokenizer *t);
+QKV_API int qkv_tokenizer_n_vocab(const qkv_tokenizer *t);
+QKV_API qkv_vocab_type qkv_tokenizer_type(const qkv_tokenizer *t);
+QKV_API qkv_pretok qkv_tokenizer_pretok(const qkv_tokenizer *t);
 /* tokenizer.ggml.pre as stored ("smollm", "llama-bpe" ...), "default" if absent,
  * "" for "llama". */
-const char *qkv_tokenizer_pre_name(const qkv_tokenizer *t);
+QKV_API const char *qkv_tokenizer_pre_name(const qkv_tokenizer *t);
 /* "gpt2", "smollm", "llama3" ...: the matcher's name. */
-const char *qkv_pretok_name(qkv_pretok p);
-int32_t qkv_tokenizer_bos(const qkv_tokenizer *t);   /* -1 if none */
-int32_t qkv_tokenizer_eos(const qkv_tokenizer *t);   /* -1 if none */
-int qkv_tokenizer_add_bos(const qkv_tokenizer *t);   /* 1 if tokenize adds BOS */
-int qkv_tokenizer_add_eos(const qkv_tokenizer *t);   /* 1 if tokenize adds EOS */
+QKV_API const char *qkv_pretok_name(qkv_pretok p);
+QKV_API int32_t qkv_tokenizer_bos(const qkv_tokenizer *t);   /* -1 if none */
+QKV_API int32_t qkv_tokenizer_eos(const qkv_tokenizer *t);   /* -1 if none */
+QKV_API int qkv_tokenizer_add_bos(const qkv_tokenizer *t);   /* 1 if tokenize adds BOS */
+QKV_API int qkv_tokenizer_add_eos(const qkv_tokenizer *t);   /* 1 if tokenize adds EOS */
 
 /* Token id's text as the vocabulary spells it ("Ġworld", "▁the", "<0x0A>"),
  * NUL-terminated, *len its length if len is not NULL; NULL if id is out of
  * range. */
-const char *qkv_token_text(const qkv_tokenizer *t, int32_t id, size_t *len);
+QKV_API const char *qkv_token_text(const qkv_tokenizer *t, int32_t id, size_t *len);
 /* The bytes token id stands for in text (" world", " the", "\n"; a control
  * token's own text, "<|im_start|>"). Not NUL-free: use *len (it may be a lone
  * byte of a UTF-8 sequence). NULL if id is out of range. */
-const char *qkv_token_piece(const qkv_tokenizer *t, int32_t id, size_t *len);
-qkv_token_type qkv_token_type_of(const qkv_tokenizer *t, int32_t id); /* 0 if out of range */
-float qkv_token_score(const qkv_tokenizer *t, int32_t id);  /* 0 if absent */
+QKV_API const char *qkv_token_piece(const qkv_tokenizer *t, int32_t id, size_t *len);
+QKV_API qkv_token_type qkv_token_type_of(const qkv_tokenizer *t, int32_t id); /* 0 if out of range */
+QKV_API float qkv_token_score(const qkv_tokenizer *t, int32_t id);  /* 0 if absent */
 /* Id of the token spelled exactly text[0 .. len) (as qkv_token_text gives it),
  * -1 if none. */
-int32_t qkv_token_find(const qkv_tokenizer *t, const char *text, size_t len);
+QKV_API int32_t qkv_token_find(const qkv_tokenizer *t, const char *text, size_t len);
 
 /* An upper bound on the ids qkv_tokenize makes from len bytes. */
-int64_t qkv_tokenize_bound(size_t len);
+QKV_API int64_t qkv_tokenize_bound(size_t len);
 
 /* Token ids of text[0 .. len) (any bytes; invalid UTF-8 is kept byte for byte).
  *   add_special:   nonzero adds BOS / EOS as the GGUF asks (qkv_tokenizer_add_bos/eos)
@@ -1020,9 +1017,9 @@ int64_t qkv_tokenize_bound(size_t len);
  * own tokenizer.json (tests/fixtures/tokenizer); where transformers' rebuild
  * from GGUF departs from it (no digit split for "smollm", no ignore_merges,
  * no "▁" before a leading space), qkv follows the original, as llama.cpp does. */
-qkv_status qkv_tokenize(const qkv_tokenizer *t, const char *text, size_t len, int add_special,
-                        int parse_special, int32_t *out_ids, int64_t max_ids, int64_t *n,
-                        qkv_error *err);
+QKV_API qkv_status qkv_tokenize(const qkv_tokenizer *t, const char *text, size_t len, int add_special,
+                                int parse_special, int32_t *out_ids, int64_t max_ids, int64_t *n,
+                                qkv_error *err);
 
 /* The text of ids: their pieces concatenated; with skip_special, control and
  * unknown tokens are left out. For "llama" vocabularies with add_space_prefix,
@@ -1032,15 +1029,15 @@ qkv_status qkv_tokenize(const qkv_tokenizer *t, const char *text, size_t len, in
  * *n_out receives the length in bytes (without the NUL); QKV_ERR_FULL if
  * cap <= *n_out (out then holds a truncated, terminated prefix), QKV_ERR_INVALID
  * for an id out of range. */
-qkv_status qkv_detokenize(const qkv_tokenizer *t, const int32_t *ids, int64_t n_ids,
-                          int skip_special, char *out, size_t cap, size_t *n_out, qkv_error *err);
+QKV_API qkv_status qkv_detokenize(const qkv_tokenizer *t, const int32_t *ids, int64_t n_ids,
+                                  int skip_special, char *out, size_t cap, size_t *n_out, qkv_error *err);
 
 /* The pieces pre cuts text[0 .. len) into, as byte offsets: piece i is
  * text[ends[i-1] .. ends[i]) (ends[-1] = 0), in order, covering the text.
  *   ends: [max_pieces] output
  * *n receives the number of pieces; QKV_ERR_FULL if more than max_pieces. */
-qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t *ends,
-                           int64_t max_pieces, int64_t *n, qkv_error *err);
+QKV_API qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t *ends,
+                                   int64_t max_pieces, int64_t *n, qkv_error *err);
 
 /* -------------------------------------------------------------------- chat */
 
@@ -1052,8 +1049,8 @@ qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t 
  * QKV_ERR_FORMAT if the file has none.
  *   *out: malloc'd NUL-terminated text (caller frees); tokenize it with
  *   parse_special set. */
-qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
-                           qkv_error *err);
+QKV_API qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
+                                   qkv_error *err);
 /* The longest tokenizer.chat_template accepted, in bytes (real ones are a few
  * KiB); qkv_tokenizer_load and qkv_chat_format refuse a longer one. */
 #define QKV_CHAT_TEMPLATE_MAX (1 << 20)
@@ -1062,12 +1059,12 @@ qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, co
  * recognised (parse_special), and BOS added as the tokenizer asks when
  * add_special is set, unless the text already starts with the BOS token (the
  * template's own). Arguments and errors as qkv_tokenize. */
-qkv_status qkv_chat_tokenize(const qkv_tokenizer *t, const char *text, size_t len, int add_special,
-                             int32_t *out_ids, int64_t max_ids, int64_t *n, qkv_error *err);
+QKV_API qkv_status qkv_chat_tokenize(const qkv_tokenizer *t, const char *text, size_t len, int add_special,
+                                     int32_t *out_ids, int64_t max_ids, int64_t *n, qkv_error *err);
 
 /* 1 if id ends a generated answer: the tokenizer's EOS, or an end-of-turn
  * control token (<|im_end|>, <|eot_id|>, <|end_of_text|>, <|endoftext|>, </s>). */
-int qkv_token_ends_turn(const qkv_tokenizer *t, int32_t id);
+QKV_API int qkv_token_ends_turn(const qkv_tokenizer *t, int32_t id);
 
 /* ------------------------------------------------------------ probe: maps */
 
@@ -1088,9 +1085,9 @@ int qkv_token_ends_turn(const qkv_tokenizer *t, int32_t id);
  * Keys hidden by d->mask (qkv_mask_visible) and rows with LSE -inf give 0.
  * Costs n_rows x n_keys dot products of D (masked keys none): the sink
  * columns of a row (key0 = 0, n_keys = k) are k dot products. */
-qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const void *k,
-                            const qkv_attn_desc *d, int head, int row0, int n_rows, int key0,
-                            int n_keys, qkv_error *err);
+QKV_API qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const void *k,
+                                    const qkv_attn_desc *d, int head, int row0, int n_rows, int key0,
+                                    int n_keys, qkv_error *err);
 
 /* What one weight row says. */
 typedef struct {
@@ -1104,7 +1101,7 @@ typedef struct {
 } qkv_row_stats;
 
 /* Statistics of w[n] (a weight row), the first n_first keys counted as "first". */
-void qkv_row_stats_of(qkv_row_stats *s, const float *w, int n, int n_first);
+QKV_API void qkv_row_stats_of(qkv_row_stats *s, const float *w, int n, int n_first);
 
 /* Receives one weight row: map (layer_index, head_index) of the request,
  * query position `row`, w: [n_keys] (all keys of the cache, masked ones 0).
@@ -1132,10 +1129,10 @@ typedef struct {
  * A row callback that returns nonzero stops the forward call (its error
  * names the layer and head). */
 typedef struct qkv_inspect qkv_inspect;
-qkv_status qkv_inspect_init(qkv_inspect **out, const qkv_model_config *cfg, const qkv_inspect_params *p,
-                            qkv_error *err);
-void qkv_inspect_free(qkv_inspect *in);
-qkv_status qkv_inspect_hook(void *in, const qkv_activation *a, qkv_error *err);
+QKV_API qkv_status qkv_inspect_init(qkv_inspect **out, const qkv_model_config *cfg, const qkv_inspect_params *p,
+                                    qkv_error *err);
+QKV_API void qkv_inspect_free(qkv_inspect *in);
+QKV_API qkv_status qkv_inspect_hook(void *in, const qkv_activation *a, qkv_error *err);
 
 /* Attention sinks over long text, from the kernel's outputs: every row's
  * weight on keys 0 .. n_first-1 (n_first dot products and the row's LSE),
@@ -1149,7 +1146,7 @@ typedef struct {
 } qkv_sinks_params;
 
 /* Defaults: n_first 4, skip 16, every 16, all cores. */
-qkv_sinks_params qkv_sinks_params_default(void);
+QKV_API qkv_sinks_params qkv_sinks_params_default(void);
 
 /* Means over the measured rows of one layer and head. */
 typedef struct {
@@ -1166,13 +1163,13 @@ typedef struct {
  * (qkv_hook){.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_sinks_hook, .user = s}.
  * p NULL: qkv_sinks_params_default(). */
 typedef struct qkv_sinks qkv_sinks;
-qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qkv_sinks_params *p,
-                          qkv_error *err);
-void qkv_sinks_free(qkv_sinks *s);
-qkv_status qkv_sinks_hook(void *s, const qkv_activation *a, qkv_error *err);
+QKV_API qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qkv_sinks_params *p,
+                                  qkv_error *err);
+QKV_API void qkv_sinks_free(qkv_sinks *s);
+QKV_API qkv_status qkv_sinks_hook(void *s, const qkv_activation *a, qkv_error *err);
 /* The means so far for (layer, head); NULL if out of range. Valid until the
  * next call for the same pair or qkv_sinks_free. */
-const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
+QKV_API const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
 
 /* ----------------------------------------------------------- probe: ablate */
 
@@ -1195,12 +1192,12 @@ typedef enum { QKV_ABLATE_ALL = 0, QKV_ABLATE_LAST = 1 } qkv_ablate_scope;
 
 /* KL(softmax(p) || softmax(q)) in nats, in double; >= 0.
  *   p_logits, q_logits: [n] */
-double qkv_kl_logits(const float *p_logits, const float *q_logits, int n);
+QKV_API double qkv_kl_logits(const float *p_logits, const float *q_logits, int n);
 
 /* Spearman's rank correlation of x and y: the Pearson correlation of their
  * ranks, tied values sharing their mean rank. NaN if n < 2 or either is
  * constant.   x, y: [n] */
-double qkv_spearman(const double *x, const double *y, int n);
+QKV_API double qkv_spearman(const double *x, const double *y, int n);
 
 /* How an ablated distribution differs from the full one. */
 typedef struct {
@@ -1210,8 +1207,8 @@ typedef struct {
 } qkv_ablate_effect;
 
 /* e <- the effect of logits against full_logits, both [n_vocab]. */
-void qkv_ablate_effect_of(qkv_ablate_effect *e, const float *full_logits, const float *logits, int n_vocab,
-                          int32_t target);
+QKV_API void qkv_ablate_effect_of(qkv_ablate_effect *e, const float *full_logits, const float *logits, int n_vocab,
+                                  int32_t target);
 
 typedef struct {
     qkv_ablate_scope scope;
@@ -1240,8 +1237,8 @@ typedef struct {
  *   tokens: [n] the sequence from position 0, 2 <= n <= qkv_model_n_ctx(m)
  * On return the KV cache is empty. QKV_ERR_INVALID for n < 2, a layer, head or target
  * out of range, or a token id outside the vocabulary. */
-qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, qkv_model *m,
-                                const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err);
+QKV_API qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, qkv_model *m,
+                                        const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err);
 
 /* Head importance: zero-ablates each (layer, head) in turn
  * (qkv_forward_opts.zero_heads), a full forward of tokens each.
@@ -1249,8 +1246,8 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
  * target as in qkv_ablate_params (-1: the full run's top). sum gets the
  * target, its p and the top token (spearman_attn_kl NaN). Cost: L x Hq
  * forwards of n tokens. On return the KV cache is empty. */
-qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
-                            const int32_t *tokens, int32_t target, int n, qkv_error *err);
+QKV_API qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
+                                    const int32_t *tokens, int32_t target, int n, qkv_error *err);
 
 /* ----------------------------------------------------------- probe: stream */
 
@@ -1296,7 +1293,7 @@ typedef struct {
 
 /* KV cache rows the policy needs for n tokens (the n_ctx to open the model
  * with): n for FULL and MASK, min(n, W - 1 + C) otherwise. */
-int qkv_stream_rows(const qkv_stream_params *p, int n);
+QKV_API int qkv_stream_rows(const qkv_stream_params *p, int n);
 
 /* Scores tokens under p.
  *   nll:    [n - 1] output, nll[t] for token t + 1
@@ -1305,8 +1302,8 @@ int qkv_stream_rows(const qkv_stream_params *p, int n);
  * a forward call with the policy's mask; on return the cache is empty. The
  * model's n_ctx must be >= qkv_stream_rows(p, n). QKV_ERR_INVALID for
  * bad parameters or a too small context. */
-qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32_t *tokens, int n,
-                            const qkv_stream_params *p, qkv_error *err);
+QKV_API qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32_t *tokens, int n,
+                                    const qkv_stream_params *p, qkv_error *err);
 
 /* ----------------------------------------------------------- probe: needle */
 
@@ -1327,11 +1324,11 @@ qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32
  * at or before depth percent (0 .. 100) of the text: just after ". ", "! ",
  * "? " (any whitespace after the mark) or a blank line; 0 if none is;
  * len for depth 100. */
-size_t qkv_needle_offset(const char *text, size_t len, double depth);
+QKV_API size_t qkv_needle_offset(const char *text, size_t len, double depth);
 
 /* Where expected first occurs in answer, ASCII case folded (RULER: r.lower()
  * in pred.lower()): its byte offset, or -1 (always for an empty expected). */
-long qkv_needle_match(const char *answer, const char *expected);
+QKV_API long qkv_needle_match(const char *answer, const char *expected);
 
 typedef struct {
     const char *needle;     /* the sentence put into the haystack */
@@ -1358,10 +1355,10 @@ typedef struct {
  * QKV_ERR_INVALID for a depth outside [0, 100], max_answer < 1, or a length
  * too small for the template, needle and question with max_answer (the
  * message says the least length that fits). */
-qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, const qkv_tokenizer *t,
-                                   const int32_t *hay, int64_t n_hay, const qkv_needle_text *nt, int length,
-                                   double depth, qkv_error *err);
-void qkv_needle_prompt_free(qkv_needle_prompt *p);
+QKV_API qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, const qkv_tokenizer *t,
+                                           const int32_t *hay, int64_t n_hay, const qkv_needle_text *nt, int length,
+                                           double depth, qkv_error *err);
+QKV_API void qkv_needle_prompt_free(qkv_needle_prompt *p);
 
 /* What one prompt gave; the caller owns every array. */
 typedef struct {
@@ -1380,30 +1377,20 @@ typedef struct {
  * The needle mass of head h in layer l is the sum of the weights its last
  * prompt row gives keys needle_pos .. needle_pos + needle_len - 1, each
  * exp(scale q.k - lse) from the kernel's LSE. */
-qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenizer *t, const qkv_needle_prompt *p,
-                          int max_answer, qkv_error *err);
+QKV_API qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenizer *t, const qkv_needle_prompt *p,
+                                  int max_answer, qkv_error *err);
 
-/* Readable labels for token pieces (bytes, as qkv_token_piece gives them):
- * a space is shown as "·", a newline "↵", a tab "→", other controls as
- * "\xNN"; a piece that holds only part of a UTF-8 character (byte-level BPE
- * splits 年 into two tokens) shows the whole character with "…" on the side
- * that continues in the neighbouring token ("年…", "…年"); bytes that form
- * no character anywhere show as "\xNN".
- *   labels: [n] output, each malloc'd and NUL-terminated (qkv_token_labels_free) */
-qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size_t *lens, int n,
-                            qkv_error *err);
-void qkv_token_labels_free(char **labels, int n);
 
 /* .npy written as it is produced: open with the full shape (a negative
  * dimension is QKV_ERR_INVALID), put the elements in C order, close. path is
  * written in place; a failed write, a close that finds elements missing, or
  * abort removes it (see qkv_npy_save_f32 on keeping a previous file). */
 typedef struct qkv_npy_writer qkv_npy_writer;
-qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim, const int64_t *shape,
-                               qkv_error *err);
-qkv_status qkv_npy_writer_put(qkv_npy_writer *w, const float *data, int64_t n, qkv_error *err);
-qkv_status qkv_npy_writer_close(qkv_npy_writer *w, qkv_error *err);
-void qkv_npy_writer_abort(qkv_npy_writer *w);
+QKV_API qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim, const int64_t *shape,
+                                       qkv_error *err);
+QKV_API qkv_status qkv_npy_writer_put(qkv_npy_writer *w, const float *data, int64_t n, qkv_error *err);
+QKV_API qkv_status qkv_npy_writer_close(qkv_npy_writer *w, qkv_error *err);
+QKV_API void qkv_npy_writer_abort(qkv_npy_writer *w);
 
 #ifdef __cplusplus
 }

@@ -189,8 +189,9 @@ qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, cons
     pm->heads = malloc((size_t)nh * sizeof(int));
     pm->title = strdup(info->title ? info->title : "");
     if (!pm->acc || !pm->label || !pm->layers || !pm->heads || !pm->title) {
+        const int side = pm->side;
         qkv_png_maps_free(pm);
-        return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory for %d panels of %d pixels", maps, pm->side);
+        return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory for %d panels of %d pixels", maps, side);
     }
     for (size_t i = 0; i < (size_t)maps * pm->side * pm->side; i++) pm->acc[i] = -1;
     for (int i = 0; i < n; i++)

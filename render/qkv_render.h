@@ -17,6 +17,29 @@
 extern "C" {
 #endif
 
+/* ---------------------------------------------- text width and token labels */
+
+/* Decodes the UTF-8 code point at s into *cp; returns the bytes it took, 0 at
+ * the terminating NUL. An invalid or truncated sequence gives U+FFFD and 1. */
+int qkv_text_next(uint32_t *cp, const char *s);
+/* Terminal columns of one code point: 2 for East Asian Wide and Fullwidth
+ * (CJK ideographs, kana, hangul, fullwidth forms, emoji), 0 for combining
+ * marks, zero-width characters and controls, else 1. */
+int qkv_text_char_width(uint32_t cp);
+/* Terminal columns of a NUL-terminated UTF-8 string (sum of the above). */
+int qkv_text_width(const char *s);
+
+/* Readable labels for token pieces (bytes, as qkv_token_piece gives them):
+ * a space is shown as "·", a newline "↵", a tab "→", other controls as
+ * "\xNN"; a piece that holds only part of a UTF-8 character (byte-level BPE
+ * splits 年 into two tokens) shows the whole character with "…" on the side
+ * that continues in the neighbouring token ("年…", "…年"); bytes that form
+ * no character anywhere show as "\xNN".
+ *   labels: [n] output, each malloc'd and NUL-terminated (qkv_token_labels_free) */
+qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size_t *lens, int n,
+                            qkv_error *err);
+void qkv_token_labels_free(char **labels, int n);
+
 /* s (UTF-8, NULL as "") as a JSON string, quotes included: " and \ escaped,
  * controls as \n or \u00XX; in_script also escapes <, > and & so the string
  * can stand inside an HTML <script> block. */

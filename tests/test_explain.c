@@ -10,7 +10,7 @@
 #include "testing.h"
 
 #include "clitext.h"
-#include "qkv.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * continues in the neighbouring token. Whitespace and controls get visible
  * stand-ins.
  */
-#include "qkv.h"
+#include "qkv_render.h"
 #include "util/error.h"
 
 #include <stdio.h>

@@ -6,7 +6,7 @@
  * else 1. It does not know grapheme clusters (ZWJ emoji sequences count per
  * code point) and treats East Asian Ambiguous characters as narrow.
  */
-#include "qkv.h"
+#include "qkv_render.h"
 
 #include <stddef.h>
 #include <stdint.h>
