@@ -119,7 +119,7 @@ static int bench(const bench_args *a) {
 int mpi_cmd_bench(int argc, char **argv) {
     bench_args a = {.n = 4096, .hq = 32, .hkv = 8, .d = 128, .repeat = 3, .timeout = 60};
     cli_flag flags[] = {
-        CLI_FLAG("--n", NULL, CLI_INT, &a.n, 1, 1 << 22, "N", "sequence length, Lq = Lk (default 4096)"),
+        CLI_FLAG("--n", NULL, CLI_INT, &a.n, 1, 1 << 20, "N", "sequence length, Lq = Lk (default 4096)"),
         CLI_FLAG("--hq", NULL, CLI_INT, &a.hq, 1, 1024, "N", "query heads (default 32)"),
         CLI_FLAG("--hkv", NULL, CLI_INT, &a.hkv, 1, 1024, "N", "KV heads (default 8)"),
         CLI_FLAG("--d", NULL, CLI_INT, &a.d, QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX, "N", "head dim (default 128)"),
