@@ -1,10 +1,11 @@
 /*
  * model.c — a libqkv model with its sequence split across the ranks
- * (qkv_cp_model): the glue between qkv_model_forward, whose attention it
- * replaces layer by layer (qkv_model_set_attention), and the ring
- * (qkv_cp_attention) or the sharded decode (qkv_cp_decode). Each rank's KV
- * cache holds its own rows only, rotated at their global positions
- * (qkv_model_set_rope_offset); decoded tokens join the last rank's rows.
+ * (qkv_cp_model): the glue between qkv_model_forward, whose attention each
+ * of its calls replaces layer by layer (qkv_forward_opts.replace), and the
+ * ring (qkv_cp_attention) or the sharded decode (qkv_cp_decode). Each rank's
+ * KV cache holds its own rows only, rotated at their global positions (the
+ * call's rope_offset); decoded tokens join the last rank's rows. Nothing is
+ * installed on the model: the options travel with every call.
  */
 #include "internal.h"
 
@@ -18,6 +19,7 @@ struct qkv_cp_model {
     qkv_cp_params params;
     int global_len;     /* tokens of the sequence so far, over all ranks */
     int decoding;       /* 0: the replacement runs the ring; 1: the sharded decode */
+    qkv_forward_opts opts; /* every forward call's: replace = replace_attention (user cm), rope_offset */
     void *k, *v;        /* [Hkv, rows, D] dense copies of the rank's cache rows for the ring, cache dtype */
     size_t kv_cap;      /* bytes of each */
 };
@@ -81,14 +83,13 @@ qkv_status qkv_cp_model_init(qkv_cp_model **out, qkv_model *m, MPI_Comm comm, co
     MPI_Comm_rank(comm, &cm->rank);
     MPI_Comm_size(comm, &cm->size);
     if (p) cm->params = *p;
-    qkv_model_set_attention(m, replace_attention, cm);
+    cm->opts = (qkv_forward_opts){.replace = replace_attention, .replace_user = cm};
     *out = cm;
     return QKV_OK;
 }
 
 void qkv_cp_model_free(qkv_cp_model *cm) {
     if (!cm) return;
-    qkv_model_set_attention(cm->m, NULL, NULL);
     free(cm->k);
     free(cm->v);
     free(cm);
@@ -105,8 +106,8 @@ qkv_status qkv_cp_model_prefill(qkv_cp_model *cm, float *rows_logits, float *las
                                 qkv_error *err) {
     qkv_cp_rows rows;
     qkv_status st = qkv_cp_rows_of(&rows, n, cm->size, cm->rank, QKV_CP_CONTIGUOUS, err);
-    if (!st && qkv_model_pos(cm->m) != 0)
-        st = qkv_fail(err, QKV_ERR_INVALID, "context-parallel model: prefill needs an empty model (at %d)", qkv_model_pos(cm->m));
+    if (!st && qkv_model_rope_pos(cm->m) != 0)
+        st = qkv_fail(err, QKV_ERR_INVALID, "context-parallel model: prefill needs an empty model (at %d)", qkv_model_rope_pos(cm->m));
     if (!st && rows.total + 1 > qkv_model_n_ctx(cm->m))
         st = qkv_fail(err, QKV_ERR_INVALID, "context-parallel model: rank %d's %d rows exceed its context of %d", cm->rank,
                       rows.total, qkv_model_n_ctx(cm->m));
@@ -115,9 +116,9 @@ qkv_status qkv_cp_model_prefill(qkv_cp_model *cm, float *rows_logits, float *las
     const int V = qkv_model_get_config(cm->m)->n_vocab, is_last = cm->rank == cm->size - 1;
     cm->decoding = 0;
     cm->global_len = n;
-    if ((st = qkv_model_set_rope_offset(cm->m, rows.start[0], err))) return st;
+    cm->opts.rope_offset = rows.start[0]; /* the model is at RoPE position 0 */
     float *mine = rows_logits ? rows_logits : is_last ? last : NULL;
-    st = qkv_model_forward(cm->m, mine, tokens + rows.start[0], rows.total, rows_logits != NULL, err);
+    st = qkv_model_forward(cm->m, mine, tokens + rows.start[0], rows.total, rows_logits != NULL, &cm->opts, err);
     if (st) return st; /* the other ranks time out in the ring: the job is lost */
     if (is_last && rows_logits) memcpy(last, rows_logits + (size_t)(rows.total - 1) * V, (size_t)V * sizeof(float));
     return share(last, V, cm->size - 1, cm, err);
@@ -130,9 +131,8 @@ qkv_status qkv_cp_model_decode(qkv_cp_model *cm, float *logits, int32_t token, q
         st = qkv_fail(err, QKV_ERR_FULL, "context-parallel model: rank %d's context of %d is full", cm->rank, qkv_model_n_ctx(cm->m));
     if ((st = cp_check_collective(st, NULL, NULL, 0, cm->comm, cp_timeout(&cm->params), err))) return st;
     cm->decoding = 1;
-    if ((st = qkv_model_set_rope_offset(cm->m, cm->global_len - pos, err)) ||
-        (st = qkv_model_forward(cm->m, logits, &token, 1, 0, err)))
-        return st;
+    cm->opts.rope_offset = cm->global_len - qkv_model_rope_pos(cm->m);
+    if ((st = qkv_model_forward(cm->m, logits, &token, 1, 0, &cm->opts, err))) return st;
     cm->global_len++;
     /* the token's K/V stays on the last rank only */
     return is_last ? QKV_OK : qkv_model_rewind(cm->m, pos, err);

@@ -128,12 +128,14 @@ qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_s
  * new token (the same on all), the last rank keeps its K/V, and each layer
  * attends with qkv_cp_decode over the sharded cache. m is opened by the
  * caller on every rank, with n_ctx >= its rows of the prompt + the tokens
- * to generate + 1; the model's attention replacement and RoPE offset are
- * this object's while it lives. Every call is collective over comm.
+ * to generate + 1. Nothing is installed on m: each forward call passes its
+ * own qkv_forward_opts (the attention replacement, the rank's RoPE offset);
+ * m's KV cache is this object's while it lives. Every call is collective
+ * over comm.
  */
 typedef struct qkv_cp_model qkv_cp_model;
 qkv_status qkv_cp_model_init(qkv_cp_model **out, qkv_model *m, MPI_Comm comm, const qkv_cp_params *p, qkv_error *err);
-void qkv_cp_model_free(qkv_cp_model *cm);   /* NULL is fine; removes the replacement */
+void qkv_cp_model_free(qkv_cp_model *cm);   /* NULL is fine; m stays open */
 /* Prefill of tokens [n] (the same array on every rank, n >= P) into an
  * empty model.
  *   rows_logits: [R.total, V] this rank's rows (qkv_cp_rows_of(n, P, rank,

@@ -2,9 +2,13 @@
  * cmd_attend.c — `mpirun -np N qkv-mpi attend`: `qkv attend` over the ring.
  * Rank 0 reads q, k, v (.npy float32, as qkv attend reads them), sends each
  * rank its rows (qkv_cp_rows_of), every rank runs qkv_cp_attention, rank 0
- * gathers O and LSE and writes them (whole or not at all). The flags are
- * qkv attend's where they apply (no RoPE, no kernel choice: each rank runs
- * libqkv's plan on AUTO), plus --layout and --timeout.
+ * gathers O and LSE and writes them (whole or not at all). A decode-shaped
+ * call (Lq <= QKV_DECODE_MAX_Q) goes to qkv_cp_decode instead: every rank
+ * gets all of q and a contiguous shard of the keys (none when the ranks
+ * outnumber them), and every rank ends with the whole result, so rank 0
+ * gathers nothing. The flags are qkv attend's where they apply (no RoPE, no
+ * kernel choice: each rank runs libqkv's plan on AUTO), plus --layout and
+ * --timeout.
  * Bad input gets one "qkv: " line from rank 0 and exit status 2 everywhere.
  */
 #include "mpi_cli.h"
@@ -31,7 +35,7 @@ static int parse_args(mpi_attend_args *a, int argc, char **argv) {
         CLI_FLAGS_ATTEND_MASK(a),
         CLI_FLAG_KV_DTYPE(&a->kv_dtype, "K and V are stored and sent so (default f32)"),
         MPI_FLAG_THREADS(&a->threads),
-        MPI_FLAG_LAYOUT(&a->layout),
+        MPI_FLAG_LAYOUT(&a->layout), /* not read by a decode-shaped call */
         MPI_FLAG_TIMEOUT(&a->timeout),
         {0},
     };
@@ -52,6 +56,24 @@ static int parse_args(mpi_attend_args *a, int argc, char **argv) {
 
 enum { H_HQ, H_HKV, H_LQ, H_LK, H_D, H_N };
 
+/* Few query rows: the sharded decode, not the ring. */
+static int decode_shaped(int lq) { return lq <= QKV_DECODE_MAX_Q; }
+
+/* The rows of q and of k, v that rank x holds: the layout's for the ring; for
+ * a decode-shaped call every query row and a contiguous run of keys, empty
+ * on the ranks past the last key when the ranks outnumber them. */
+static void rows_of(qkv_cp_rows *rq, qkv_cp_rows *rk, const int *hdr, int x, const mpi_attend_args *a) {
+    const int P = g_job.size, lq = hdr[H_LQ], lk = hdr[H_LK];
+    if (!decode_shaped(lq)) {
+        qkv_cp_rows_of(rq, lq, P, x, (qkv_cp_layout)a->layout, NULL);
+        qkv_cp_rows_of(rk, lk, P, x, (qkv_cp_layout)a->layout, NULL);
+        return;
+    }
+    *rq = (qkv_cp_rows){.n_seg = 1, .len = {lq}, .total = lq};
+    if (lk >= P) qkv_cp_rows_of(rk, lk, P, x, QKV_CP_CONTIGUOUS, NULL);
+    else *rk = (qkv_cp_rows){.n_seg = 1, .start = {x < lk ? x : lk}, .len = {x < lk}, .total = x < lk};
+}
+
 /* Rank 0: the arrays, checked as qkv attend checks them, and for the layout. */
 static int load_inputs(qkv_npy *q, qkv_npy *k, qkv_npy *v, int *hdr, const mpi_attend_args *a) {
     int rc = cli_load_3d(q, a->q);
@@ -68,11 +90,12 @@ static int load_inputs(qkv_npy *q, qkv_npy *k, qkv_npy *v, int *hdr, const mpi_a
         if (a->exclude.v[e] >= lk) return cli_fail("--exclude: key %d is outside [0, %lld)", a->exclude.v[e], (long long)lk);
     qkv_cp_rows rows;
     qkv_error err = {0};
-    if (qkv_cp_rows_of(&rows, (int)lq, g_job.size, 0, (qkv_cp_layout)a->layout, &err) ||
-        qkv_cp_rows_of(&rows, (int)lk, g_job.size, 0, (qkv_cp_layout)a->layout, &err))
+    if (!decode_shaped((int)lq) && (qkv_cp_rows_of(&rows, (int)lq, g_job.size, 0, (qkv_cp_layout)a->layout, &err) ||
+                                    qkv_cp_rows_of(&rows, (int)lk, g_job.size, 0, (qkv_cp_layout)a->layout, &err)))
         return cli_fail("%s (%s: Lq %lld, Lk %lld)", err.msg, a->q, (long long)lq, (long long)lk);
-    /* the largest rank's rows must fit one MPI message (int count) */
-    if ((hq > hkv ? hq : hkv) * d * (lq > lk ? lq : lk) / g_job.size + hq * d * 2 > INT_MAX)
+    /* the largest rank's rows must fit one MPI message (int count); a decode sends all of q */
+    if ((hq > hkv ? hq : hkv) * d * (lq > lk ? lq : lk) / g_job.size + hq * d * 2 > INT_MAX ||
+        (decode_shaped((int)lq) && hq * d * lq > INT_MAX))
         return cli_fail("%s: a rank's rows exceed one MPI message; use more ranks", a->q);
     hdr[H_HQ] = (int)hq, hdr[H_HKV] = (int)hkv, hdr[H_LQ] = (int)lq, hdr[H_LK] = (int)lk, hdr[H_D] = (int)d;
     return 0;
@@ -90,12 +113,12 @@ static int scatter(float *ql, float *kl, float *vl, const qkv_npy *q, const qkv_
     int rc = 0;
     for (int x = 0; x < P && !rc; x++) {
         if (g_job.rank != 0 && x != g_job.rank) continue;
-        qkv_cp_rows_of(&rq, hdr[H_LQ], P, x, (qkv_cp_layout)a->layout, NULL);
-        qkv_cp_rows_of(&rk, hdr[H_LK], P, x, (qkv_cp_layout)a->layout, NULL);
+        rows_of(&rq, &rk, hdr, x, a);
         const int nq = hq * rq.total * d, nk = hkv * rk.total * d;
         if (g_job.rank == 0) {
-            float *bq = x ? bufs[3 * x] = malloc((size_t)nq * 4) : ql, *bk = x ? bufs[3 * x + 1] = malloc((size_t)nk * 4) : kl,
-                  *bv = x ? bufs[3 * x + 2] = malloc((size_t)nk * 4) : vl;
+            /* + 1: a rank may hold no keys */
+            float *bq = x ? bufs[3 * x] = malloc((size_t)nq * 4) : ql, *bk = x ? bufs[3 * x + 1] = malloc(((size_t)nk + 1) * 4) : kl,
+                  *bv = x ? bufs[3 * x + 2] = malloc(((size_t)nk + 1) * 4) : vl;
             if (!bq || !bk || !bv) { rc = cli_fail("attend: out of memory"); break; }
             qkv_cp_rows_take(bq, q->data, hq, hdr[H_LQ], d, &rq);
             qkv_cp_rows_take(bk, k->data, hkv, hdr[H_LK], d, &rk);
@@ -167,15 +190,15 @@ static int attend(const mpi_attend_args *a) {
         rc = CLI_EXIT_BAD_INPUT;
     if (g_job.rank == 0 && !rc) rc = load_inputs(&q, &k, &v, hdr, a);
     if ((rc = mpi_cli_share(rc, hdr, H_N, a->timeout))) goto done_inputs;
-    const int P = g_job.size, hq = hdr[H_HQ], hkv = hdr[H_HKV], d = hdr[H_D];
+    const int hq = hdr[H_HQ], hkv = hdr[H_HKV], d = hdr[H_D], decode = decode_shaped(hdr[H_LQ]);
     const qkv_dtype dt = (qkv_dtype)a->kv_dtype;
     qkv_cp_rows rq, rk;
-    qkv_cp_rows_of(&rq, hdr[H_LQ], P, g_job.rank, (qkv_cp_layout)a->layout, NULL);
-    qkv_cp_rows_of(&rk, hdr[H_LK], P, g_job.rank, (qkv_cp_layout)a->layout, NULL);
+    rows_of(&rq, &rk, hdr, g_job.rank, a);
     const size_t nq = (size_t)hq * rq.total * d, nk = (size_t)hkv * rk.total * d;
-    float *ql = malloc(nq * 4), *kl = malloc(nk * 4), *vl = malloc(nk * 4), *ol = malloc(nq * 4),
+    /* + 1: a rank may hold no keys */
+    float *ql = malloc(nq * 4), *kl = malloc((nk + 1) * 4), *vl = malloc((nk + 1) * 4), *ol = malloc(nq * 4),
           *ll = malloc((size_t)hq * rq.total * 4);
-    void *kd = malloc(nk * qkv_dtype_size(dt)), *vd = malloc(nk * qkv_dtype_size(dt));
+    void *kd = malloc((nk + 1) * qkv_dtype_size(dt)), *vd = malloc((nk + 1) * qkv_dtype_size(dt));
     float *o = NULL, *lse = NULL;
     /* out of memory on one rank: it says so (its own line) and the others time out */
     if (!ql || !kl || !vl || !ol || !ll || !kd || !vd) { rc = cli_fail("attend: rank %d: out of memory", g_job.rank); goto done; }
@@ -190,12 +213,23 @@ static int attend(const mpi_attend_args *a) {
                                 .kv_dtype = dt, .n_threads = a->threads};
     const qkv_cp_params params = {.layout = (qkv_cp_layout)a->layout, .timeout_s = a->timeout};
     qkv_error err = {0};
-    if (qkv_cp_attention(ol, ll, ql, kd, vd, &desc, g_job.comm, &params, &err)) { rc = mpi_cli_fail(&err); goto done; }
-    if (g_job.rank == 0) {
-        o = malloc((size_t)hq * hdr[H_LQ] * d * 4), lse = malloc((size_t)hq * hdr[H_LQ] * 4);
-        if (!o || !lse) { rc = cli_fail("attend: out of memory"); goto done; }
+    const qkv_cp_kv_shard shard = {.k = kd, .v = vd, .start = rk.start[0], .len = rk.total};
+    if (decode ? qkv_cp_decode(ol, ll, ql, &shard, &desc, g_job.comm, &params, &err)
+               : qkv_cp_attention(ol, ll, ql, kd, vd, &desc, g_job.comm, &params, &err)) {
+        rc = mpi_cli_fail(&err);
+        goto done;
     }
-    if ((rc = gather(o, lse, ol, ll, hdr, a)) || g_job.rank != 0) goto done;
+    if (decode) { /* every rank holds the whole result: rank 0 writes its own */
+        if (g_job.rank != 0) goto done;
+        o = ol, lse = ll;
+        ol = ll = NULL;
+    } else {
+        if (g_job.rank == 0) {
+            o = malloc((size_t)hq * hdr[H_LQ] * d * 4), lse = malloc((size_t)hq * hdr[H_LQ] * 4);
+            if (!o || !lse) { rc = cli_fail("attend: out of memory"); goto done; }
+        }
+        if ((rc = gather(o, lse, ol, ll, hdr, a)) || g_job.rank != 0) goto done;
+    }
     const int64_t shape[3] = {hq, hdr[H_LQ], d};
     if (qkv_npy_save_f32(out_tmp, o, 3, shape, &err) || (a->lse && qkv_npy_save_f32(lse_tmp, lse, 2, shape, &err)))
         rc = cli_outputs_fail(err.msg);

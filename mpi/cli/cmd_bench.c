@@ -119,7 +119,7 @@ static int bench(const bench_args *a) {
 int mpi_cmd_bench(int argc, char **argv) {
     bench_args a = {.n = 4096, .hq = 32, .hkv = 8, .d = 128, .repeat = 3, .timeout = 60};
     cli_flag flags[] = {
-        {.name = "--n", .kind = CLI_INT, .dest = &a.n, .lo = 1, .hi = 1 << 22, .metavar = "N",
+        {.name = "--n", .kind = CLI_INT, .dest = &a.n, .lo = 1, .hi = 1 << 20, .metavar = "N",
          .help = "sequence length, Lq = Lk (default 4096)"},
         {.name = "--hq", .kind = CLI_INT, .dest = &a.hq, .lo = 1, .hi = 1024, .metavar = "N",
          .help = "query heads (default 32)"},

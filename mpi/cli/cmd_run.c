@@ -5,9 +5,10 @@
  * the sharded KV cache. Rank 0 reads the prompt (stdin included) and sends
  * the ids; it prints the text, the stats line, and writes --logits, whose
  * rows it gathers rank by rank into a streamed .npy (written whole or not
- * at all). qkv run's flags where they apply: no --ctx (each rank sizes its
- * cache for its rows), greedy or the same seeded sampler on every rank, the
- * token rank 0 picks sent to all.
+ * at all). qkv run's flags, spelled and bounded as there: --ctx sizes every
+ * rank's KV cache (by default each sizes it for its own rows), greedy or
+ * the same seeded sampler on every rank, the token rank 0 picks sent to all;
+ * plus --timeout.
  */
 #include "mpi_cli.h"
 
@@ -18,7 +19,7 @@
 typedef struct {
     const char *model, *logits;
     cli_prompt_args prompt;
-    int n_gen, top_k, threads, print_ids, kv_dtype;
+    int n_gen, top_k, ctx, threads, print_ids, kv_dtype;
     float temp, top_p;
     int64_t seed;
     double timeout;
@@ -44,6 +45,8 @@ static int parse_args(mpi_run_args *a, int argc, char **argv) {
          .help = "nucleus sampling (default 1: off)"},
         {.name = "--seed", .kind = CLI_I64, .dest = &a->seed, .lo = 0, .hi = 0x1p63, .metavar = "S",
          .help = "sampler seed (default 1)"},
+        {.name = "--ctx", .kind = CLI_INT, .dest = &a->ctx, .lo = 1, .hi = 1 << 22, .metavar = "N",
+         .help = "KV cache positions of every rank (default: its prompt rows + the tokens to generate + 1)"},
         CLI_FLAG_KV_DTYPE(&a->kv_dtype, "KV cache storage and ring transfer (default f32)"),
         MPI_FLAG_THREADS(&a->threads),
         {.name = "--logits", .kind = CLI_STRING, .dest = &a->logits, .metavar = "FILE",
@@ -109,7 +112,13 @@ static int run(const mpi_run_args *a) {
     if (g_job.rank == 0 && a->logits && !(logits_tmp = cli_output_add(a->logits))) rc = CLI_EXIT_BAD_INPUT;
     if (g_job.rank == 0 && !rc && !(rc = cli_prompt_load_from(&pr, &a->prompt, a->model, 0))) {
         hdr[0] = pr.n;
+        /* a rank holds its prompt rows, the first rank the most; the last one
+         * also every generated token, and each rank the token of a decode step */
+        const int most = (pr.n + g_job.size - 1) / g_job.size;
         if (pr.n < g_job.size) rc = cli_fail("run: %d ranks exceed the prompt's %d tokens", g_job.size, pr.n);
+        else if (a->ctx && a->ctx < most + a->n_gen + 1)
+            rc = cli_fail("run: --ctx %d cannot hold a rank's %d prompt rows and %d generated tokens (raise --ctx to %d)",
+                          a->ctx, most, a->n_gen, most + a->n_gen + 1);
     }
     if ((rc = mpi_cli_share(rc, hdr, 1, a->timeout))) goto done;
     const int n = hdr[0];
@@ -122,7 +131,8 @@ static int run(const mpi_run_args *a) {
     if (qkv_cp_wait(&req, 1, a->timeout, g_job.comm, "the prompt's ids", &err)) { rc = mpi_cli_fail(&err); goto done; }
     qkv_cp_rows rows;
     qkv_cp_rows_of(&rows, n, g_job.size, g_job.rank, QKV_CP_CONTIGUOUS, NULL);
-    const qkv_model_params mp = {.n_ctx = rows.total + a->n_gen + 1, .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads};
+    const qkv_model_params mp = {.n_ctx = a->ctx ? a->ctx : rows.total + a->n_gen + 1, .kv_dtype = (qkv_dtype)a->kv_dtype,
+                                 .n_threads = a->threads};
     const qkv_status ost = qkv_model_open(&m, a->model, &mp, &err);
     if (ost) cli_model_fail(&err, a->model); /* rank 0's line; another rank's goes to its quiet stderr */
     if ((rc = mpi_cli_agree(ost ? CLI_EXIT_BAD_INPUT : 0, a->timeout))) goto done;

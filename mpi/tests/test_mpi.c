@@ -9,10 +9,15 @@
  *     no key), both layouts: O and LSE equal to `qkv attend` on the same
  *     flags within 1e-5 relative (atol 1e-5 * max|O| for O entries near 0),
  *     and to PyTorch's float64 SDPA within tests/test_oracle_attn.c's
- *     tolerances.
+ *     tolerances; decode-shaped calls (Lq <= QKV_DECODE_MAX_Q) go through
+ *     the sharded decode, at any rank count (one row against 5,000 keys on 2
+ *     ranks; more ranks than keys).
  *   - bad input: more ranks than rows, mismatched shapes, a missing file: one
  *     "qkv: " line from rank 0, exit 2, no output file (mpirun -q keeps its
  *     own summary off stderr).
+ *   - qkv-mpi run takes every flag of qkv run, and the flags qkv-mpi shares
+ *     with qkv refuse the same values with the same line; --ctx sizes each
+ *     rank's cache and is refused when it cannot hold a rank's rows.
  *   - a rank that exits, and one that stalls: the job ends non-zero in
  *     seconds, no output file, the stall named ("timed out") on stderr.
  * Every mpirun runs under timeout(1), so a hang fails the test instead of CI.
@@ -115,6 +120,13 @@ static const fixture fixtures[] = {
     {"mha_d64_causal_excl_19", 19, 19, {"--causal", "--exclude", "18,0,5,5"}},
     {"mha_d16_causal_fullmask_6", 6, 6, {"--causal", "--exclude", "0,2,3"}},
     {"mha_d16_causal_lq_gt_lk_8x5", 8, 5, {"--causal"}},
+    /* decode-shaped: the sharded decode */
+    {"mqa_d64_decode_1x777", 1, 777, {"--causal"}},
+    {"gqa4_d128_decode_3x67", 3, 67, {"--causal"}},
+    {"mqa_d128_decode_excl_1x50", 1, 50, {"--causal", "--exclude", "0,1,2,49,30"}},
+    {"mqa_d64_sinkwindow1_3_2x150", 2, 150, {"--window", "3", "--sinks", "1"}},
+    {"mha_d16_none_allexcl_3x4", 3, 4, {"--exclude", "3,2,1,0"}},
+    {"mha_d16_none_1x1", 1, 1, {NULL}},
 };
 
 /* argv for `attend` on fixture f writing o, lse, with extra flags. */
@@ -173,7 +185,7 @@ TEST(mpi_attend_matches_qkv_attend_and_pytorch) {
         if (rc || !load(&so, o1, to.count) || !load(&sl, l1, tl.count)) return;
         const double omax = max_abs(to.data, (size_t)to.count);
         for (int np = 1; np <= 4; np++) {
-            if (f->lq < np || f->lk < np) continue;
+            if (f->lq > QKV_DECODE_MAX_Q && (f->lq < np || f->lk < np)) continue; /* the ring needs a row per rank */
             const char *layout = (np % 2 == 0 && f->lq >= 2 * np && f->lk >= 2 * np) ? "zigzag" : "contiguous";
             attend_argv(argv, f, paths, o2, l2, layout);
             rc = mpi_run(np, NULL, qkv_mpi(), argv, NULL, &err);
@@ -213,12 +225,13 @@ static void expect_bad(int np, const char *const *argv, const char *needle, cons
 TEST(mpi_attend_bad_input) {
     char o[512];
     snprintf(o, sizeof o, "%s/o.npy", test_tmpdir());
-    const char *two_rows[] = {"attend", "--q", FIX "mqa_d64_sinkwindow1_3_2x150.q.npy", "--k", FIX "mqa_d64_sinkwindow1_3_2x150.k.npy",
-                              "--v", FIX "mqa_d64_sinkwindow1_3_2x150.v.npy", "--out", o, "--window", "3", "--sinks", "1", NULL};
-    expect_bad(3, two_rows, "3 ranks exceed the sequence's 2 rows", o);
-    const char *zigzag[] = {"attend", "--q", FIX "mha_d16_causal_fullmask_6.q.npy", "--k", FIX "mha_d16_causal_fullmask_6.k.npy",
-                            "--v", FIX "mha_d16_causal_fullmask_6.v.npy", "--out", o, "--layout", "zigzag", NULL};
-    expect_bad(4, zigzag, "zigzag over 4 ranks needs at least 8 rows", o);
+    /* 9 rows: too many for the decode, too few for 10 ranks of the ring or 5 zigzag ranks */
+    const char *nine_rows[] = {"attend", "--q", FIX "mha_d16_window1_9x9.q.npy", "--k", FIX "mha_d16_window1_9x9.k.npy",
+                               "--v", FIX "mha_d16_window1_9x9.v.npy", "--out", o, "--window", "1", NULL};
+    expect_bad(10, nine_rows, "10 ranks exceed the sequence's 9 rows", o);
+    const char *zigzag[] = {"attend", "--q", FIX "mha_d16_window1_9x9.q.npy", "--k", FIX "mha_d16_window1_9x9.k.npy",
+                            "--v", FIX "mha_d16_window1_9x9.v.npy", "--out", o, "--layout", "zigzag", NULL};
+    expect_bad(5, zigzag, "zigzag over 5 ranks needs at least 10 rows", o);
     const char *mismatch[] = {"attend", "--q", FIX "mha_d64_causal_37.q.npy", "--k", FIX "mha_d64_causal_37.k.npy",
                               "--v", FIX "mha_d64_causal_excl_19.v.npy", "--out", o, NULL};
     expect_bad(2, mismatch, "shape differs from k's", o);
@@ -227,6 +240,76 @@ TEST(mpi_attend_bad_input) {
     expect_bad(4, missing, "no_such.q.npy", o);
     const char *flags[] = {"attend", "--q", "a", "--k", "b", "--v", "c", "--out", o, "--sinks", "2", NULL};
     expect_bad(2, flags, "--sinks needs --window", o);
+}
+
+/* Random q: [hq, lq, d], k, v: [hkv, lk, d] as .npy files q, k, v in dir. */
+static int write_qkv(const char *dir, int hq, int hkv, int lq, int lk, int d, uint64_t seed) {
+    const int64_t shapes[3][3] = {{hq, lq, d}, {hkv, lk, d}, {hkv, lk, d}};
+    const char *names[3] = {"q", "k", "v"};
+    test_rng r = {seed};
+    int ok = 1;
+    for (int i = 0; ok && i < 3; i++) {
+        const size_t n = (size_t)(shapes[i][0] * shapes[i][1] * shapes[i][2]);
+        float *x = malloc(n * sizeof *x);
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
+        if (x) test_fill_normal(x, n, &r, 1.0f);
+        ok = x && qkv_npy_save_f32(path, x, 3, shapes[i], NULL) == QKV_OK;
+        CHECK(ok, "writing %s", path);
+        free(x);
+    }
+    return ok;
+}
+
+/* Decode-shaped calls go to the sharded decode (qkv_cp_decode): one row
+ * against 5,000 keys on 2 ranks (once '2 ranks exceed the sequence's 1
+ * rows'), and 2 rows against 3 keys on 4 ranks (a rank holds no key). O and
+ * LSE equal to `qkv attend` on the same flags, as the fixture test has it. */
+TEST(mpi_attend_decode_shaped_calls_shard_the_keys) {
+    static const struct {
+        int hq, hkv, lq, lk, d, np;
+        const char *flags[6];
+    } cases[] = {
+        {8, 2, 1, 5000, 64, 2, {"--causal"}},
+        {8, 2, 1, 5000, 64, 3, {"--window", "700", "--sinks", "4", "--exclude", "4999,0,2500"}},
+        {4, 4, 8, 300, 32, 2, {"--causal", "--layout", "zigzag"}}, /* --layout is not read */
+        {2, 1, 2, 3, 16, 4, {"--causal"}},
+    };
+    const char *dir = test_tmpdir();
+    char q[512], k[512], v[512], o1[512], l1[512], o2[512], l2[512], what[160];
+    snprintf(q, sizeof q, "%s/q.npy", dir), snprintf(k, sizeof k, "%s/k.npy", dir), snprintf(v, sizeof v, "%s/v.npy", dir);
+    snprintf(o1, sizeof o1, "%s/o1.npy", dir), snprintf(l1, sizeof l1, "%s/l1.npy", dir);
+    snprintf(o2, sizeof o2, "%s/o2.npy", dir), snprintf(l2, sizeof l2, "%s/l2.npy", dir);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int hq = cases[c].hq, lq = cases[c].lq, d = cases[c].d, np = cases[c].np;
+        if (!write_qkv(dir, hq, cases[c].hkv, lq, cases[c].lk, d, 17 + c)) return;
+        const char *argv[32] = {"attend", "--q", q, "--k", k, "--v", v, "--out", NULL, "--lse", NULL};
+        int n = 11, single = 0;
+        for (int i = 0; i < 6 && cases[c].flags[i]; i++) {
+            if (!strcmp(cases[c].flags[i], "--layout")) single = n;
+            argv[n++] = cases[c].flags[i];
+        }
+        argv[n] = NULL;
+        char *err = NULL;
+        argv[8] = o1, argv[10] = l1;
+        if (single) argv[single] = NULL; /* qkv attend has no --layout */
+        int rc = test_run_cli(argv, NULL, NULL, &err);
+        CHECK(rc == 0, "qkv attend case %zu: exit %d: %s", c, rc, err);
+        free(err);
+        if (single) argv[single] = "--layout";
+        argv[8] = o2, argv[10] = l2;
+        rc = mpi_run(np, NULL, qkv_mpi(), argv, NULL, &err);
+        CHECK(rc == 0, "qkv-mpi attend case %zu -np %d: exit %d: %s", c, np, rc, err);
+        free(err);
+        qkv_npy so, sl, mo, ml;
+        const int64_t no = (int64_t)hq * lq * d, nl = (int64_t)hq * lq;
+        if (rc || !load(&so, o1, no) || !load(&sl, l1, nl) || !load(&mo, o2, no) || !load(&ml, l2, nl)) return;
+        snprintf(what, sizeof what, "decode case %zu np=%d: O vs qkv attend", c, np);
+        CHECK_CLOSE(what, mo.data, so.data, (size_t)no, 1e-5 * max_abs(so.data, (size_t)no), 1e-5);
+        snprintf(what, sizeof what, "decode case %zu np=%d: LSE vs qkv attend", c, np);
+        CHECK_CLOSE(what, ml.data, sl.data, (size_t)nl, 0, 1e-5);
+        qkv_npy_free(&so); qkv_npy_free(&sl); qkv_npy_free(&mo); qkv_npy_free(&ml);
+    }
 }
 
 /* A rank that exits (fault exit:R) or stalls (stall:R): non-zero, quick, no output. */
@@ -322,7 +405,84 @@ TEST(mpi_run_bad_input) {
     if (!test_require_model()) return;
     expect_bad(3, two, "3 ranks exceed the prompt's 2 tokens", o);
     const char *nomodel[] = {"run", "-m", "no/such.gguf", "-p", "hello", NULL};
-    expect_bad(2, nomodel, "no/such.gguf", o);
+    expect_bad(2, nomodel, "no/such.gguf", o);    /* 7 tokens over 2 ranks: 4 rows on rank 0, + 5 generated + 1 = 10 */
+    const char *small[] = {"run", "-m", test_model_path(), "--tokens", "1,2,3,4,5,6,7", "-n", "5", "--ctx", "9", NULL};
+    expect_bad(2, small, "--ctx 9 cannot hold a rank's 4 prompt rows and 5 generated tokens (raise --ctx to 10)", o);
+}
+
+/* --ctx N as qkv run takes it, KV cache positions of one process: the least
+ * that holds 40 tokens and 6 more is 46 for qkv run, 27 for each of 2 ranks
+ * (20 rows, 6 generated, 1 decode step); the same continuation. */
+TEST(mpi_run_ctx_as_qkv_run) {
+    if (!test_require_model()) return;
+    char *ids = gpl_ids(40);
+    if (!ids) return;
+    const char *argv[] = {"run", "-m", test_model_path(), "--tokens", ids, "-n", "6", "--print-ids", "--ctx", "46", NULL};
+    char *out1 = NULL, *out2 = NULL, *err = NULL;
+    int rc = test_run_cli(argv, NULL, &out1, &err);
+    CHECK(rc == 0, "qkv run --ctx 46: exit %d: %s", rc, err);
+    free(err);
+    argv[9] = "27";
+    rc = mpi_run(2, NULL, qkv_mpi(), argv, &out2, &err);
+    CHECK(rc == 0, "qkv-mpi run --ctx 27: exit %d: %s", rc, err);
+    free(err);
+    CHECK(out1 && out2 && !strcmp(out1, out2) && strlen(out1) > 6, "continuations differ: '%s' against '%s'", out1, out2);
+    free(out1);
+    free(out2);
+    argv[9] = "26";
+    char o[512];
+    snprintf(o, sizeof o, "%s/none.npy", test_tmpdir());
+    expect_bad(2, argv, "--ctx 26 cannot hold a rank's 20 prompt rows and 6 generated tokens (raise --ctx to 27)", o);
+    free(ids);
+}
+
+/* The flags of `qkv <cmd> --help`: the first word of every line that starts
+ * with "  -", aliases dropped ("  -m, --model FILE" gives --model). */
+static int help_flags(char names[][32], int max, const char *help) {
+    int n = 0;
+    for (const char *p = help; p && n < max; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, "  -", 3)) continue;
+        const char *w = p + 2;
+        const size_t len = strcspn(w, " ,\n");
+        if (w[len] == ',') w += len + 2; /* "-m, --model" */
+        snprintf(names[n++], 32, "%.*s", (int)strcspn(w, " \n"), w);
+    }
+    return n;
+}
+
+/* qkv-mpi run takes every flag of qkv run, and the flags both CLIs write out
+ * row by row (not through a shared CLI_FLAG_* macro, which cannot drift)
+ * refuse a value out of range with the same line. */
+TEST(mpi_shared_flags_parse_as_in_qkv) {
+    char *h1 = NULL, *h2 = NULL, names1[64][32], names2[64][32];
+    const char *help[] = {"run", "--help", NULL};
+    int rc1 = test_run_cli(help, NULL, &h1, NULL), rc2 = mpi_run(1, NULL, qkv_mpi(), help, &h2, NULL);
+    CHECK(rc1 == 0 && rc2 == 0, "run --help: exit %d and %d", rc1, rc2);
+    const int n1 = help_flags(names1, 64, h1), n2 = help_flags(names2, 64, h2);
+    CHECK(n1 > 10, "qkv run --help lists %d flags: %s", n1, h1);
+    for (int i = 0; i < n1; i++) {
+        int found = 0;
+        for (int j = 0; j < n2; j++) found |= !strcmp(names1[i], names2[j]);
+        CHECK(found, "qkv run takes %s, qkv-mpi run does not", names1[i]);
+    }
+    free(h1);
+    free(h2);
+    static const char *const bad[][3] = {
+        {"run", "--ctx", "4194305"}, {"run", "-n", "1048577"}, {"run", "--temp", "101"}, {"run", "--top-k", "-1"},
+        {"run", "--top-p", "0"}, {"run", "--seed", "-1"}, {"run", "--threads", "0"}, {"bench", "--n", "1048577"},
+        {"bench", "--hq", "1025"}, {"bench", "--hkv", "0"}, {"bench", "--d", "7"}, {"bench", "--window", "4194305"},
+        {"bench", "--repeat", "1001"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *argv[] = {bad[i][0], bad[i][1], bad[i][2], "--help", NULL}; /* accepted: help, exit 0, no work */
+        char *e1 = NULL, *e2 = NULL;
+        rc1 = test_run_cli(argv, NULL, NULL, &e1);
+        rc2 = mpi_run(1, NULL, qkv_mpi(), argv, NULL, &e2);
+        CHECK(rc1 == 2 && rc2 == 2 && e1 && e2 && !strncmp(e1, "qkv: ", 5) && !strcmp(e1, e2),
+              "%s %s %s: qkv exit %d '%s', qkv-mpi exit %d '%s'", argv[0], argv[1], argv[2], rc1, e1, rc2, e2);
+        free(e1);
+        free(e2);
+    }
 }
 
 /* --help names the program that prints it, and an unknown flag points there. */
