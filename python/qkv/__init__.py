@@ -11,8 +11,11 @@ aligned bottom-right (query row i sits at key position Lk - Lq + i).
     with qkv.Model("models/SmolLM2-135M-Instruct.Q4_1.gguf") as m:
         ids = m.tokenize("The quick brown fox")
         w = m.attention(ids, layer=3, head=0)      # [n, n] exact weights
+        logits, cache = m.run_with_cache(ids)      # TransformerLens's names, no batch dim
+        z = cache["blocks.3.attn.hook_z"]          # [n, Hq, D]
 """
 from ._attention import KVCache, attention, attention_reference, rope
+from ._hooks import ActivationCache, Hook
 from ._model import Config, Inspection, Model
 from . import _qkv
 
@@ -24,4 +27,5 @@ def isa():
     return _qkv.isa()
 
 
-__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "Inspection", "isa", "__version__"]
+__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "Inspection", "ActivationCache",
+           "Hook", "isa", "__version__"]

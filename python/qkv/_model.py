@@ -1,7 +1,8 @@
 """qkv.Model: a Llama-family GGUF model, its tokenizer, and exact attention maps.
 
-n = tokens, V = vocabulary, L = layers, Hq = query heads. forward, attention and
-sinks each run their ids as a fresh sequence from position 0.
+n = tokens, V = vocabulary, L = layers, Hq = query heads. forward, run_with_cache,
+run_with_hooks, attention and sinks each run their ids as a fresh sequence from
+position 0; an intervention (zero_heads=, a hook) lasts for that call only.
 """
 import codecs
 import dataclasses
@@ -13,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from . import _qkv
+from . import _hooks, _qkv
 
 # qkv needle's defaults (cli/cmd_needle.c)
 GPL3 = "/usr/share/common-licenses/GPL-3"
@@ -172,22 +173,24 @@ class Model:
 
     # ----------------------------------------------------------- forward
 
-    def forward(self, ids, *, positions="all"):
+    def forward(self, ids, *, positions="all", zero_heads=None):
         """Logits float32 [rows, V] of the sequence ids at the positions asked for:
         "all" (every position), "last", or a list of positions (rows in that order).
         Only those rows go through the output layer: the sequence runs in one
         forward call per requested position (each up to it), so memory is
-        [rows, V], never [n, V]."""
+        [rows, V], never [n, V]. zero_heads: [(layer, head), ...] whose output
+        (hook_z) is zeroed before W_O, at every position, in this call only."""
         ids = self._ids(ids)
         n, V = len(ids), self.config.n_vocab
         self._fits(n)
+        zero = self._zero_heads(zero_heads)
         self._c.rewind(0)
         try:
             if isinstance(positions, str):
                 if positions not in ("all", "last"):
                     raise ValueError(f'positions must be "all", "last" or a list of positions, got {positions!r}')
                 out = np.empty((n if positions == "all" else 1, V), dtype=np.float32)
-                self._c.forward(out, ids, positions == "all")
+                self._c.forward(out, ids, positions == "all", zero_heads=zero)
                 return out
             pos = np.asarray(positions)
             if pos.ndim != 1 or pos.size == 0 or not np.issubdtype(pos.dtype, np.integer):
@@ -198,11 +201,97 @@ class Model:
             rows = np.empty((len(wanted), V), dtype=np.float32)
             start = 0
             for i, p in enumerate(wanted):
-                self._c.forward(rows[i], ids[start:p + 1], False)
+                self._c.forward(rows[i], ids[start:p + 1], False, zero_heads=zero)
                 start = p + 1
             return rows[np.searchsorted(wanted, pos)]
         finally:
             self._c.rewind(0)
+
+    def _zero_heads(self, zero_heads):
+        """int32 [k, 2] (layer, head) for the extension, or None."""
+        if zero_heads is None:
+            return None
+        a = np.asarray(zero_heads)
+        if a.size == 0:
+            return None
+        if a.ndim != 2 or a.shape[1] != 2 or not np.issubdtype(a.dtype, np.integer):
+            raise ValueError("zero_heads: expected a list of (layer, head) pairs of integers")
+        c = self.config
+        bad = (a[:, 0] < 0) | (a[:, 0] >= c.n_layer) | (a[:, 1] < 0) | (a[:, 1] >= c.n_head)
+        if bad.any():
+            raise ValueError(f"zero_heads: ({a[bad][0, 0]}, {a[bad][0, 1]}) outside layers [0, {c.n_layer}) "
+                             f"x heads [0, {c.n_head})")
+        return np.ascontiguousarray(a, dtype=np.int32)
+
+    # ------------------------------------------- activations (TransformerLens)
+
+    @property
+    def hook_names(self):
+        """The full names of the activation points, in forward order: hook_embed,
+        blocks.L.hook_resid_pre, blocks.L.attn.hook_q ... blocks.L.hook_resid_post,
+        ln_final.hook_normalized (TransformerLens's names; shapes at run_with_cache)."""
+        return _hooks.hook_names(self.config.n_layer)
+
+    def _run(self, ids, hooks, zero_heads):
+        """Logits float32 [n, V] of one forward call of ids from position 0 with these hooks."""
+        ids = self._ids(ids)
+        n = len(ids)
+        self._fits(n)
+        zero = self._zero_heads(zero_heads)
+        logits = np.empty((n, self.config.n_vocab), dtype=np.float32)
+        self._c.rewind(0)
+        try:
+            self._c.forward(logits, ids, True, hooks=hooks, zero_heads=zero)
+        finally:
+            self._c.rewind(0)
+        return logits
+
+    def run_with_cache(self, ids, names_filter=None, *, zero_heads=None):
+        """(logits, cache) of one forward call of ids, as TransformerLens's
+        run_with_cache: logits float32 [n, V]; cache an ActivationCache, full hook
+        name -> float32 array in TransformerLens's shape WITHOUT the batch dimension
+        (n = tokens, E = n_embd, Hq / Hkv = query / KV heads, D = head_dim):
+          hook_embed, blocks.L.hook_resid_pre / hook_attn_out / hook_resid_mid /
+          hook_mlp_out / hook_resid_post, ln_final.hook_normalized   [n, E]
+          blocks.L.attn.hook_q / hook_rot_q / hook_z                 [n, Hq, D]
+          blocks.L.attn.hook_k / hook_rot_k / hook_v                 [n, Hkv, D]
+          blocks.L.attn.hook_pattern                                 [Hq, n, n]
+        hook_q / hook_k are before RoPE, hook_rot_q / hook_rot_k after it;
+        ln_final.hook_normalized has the norm's weight applied (TransformerLens's
+        comes before it). names_filter: None (every point: the patterns are
+        L x Hq x n x n floats, so keep prompts short), a name, a list of names
+        ("blocks.*.<point>" for every layer), or a callable name -> bool.
+        ValueError naming any unknown name. zero_heads: as forward's."""
+        if names_filter is None:
+            names = self.hook_names
+        else:
+            wanted = [names_filter] if isinstance(names_filter, str) or callable(names_filter) else names_filter
+            names = _hooks.resolve(wanted, self.config.n_layer, "names_filter")
+        acts = {}
+        logits = self._run(ids, [(name, _hooks.cache_hook(acts, name)) for name in names], zero_heads)
+        return logits, _hooks.ActivationCache(acts)
+
+    def run_with_hooks(self, ids, fwd_hooks=(), *, zero_heads=None):
+        """Logits float32 [n, V] of one forward call of ids with fwd_hooks, a list of
+        (name, fn) as TransformerLens's: name a full hook name (run_with_cache lists
+        them), "blocks.*.<point>" for every layer, or a callable name -> bool;
+        fn(activation, hook) is called where the forward reaches that point (in list
+        order at one point), with activation a float32 numpy COPY (the batch
+        dimension dropped, shapes as run_with_cache's) and hook.name, hook.layer.
+        fn returns None, and what it left in the copy (edited in place or not) goes
+        on into the forward; or an array of the same shape (float32, or a real dtype
+        converted to it) that replaces the activation. A wrong shape or dtype:
+        ValueError. hook_pattern is read-only (the copy is a read-only array; a
+        returned value is a ValueError). An exception raised in fn stops the forward
+        and propagates as it was raised. The hooks last for this call only."""
+        hooks = []
+        for item in fwd_hooks:
+            if not (isinstance(item, (tuple, list)) and len(item) == 2 and callable(item[1])):
+                raise TypeError("fwd_hooks: expected a list of (name, function) pairs")
+            name, fn = item
+            hooks += [(full, _hooks.user_hook(fn, full))
+                      for full in _hooks.resolve([name], self.config.n_layer, "fwd_hooks")]
+        return self._run(ids, hooks, zero_heads)
 
     def generate(self, prompt, n=32, *, temp=0.0, top_k=0, top_p=1.0, seed=1, chat=False):
         """An iterator of (token id, text) for up to n new tokens after prompt (a

@@ -66,14 +66,8 @@ static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokeniz
     if ((st = qkv_inspect_init(&in, qkv_model_get_config(m), &ip, err))) goto done;
     if ((st = qkv_png_maps_init(&sink.png, &info, NULL, err))) goto done;
     if ((st = qkv_html_open(&sink.html, path, &info, err))) goto done;
-    if ((st = qkv_model_rewind(m, 0, err))) goto done;
-    qkv_model_set_hook(m, qkv_inspect_hook, in);
-    st = qkv_model_forward(m, NULL, ids, n, 0, err);
-    qkv_model_set_hook(m, NULL, NULL);
-    qkv_model_rewind(m, 0, NULL);
-    if (st) {
-        const char *why = sink.err.msg[0] ? sink.err.msg : qkv_inspect_error(in);
-        if (why) snprintf(err->msg, sizeof err->msg, "%s", why);
+    if ((st = pyq_pattern_pass(m, ids, n, qkv_inspect_hook, in, err))) {
+        if (sink.err.msg[0]) *err = sink.err; /* the page's writer failed: its own error, not the hook's */
         goto done;
     }
     st = qkv_html_close(sink.html, err);

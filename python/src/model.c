@@ -1,8 +1,10 @@
 /*
  * model.c — qkv._qkv.Model: a GGUF model (qkv_model) with its tokenizer,
- * and the probes that read its attention (qkv_inspect, qkv_sinks) through
- * the model's hook. V = vocabulary, n = tokens, L = layers, Hq = query heads.
- *   forward(logits, ids, all):  ids [n] int32; logits [n, V] (all) or [1, V] f32, or None
+ * and the probes that read its attention (qkv_inspect, qkv_sinks) through a
+ * hook on hook_pattern. V = vocabulary, n = tokens, L = layers, Hq = query heads.
+ *   forward(logits, ids, all, hooks=None, zero_heads=None):  ids [n] int32;
+ *       logits [n, V] (all) or [1, V] f32, or None; the call's hooks and
+ *       zeroed heads (hooks.c)
  *   maps(out, ids, layers, heads, rows):  out [nl, nh, nr, n] f32 exact weights
  *   sinks(means, counts, ids, n_first, skip, every):  means [6, L, Hq] f64, counts [2, L, Hq] int64
  *   inspect_maps(path, ids, layers, heads, title, subtitle) -> figure:  the qkv inspect --html page
@@ -179,34 +181,43 @@ static PyObject *model_piece(PyObject *self, PyObject *args) {
     return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
 }
 
-static PyObject *model_forward(PyObject *self, PyObject *args) {
-    PyObject *logits_obj, *ids_obj;
+/* buffer of int32 from obj with its element count in *n */
+static int int32_list(Py_buffer *b, PyObject *obj, Py_ssize_t *n, const char *what) {
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    *n = b->len / 4;
+    PyBuffer_Release(b);
+    return pyq_buffer(b, obj, PYQ_I32, *n, 0, what);
+}
+
+/* forward(logits, ids, all, hooks=None, zero_heads=None): one call, appending
+ * to the cache, with this call's options (hooks.c). */
+static PyObject *model_forward(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"logits", "ids", "all_logits", "hooks", "zero_heads", NULL};
+    PyObject *logits_obj, *ids_obj, *hooks = NULL, *zero_heads = NULL;
     int all;
-    if (!PyArg_ParseTuple(args, "OOp", &logits_obj, &ids_obj, &all)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOp|OO", kwlist, &logits_obj, &ids_obj, &all, &hooks, &zero_heads))
+        return NULL;
     model_object *o = (model_object *)self;
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
     Py_buffer bi, bl = {0};
-    if (PyObject_GetBuffer(ids_obj, &bi, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    Py_ssize_t n = bi.len / 4;
-    PyBuffer_Release(&bi);
-    if (n < 1 || n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "forward: %zd tokens", n);
-    if (pyq_buffer(&bi, ids_obj, PYQ_I32, n, 0, "ids") < 0) return NULL;
+    Py_ssize_t n;
+    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (n < 1 || n > INT32_MAX) return PyBuffer_Release(&bi), PyErr_Format(PyExc_ValueError, "forward: %zd tokens", n);
     const int V = qkv_model_get_config(o->m)->n_vocab;
     if (logits_obj != Py_None && pyq_buffer(&bl, logits_obj, PYQ_F32, (all ? n : 1) * (Py_ssize_t)V, 1, "logits") < 0)
         return PyBuffer_Release(&bi), NULL;
+    pyq_forward f;
     qkv_error err = {0};
     qkv_status st = QKV_OK;
-    if (model_enter(self)) {
+    if (pyq_forward_init(&f, hooks, zero_heads) == 0 && model_enter(self)) {
         Py_BEGIN_ALLOW_THREADS
-        st = qkv_model_forward(o->m, bl.obj ? bl.buf : NULL, bi.buf, (int)n, all, &err);
+        st = qkv_model_forward(o->m, bl.obj ? bl.buf : NULL, bi.buf, (int)n, all, &f.opts, &err);
         Py_END_ALLOW_THREADS
         pyq_leave(&o->busy);
     }
     PyBuffer_Release(&bi);
     if (bl.obj) PyBuffer_Release(&bl);
-    if (PyErr_Occurred()) return NULL;
-    if (st) return pyq_raise(&err);
-    Py_RETURN_NONE;
+    return pyq_forward_done(&f, st, &err);
 }
 
 static PyObject *model_rewind(PyObject *self, PyObject *args) {
@@ -232,6 +243,15 @@ static PyObject *model_pos(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------- maps */
 
+qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, qkv_error *err) {
+    const qkv_hook probe = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = fn, .user = user};
+    const qkv_forward_opts o = {.hooks = &probe, .n_hooks = 1};
+    qkv_status st = qkv_model_rewind(m, 0, err);
+    if (st == QKV_OK) st = qkv_model_forward(m, NULL, ids, n, 0, &o, err);
+    qkv_model_rewind(m, 0, NULL);
+    return st;
+}
+
 typedef struct {
     float *out;       /* [nl, nh, nr, n] */
     const int *slot;  /* [n] index of a query row in the request, -1 if not requested */
@@ -244,14 +264,6 @@ static int maps_row(void *user, int li, int hi, int row, const float *w, int n_k
     if (row < 0 || row >= m->n || m->slot[row] < 0 || n_keys != m->n) return 0;
     memcpy(m->out + (((size_t)li * m->nh + hi) * m->nr + m->slot[row]) * m->n, w, (size_t)m->n * sizeof(float));
     return 0;
-}
-
-/* buffer of int32 from obj with its element count in *n */
-static int int32_list(Py_buffer *b, PyObject *obj, Py_ssize_t *n, const char *what) {
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    *n = b->len / 4;
-    PyBuffer_Release(b);
-    return pyq_buffer(b, obj, PYQ_I32, *n, 0, what);
 }
 
 static PyObject *model_maps(PyObject *self, PyObject *args) {
@@ -295,14 +307,7 @@ static PyObject *model_maps(PyObject *self, PyObject *args) {
     qkv_status st;
     Py_BEGIN_ALLOW_THREADS
     st = qkv_inspect_init(&in, qkv_model_get_config(o->m), &ip, &err);
-    if (st == QKV_OK) st = qkv_model_rewind(o->m, 0, &err);
-    if (st == QKV_OK) {
-        qkv_model_set_hook(o->m, qkv_inspect_hook, in);
-        st = qkv_model_forward(o->m, NULL, bi.buf, (int)n, 0, &err);
-        if (st && qkv_inspect_error(in)) snprintf(err.msg, sizeof err.msg, "%s", qkv_inspect_error(in));
-        qkv_model_set_hook(o->m, NULL, NULL);
-        qkv_model_rewind(o->m, 0, NULL);
-    }
+    if (st == QKV_OK) st = pyq_pattern_pass(o->m, bi.buf, (int)n, qkv_inspect_hook, in, &err);
     qkv_inspect_free(in);
     Py_END_ALLOW_THREADS
     pyq_leave(&o->busy);
@@ -342,14 +347,7 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
         qkv_sinks *s = NULL;
         Py_BEGIN_ALLOW_THREADS
         st = qkv_sinks_init(&s, cfg, &sp, &err);
-        if (st == QKV_OK) st = qkv_model_rewind(o->m, 0, &err);
-        if (st == QKV_OK) {
-            qkv_model_set_hook(o->m, qkv_sinks_hook, s);
-            st = qkv_model_forward(o->m, NULL, bi.buf, (int)n, 0, &err);
-            if (st && qkv_sinks_error(s)) snprintf(err.msg, sizeof err.msg, "%s", qkv_sinks_error(s));
-            qkv_model_set_hook(o->m, NULL, NULL);
-            qkv_model_rewind(o->m, 0, NULL);
-        }
+        if (st == QKV_OK) st = pyq_pattern_pass(o->m, bi.buf, (int)n, qkv_sinks_hook, s, &err);
         for (Py_ssize_t i = 0; st == QKV_OK && i < LH; i++) {
             const qkv_sinks_head *h = qkv_sinks_get(s, (int)(i / cfg->n_head), (int)(i % cfg->n_head));
             const double v[6] = {h->sink, h->first, h->top_other, h->top_other_dist, h->sink_top, h->entropy};
@@ -424,7 +422,8 @@ static PyMethodDef model_methods[] = {
     {"chat_text", model_chat_text, METH_VARARGS, "chat_text(user, system=None) -> bytes."},
     {"detokenize", model_detokenize, METH_VARARGS, "detokenize(ids_int32, skip_special) -> bytes."},
     {"piece", model_piece, METH_VARARGS, "piece(id) -> bytes or None."},
-    {"forward", model_forward, METH_VARARGS, "forward(logits or None, ids, all_logits): appends to the cache."},
+    {"forward", PYQ_KW(model_forward), METH_VARARGS | METH_KEYWORDS,
+     "forward(logits or None, ids, all_logits, hooks=None, zero_heads=None): appends to the cache."},
     {"rewind", model_rewind, METH_VARARGS, "rewind(pos)."},
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
     {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows): exact attention weights."},

@@ -45,8 +45,35 @@ static inline void pyq_leave(int *busy) { *busy = 0; }
  * None) is held in *ex until PyBuffer_Release (ex->obj NULL if none). */
 int pyq_mask(qkv_mask *m, Py_buffer *ex, int kind, int window, int sinks, PyObject *exclude);
 
+/* One forward call's options from Python (hooks.c): hooks [(name, fn)] as
+ * qkv_hooks calling fn with the GIL, zero_heads an int32 [k, 2] buffer of
+ * (layer, head); either may be NULL or None. Build with the GIL held (-1 with
+ * a Python exception, nothing to free), pass &f->opts to qkv_model_forward,
+ * then pyq_forward_done: it frees f and returns None, or NULL with the
+ * exception a hook raised (re-raised as it was), else the forward's error. */
+struct pyq_hook;
+typedef struct {
+    PyObject *type, *value, *tb; /* a Python exception out of the error indicator (3.12+: value only) */
+} pyq_exc;
+typedef struct {
+    qkv_forward_opts opts;
+    qkv_hook *hooks;         /* [opts.n_hooks] */
+    struct pyq_hook *calls;  /* [opts.n_hooks] each hook's function */
+    qkv_head_ref *zero;      /* [opts.n_zero_heads] */
+    pyq_exc raised;          /* the first exception a hook raised */
+} pyq_forward;
+int pyq_forward_init(pyq_forward *f, PyObject *hooks, PyObject *zero_heads);
+void pyq_forward_free(pyq_forward *f);
+PyObject *pyq_forward_done(pyq_forward *f, qkv_status st, const qkv_error *err);
+
+/* One pass of ids from an empty cache with fn on hook_pattern of every layer
+ * (the probes' hook: qkv_inspect_hook, qkv_sinks_hook); the cache is empty
+ * again on return. Runs without the GIL (model.c). */
+qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, qkv_error *err);
+
 /* Per-file registration, called by the module's init. */
 extern PyMethodDef pyq_attention_methods[];
+extern PyMethodDef pyq_hook_methods[];
 int pyq_add_kv_cache(PyObject *module);
 int pyq_add_model(PyObject *module);
 int pyq_add_sampler(PyObject *module);

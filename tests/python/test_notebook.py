@@ -49,6 +49,7 @@ def test_notebook_runs_under_nbclient(tmp_path, monkeypatch):
     diff = float(text.split("max |o - float64| =")[1].split()[0])
     assert diff < 2e-5, f"the notebook's attention is {diff} from float64"
     assert "wrote a PNG of" in text
+    assert "same as forward(zero_heads=[(10, 3)]): True" in text  # run_with_hooks' zeroed hook_z
 
 
 def test_a_raising_cell_fails_the_run(tmp_path, monkeypatch):
