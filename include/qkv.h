@@ -757,7 +757,7 @@ typedef enum {
     QKV_HOOK_RESID_MID,      /* hook_resid_mid              [n, E]  resid_pre + attn_out */
     QKV_HOOK_MLP_OUT,        /* hook_mlp_out                [n, E]  the MLP sublayer's output */
     QKV_HOOK_RESID_POST,     /* hook_resid_post             [n, E]  resid_mid + mlp_out */
-    QKV_HOOK_LN_FINAL,       /* ln_final.hook_normalized    [n, E]  the final RMSNorm's output */
+    QKV_HOOK_LN_FINAL,       /* ln_final.hook_normalized    [n, E]  the final RMSNorm before its weight: x / rms(x) */
     QKV_HOOK_COUNT
 } qkv_hook_point;
 

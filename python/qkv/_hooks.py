@@ -12,8 +12,8 @@ dimension: n = tokens, E = n_embd, Hq / Hkv = query / KV heads, D = head_dim.
 
 hook_q and hook_k are before RoPE, hook_rot_q and hook_rot_k after it (the
 cache stores rot_k); hook_z is each head's output before W_O.
-ln_final.hook_normalized is the final RMSNorm's output with its weight applied
-(TransformerLens's hook_normalized comes before the weight).
+ln_final.hook_normalized is the final RMSNorm before its weight, x / rms(x), as
+TransformerLens's RMSNorm hook_normalized.
 """
 import collections.abc
 import dataclasses

@@ -70,8 +70,11 @@ void model_mm_dequant_avx512(float *y, const void *src, qkv_ggml_type t, int64_t
 void model_mm_dequant_avx2(float *y, const void *src, qkv_ggml_type t, int64_t cols);
 void model_mm_dequant_scalar(float *y, const void *src, qkv_ggml_type t, int64_t cols);
 
-/* out[n] = x[n] * w[n] / sqrt(mean(x^2) + eps)  (LlamaRMSNorm, float32) */
+/* out[n] = x[n] * w[n] / sqrt(mean(x^2) + eps)  (LlamaRMSNorm, float32):
+ * w[i] * (x[i] * inv), so the two steps below give the same bits */
 void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+/* out[n] = x[n] / sqrt(mean(x^2) + eps): the norm before its weight */
+void model_rms_normalize(float *out, const float *x, int n, float eps);
 
 /* sum_i a[i] * b[i] with independent partial sums (vectorises without -ffast-math). */
 float model_dot(const float *a, const float *b, int n);

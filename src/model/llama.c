@@ -458,10 +458,19 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
     const float *norm = m->norm_w + (size_t)(2 * c->n_layer) * E;
     const int hooked = f->o->n_hooks && forward_opts_hooked(f->o, QKV_HOOK_LN_FINAL, -1);
     if (!logits && !hooked) return QKV_OK;
-    /* rows first .. n-1 are normed into h (all of them when a hook reads them) */
+    /* rows first .. n-1 are normed into h (all of them when a hook reads them:
+     * it sees them before the weight, as TransformerLens's RMSNorm) */
     const int first = all_logits || hooked ? 0 : n - 1, out0 = all_logits ? 0 : n - 1;
-    for (int t = first; t < n; t++) model_rmsnorm(m->h + (size_t)(t - first) * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
-    if ((st = hook_at(f, QKV_HOOK_LN_FINAL, -1, m->h, 2, n, E, 0, err)) || !logits) return st;
+    if (hooked) {
+        for (int t = 0; t < n; t++) model_rms_normalize(m->h + (size_t)t * E, m->x + (size_t)t * E, E, c->norm_eps);
+        if ((st = hook_at(f, QKV_HOOK_LN_FINAL, -1, m->h, 2, n, E, 0, err))) return st;
+        for (int t = out0; t < n && logits; t++)
+            for (int i = 0; i < E; i++) m->h[(size_t)t * E + i] *= norm[i];
+    } else {
+        for (int t = first; t < n; t++)
+            model_rmsnorm(m->h + (size_t)(t - first) * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    }
+    if (!logits) return QKV_OK;
     model_matmul(logits, m->h + (size_t)(out0 - first) * E, m->output, n - out0, m->scratch, m->n_threads);
     return QKV_OK;
 }

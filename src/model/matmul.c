@@ -26,10 +26,15 @@ float model_dot(const float *a, const float *b, int n) {
     return s;
 }
 
-void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+void model_rms_normalize(float *out, const float *x, int n, float eps) {
     float ss = model_dot(x, x, n);
     float inv = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
+    for (int i = 0; i < n; i++) out[i] = x[i] * inv;
+}
+
+void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
+    model_rms_normalize(out, x, n, eps);
+    for (int i = 0; i < n; i++) out[i] = w[i] * out[i];
 }
 
 /* ------------------------------------------------------------ reference */
