@@ -12,10 +12,13 @@
  *   - LSE is the natural-log sum of exp of the scaled, masked scores of a row.
  *     A fully masked row has O = 0 and LSE = -inf, never NaN.
  *   - Functions return qkv_status; on failure the optional qkv_error receives
- *     one line naming what was wrong. The library never prints, never exits,
- *     keeps no global state and is safe to call from several threads (an
- *     object with scratch in it, a plan, model or sampler, serves one call at
- *     a time).
+ *     one line naming what was wrong. The library never prints, never exits
+ *     and is safe to call from several threads (an object with scratch in it,
+ *     a plan, model or sampler, serves one call at a time). Its process-wide
+ *     state is its thread pool (workers started at first need, or when a
+ *     model is opened, and kept for the process; one parallel loop holds the
+ *     pool at a time, a concurrent one runs on its caller's thread) and the
+ *     kernel ISA, chosen once from CPUID and QKV_ISA.
  *   - Parameter structs qkv_attn_desc, qkv_mask, qkv_model_params and
  *     qkv_sampler_params: zero is every optional field's default, so a
  *     designated initialiser names only what it sets (qkv_rope has
@@ -235,11 +238,9 @@ QKV_API qkv_status qkv_attention_reference(float *o, float *lse, float *weights,
  * of queries. Without it (a plan made for f32 K/V, or K/V longer than the
  * copy) bf16/f16 calls convert per tile, with the same results bit for bit.
  * A plan serves one run at a time (runs write its scratch); give each thread
- * that calls concurrently its own. (The threads are libgomp's: it allocates
- * its pool once, and a team whenever a parallel region's size differs from
- * the last one's. A run on one thread opens no region; on 2 every region has
- * 2 threads; above 2 the kernels trim their team to the work, so sizes can
- * alternate.)
+ * that calls concurrently its own. The threads are libqkv's own pool's
+ * (started at first need and kept: a run never creates one once they
+ * exist; tests/test_alloc.c counts).
  *   qkv_attn_plan *plan;
  *   qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, 0, &err);
  *   for (...) qkv_attn_run(plan, o, lse, q, k, v, &desc, &err);  // no malloc

@@ -1,6 +1,7 @@
 /*
  * test_alloc.c — what must not allocate: a plan's attention runs, the
- * model's forward pass after the first call, the sampler. Counted by the
+ * model's forward pass from its first call (in a fresh process, whose thread
+ * pool the model starts at open), the sampler. Counted by the
  * runner's allocator replacement (alloc_count.h); the first test proves the
  * counter sees allocations at all, so the others cannot pass vacuously.
  */
@@ -9,7 +10,10 @@
 #include "alloc_count.h"
 #include "qkv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 /* Called through a volatile pointer: the compiler may not elide the pair. */
 static void *(*volatile g_malloc)(size_t) = malloc;
@@ -148,4 +152,44 @@ TEST(model_forward_allocates_nothing_after_the_first_call) {
     free(logits);
     qkv_sampler_free(greedy);
     qkv_model_close(m);
+}
+
+/* A forked child has no pool workers (parallel.c): it opens the model,
+ * which starts them, and counts its first forward call, a prefill with
+ * exclusions, zeroed heads and hooks installed, then a decode step. Exit
+ * status: 0, or 1 + the allocations (capped), 100 if the model did not open. */
+static qkv_status count_nothing(void *user, const qkv_activation *a, qkv_error *err) {
+    (void)err;
+    *(float *)user += a->data[0];
+    return QKV_OK;
+}
+
+TEST(model_first_forward_in_a_fresh_process_allocates_nothing) {
+    if (!test_require_model()) return;
+    fflush(NULL);
+    const pid_t pid = fork();
+    CHECK(pid >= 0, "fork failed");
+    if (pid == 0) {
+        qkv_model *m = NULL;
+        const qkv_model_params mp = {.n_ctx = 64, .n_threads = 2};
+        if (qkv_model_open(&m, test_model_path(), &mp, NULL)) _exit(100);
+        float *logits = malloc((size_t)qkv_model_get_config(m)->n_vocab * sizeof(float)), seen = 0;
+        const int excl[] = {2};
+        const qkv_exclusion ex = {.positions = excl, .n = 1, .layer = 3, .head = QKV_ALL};
+        const qkv_head_ref zero = {.layer = 1, .head = 2};
+        const qkv_hook hook = {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = count_nothing, .user = &seen};
+        const qkv_forward_opts o = {.exclude = &ex, .n_exclude = 1, .zero_heads = &zero, .n_zero_heads = 1,
+                                    .hooks = &hook, .n_hooks = 1};
+        const int32_t next = story[0];
+        alloc_count_start();
+        qkv_status st = qkv_model_forward(m, logits, story, 12, 0, &o, NULL);
+        if (!st) st = qkv_model_forward(m, logits, &next, 1, 0, NULL, NULL);
+        const int64_t n = alloc_count_stop();
+        _exit(st ? 99 : n == 0 ? 0 : n < 90 ? 1 + (int)n : 98);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "the first forward calls of a fresh process: exit status %d (1 + allocations; 99: failed, 100: no model)",
+          WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }

@@ -254,6 +254,14 @@ static void pool_grow(int n) {
     }
 }
 
+void qkv_parallel_start(int n_threads) {
+    if (n_threads > POOL_MAX_THREADS) n_threads = POOL_MAX_THREADS;
+    if (n_threads <= 1) return;
+    pthread_mutex_lock(&pool.lock);
+    pool_grow(n_threads - 1);
+    pthread_mutex_unlock(&pool.lock);
+}
+
 void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx) {
     if (n_items <= 0) return;
     if (n_threads > POOL_MAX_THREADS) n_threads = POOL_MAX_THREADS;

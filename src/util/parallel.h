@@ -31,6 +31,14 @@
 typedef void (*qkv_item_fn)(void *ctx, int64_t item, int thread);
 void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx);
 
+/* Starts the pool's workers for loops of up to n_threads threads now, so
+ * that the loops themselves create no thread (a thread's creation maps its
+ * stack and may allocate):
+ * the plans and models that promise allocation-free runs call it when they
+ * are made. Fewer start if the system refuses threads (a loop then tries
+ * again); a forked child starts with none. */
+void qkv_parallel_start(int n_threads);
+
 /* qkv_cpu_count (qkv.h) is defined in parallel.c too. */
 
 /* How long a waiting thread spins (pause instructions) when `runnable`
