@@ -135,6 +135,19 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
      .help = "key indices no row may see (ablation)"},                                                            \
     {.name = "--scale", .kind = CLI_FLOAT, .dest = &(a)->scale, .lo = 1e-30, .hi = 1e30, .metavar = "X",          \
      .help = "softmax scale (default 1/sqrt(D))"}
+/* -n, --temp, --top-k, --top-p, --seed of `qkv run` and `qkv-mpi run`, into
+ * int *n_gen, float *temp, int *top_k, float *top_p, int64_t *seed */
+#define CLI_FLAGS_GENERATE(n_gen, temp, top_k, top_p, seed)                                        \
+    {.name = "-n", .kind = CLI_INT, .dest = (n_gen), .lo = 0, .hi = 1 << 20, .metavar = "N",      \
+     .help = "tokens to generate (default 32; 0: prompt only)"},                                 \
+    {.name = "--temp", .kind = CLI_FLOAT, .dest = (temp), .lo = 0, .hi = 100, .metavar = "T",     \
+     .help = "temperature (default 0: greedy)"},                                                 \
+    {.name = "--top-k", .kind = CLI_INT, .dest = (top_k), .lo = 0, .hi = 1 << 30, .metavar = "K", \
+     .help = "keep the K most likely tokens (default 0: off)"},                                  \
+    {.name = "--top-p", .kind = CLI_FLOAT, .dest = (top_p), .lo = 1e-6, .hi = 1, .metavar = "P",  \
+     .help = "nucleus sampling (default 1: off)"},                                               \
+    {.name = "--seed", .kind = CLI_I64, .dest = (seed), .lo = 0, .hi = 0x1p63, .metavar = "S",    \
+     .help = "sampler seed (default 1)"}
 #define CLI_FLAG_JSON(dst, help_) {.name = "--json", .kind = CLI_BOOL, .dest = (dst), .help = (help_)}
 #define CLI_FLAG_VERBOSE(dst)                                     \
     {.name = "--verbose", .alias = "-v", .kind = CLI_BOOL, .dest = (dst), \
