@@ -23,7 +23,8 @@ taken in transformers' LlamaForCausalLM (batch dimension dropped):
   blocks.L.hook_attn_out     output of self_attn.o_proj                   [n, E]
   blocks.L.hook_mlp_out      output of mlp                                [n, E]
   blocks.L.hook_resid_post   output of model.layers[L]                    [n, E]
-  ln_final.hook_normalized   output of model.norm                         [n, E]
+  ln_final.hook_normalized   model.norm's input x as x * rsqrt(mean(x^2) + eps): the
+                             norm before its weight (TransformerLens's RMSNorm)  [n, E]
 
 q, k, rot_q, rot_k are stored as transformers has them: in HF's rotate-half
 order within each head's D. llama.cpp's converter permuted the rows of
@@ -106,7 +107,7 @@ class Capture:
         self.rope_orig = modeling_llama.apply_rotary_pos_emb
         inner = model.model
         self.hook(inner.embed_tokens, "hook_embed", -1, out=True)
-        self.hook(inner.norm, "ln_final.hook_normalized", -1, out=True)
+        self.hook(inner.norm, "ln_final_in", -1, out=False)
         for L, layer in enumerate(inner.layers):
             a = layer.self_attn
             self.hook(layer, "hook_resid_pre", L, out=False)
@@ -215,11 +216,17 @@ def main():
         logits = model(torch.tensor([ids])).logits[0].float()            # [n, V]
     cap.close()
     acts = cap.acts
+    # ln_final.hook_normalized: LlamaRMSNorm's own float32 steps, before its weight
+    x = torch.from_numpy(acts.pop(("ln_final_in", -1)))
+    eps = model.model.norm.variance_epsilon
+    acts[("ln_final.hook_normalized", -1)] = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)).numpy()
     assert len(cap.rope_calls) == n_layer
     check_consistency(acts, n_layer, args.model, D)
-    # logits are ln_final times the tied embedding
+    # logits are ln_final times the norm's weight times the tied embedding
     w_emb = model.model.embed_tokens.weight.detach().double()
-    re = (torch.from_numpy(acts[("ln_final.hook_normalized", -1)]).double() @ w_emb.T - logits.double()).abs().max()
+    w_norm = model.model.norm.weight.detach().double()
+    re = ((torch.from_numpy(acts[("ln_final.hook_normalized", -1)]).double() * w_norm) @ w_emb.T -
+          logits.double()).abs().max()
     assert re < 1e-3, re
 
     for f in os.listdir(args.out):
