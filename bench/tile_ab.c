@@ -72,10 +72,11 @@ int main(int argc, char **argv) {
     attn_problem P;
     uint64_t *excl = calloc(ATTN_EXCL_WORDS(n), sizeof(uint64_t));
     qkv_error err = {0};
-    if (attn_problem_init(&P, &d, q, k, v, excl, &err)) {
+    if (qkv_attn_check(&d, &err)) {
         fprintf(stderr, "tile_ab: %s\n", err.msg);
         return 2;
     }
+    attn_problem_init(&P, &d, q, k, v, excl);
     P.kv_f32_copy = 1;
     const int ld = P.ld; /* the padded row stride of ws.acc */
     attn_scratch ws = {0};
