@@ -187,6 +187,9 @@ int cli_prompt_load_from(cli_prompt *out, const cli_prompt_args *a, const char *
 /* One generated token on stdout, flushed: its id (space-separated after the
  * first) when print_ids, else the bytes it stands for. */
 void cli_put_token(const qkv_tokenizer *tok, int32_t id, int print_ids, int first);
+/* s on stdout padded with spaces to width display columns (qkv_text_width),
+ * on the left when right (right-aligned), else on the right. */
+void cli_put_cell(const char *s, int width, int right);
 
 /* Whole file ('-': stdin) as a NUL-terminated malloc'd buffer of *len bytes
  * (len may be NULL). A directory, a file over max_bytes (refused before

@@ -1,5 +1,5 @@
 /* util.c — shared CLI helpers: one-line errors, strict number parsing, whole
- * files, JSON strings, timers and peak memory. */
+ * files, JSON strings, timers, peak memory and padded table cells. */
 #include "cli.h"
 
 #include <errno.h>
@@ -184,4 +184,13 @@ void cli_put_token(const qkv_tokenizer *tok, int32_t id, int print_ids, int firs
         fwrite(piece, 1, len, stdout);
     }
     fflush(stdout);
+}
+
+void cli_put_cell(const char *s, int width, int right) {
+    int pad = width - qkv_text_width(s);
+    if (right)
+        for (int i = 0; i < pad; i++) putchar(' ');
+    fputs(s, stdout);
+    if (!right)
+        for (int i = 0; i < pad; i++) putchar(' ');
 }
