@@ -235,7 +235,7 @@ int cli_load_3d(qkv_npy *a, const char *path);
 const char *cli_basename(const char *path);
 double cli_status_mib(const char *key);  /* a /proc/self/status field ("VmRSS") in MiB, or -1 */
 double cli_peak_rss_mib(void);  /* VmHWM, else getrusage's ru_maxrss */
-double cli_now_s(void);         /* monotonic seconds */
+double cli_now_s(void);         /* monotonic seconds (util/clock.h) */
 
 /* Command entry points. */
 int cmd_attend(int argc, char **argv);
