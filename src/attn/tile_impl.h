@@ -62,14 +62,9 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 
 /* Register tiles per ISA: Q·Kᵀ holds MK x RCV accumulators, P·V MR x NC,
  * plus the RCV (NC) vectors loaded and one broadcast: 29 of AVX-512's 32
- * registers, 15 of AVX2's 16. FMA latency 4 x 2 ports needs >= 8 chains in
- * flight; 12 or 24 leave the loads and the loop room. Measured on Ice Lake
- * (BENCHMARKS.md, issue 11): AVX-512 P·V 4 x 4 -> 6 x 4 and AVX2 4 x 2 / 4 x 2
- * -> 6 x 2 / 6 x 2 made causal prefill at n = 2048 14% and 15% faster. On
- * Zen 3 a 4 x 3 P·V (7 loads per 12 FMAs, not 8) measured no faster once
- * the scores' stride was padded (RS in rows_block), and it splits V's lines
- * between column chunks. A chunk of fewer than NC vectors takes more rows
- * (PV_ROWS). */
+ * registers, 15 of AVX2's 16, since FMA latency 4 x 2 ports needs >= 8
+ * chains in flight and 12 or 24 leave the loads and the loop room. A chunk
+ * of fewer than NC vectors takes more rows (PV_ROWS). */
 #if VW >= 16
 #define MK 6
 #define RCV 4
