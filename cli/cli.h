@@ -159,10 +159,12 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
  * GGUF's chat template; BOS: under chat, the template's own when the rendered
  * text starts with the BOS token, else the tokenizer's add_bos; without chat,
  * the tokenizer's add_bos (no_bos: none). The first max_tokens are kept (0:
- * all). On failure prints one line and returns 2. */
+ * all). A prompt of no tokens is refused unless allow_empty (an empty text
+ * is a tokenizer's valid input, not a model's). On failure prints one line
+ * and returns 2. */
 typedef struct {
     const char *text, *file, *tokens, *system;
-    int chat, special, no_bos, max_tokens;
+    int chat, special, no_bos, max_tokens, allow_empty;
 } cli_prompt_args;
 typedef struct {
     int32_t *ids;   /* [n] */
