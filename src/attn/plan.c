@@ -7,7 +7,7 @@
  * in one block of memory, the plan's own or the caller's. A call is checked
  * once, here (attention.c's attn_call_check), and handed to the kernels below
  * (flash.c, decode.c, reference.c) resolved; qkv_attn_run checks that a call
- * fits and never allocates. The reference kernel is not planned: it
+ * fits and never allocates. A reference plan holds nothing: its kernel
  * materialises its score table per call.
  */
 #include "attn/internal.h"
