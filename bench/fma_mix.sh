@@ -10,6 +10,6 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 [ -f "$top/build/libqkv.a" ] || { echo "fma_mix.sh: build/libqkv.a missing: run make" >&2; exit 2; }
 out=/tmp/qkv-fma_mix
 mkdir -p "$out"
-cc -O3 -std=c11 -D_GNU_SOURCE -fopenmp -I"$top/include" -I"$top/cli" "$top/bench/fma_mix.c" "$top/cli/bench_roofline.c" \
+cc -O3 -std=c11 -D_GNU_SOURCE -fopenmp -I"$top/include" -I"$top/src" -I"$top/cli" "$top/bench/fma_mix.c" "$top/cli/bench_roofline.c" \
     "$top/build/libqkv.a" -lm -pthread -o "$out/fma_mix"
 exec "$out/fma_mix" "$@"

@@ -37,7 +37,7 @@ static float *buf(size_t floats) { return aligned_alloc(64, (floats * sizeof(flo
 /* Every query block of the causal prefill, last first (as flash.c orders
  * them), reps times. */
 static double run_all(attn_rows_fn fn, const attn_problem *P, int G, int nq, int reps, attn_scratch *ws) {
-    const double t0 = now_s();
+    const double t0 = qkv_now_s();
     for (int r = 0; r < reps; r++) {
         ws->kvf.kvh = -1, ws->kvf.len = 0; /* a new call: the K/V copy starts empty */
         for (int i0 = P->q_len - nq; i0 > -nq; i0 -= nq) {
@@ -45,7 +45,7 @@ static double run_all(attn_rows_fn fn, const attn_problem *P, int G, int nq, int
             fn(P, &rows, 0, P->kv_len, ws);
         }
     }
-    return now_s() - t0;
+    return qkv_now_s() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -72,10 +72,11 @@ int main(int argc, char **argv) {
     attn_problem P;
     uint64_t *excl = calloc(ATTN_EXCL_WORDS(n), sizeof(uint64_t));
     qkv_error err = {0};
-    if (attn_problem_init(&P, &d, q, k, v, excl, &err)) {
+    if (qkv_attn_check(&d, &err)) {
         fprintf(stderr, "tile_ab: %s\n", err.msg);
         return 2;
     }
+    attn_problem_init(&P, &d, q, k, v, excl);
     P.kv_f32_copy = 1;
     const int ld = P.ld; /* the padded row stride of ws.acc */
     attn_scratch ws = {0};

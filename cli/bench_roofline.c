@@ -11,13 +11,13 @@
  * Part of `qkv bench`, not of libqkv: nothing but a benchmark needs it.
  */
 #include "bench_roofline.h"
+#include "util/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 #include <omp.h>
 #include <string.h>
-#include <time.h>
 
 #include <immintrin.h>
 
@@ -30,12 +30,6 @@ static qkv_status roofline_fail(qkv_error *err, qkv_status st, const char *msg) 
         snprintf(err->msg, sizeof err->msg, "%s", msg);
     }
     return st;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* Each loop (a bench_roof_loop) runs `iters` rounds of ROOF_CHAINS
@@ -104,9 +98,9 @@ static double peak_of(bench_roof_loop loop, int n_threads, double seconds) {
     float sink = 0;
     int64_t iters = 1 << 14;
     for (;;) { /* calibrate on one thread */
-        double t0 = now_s();
+        double t0 = qkv_now_s();
         loop(iters, &sink);
-        double dt = now_s() - t0;
+        double dt = qkv_now_s() - t0;
         if (dt > seconds / 50 || iters > ((int64_t)1 << 40)) {
             iters = (int64_t)((double)iters * (seconds / ROOF_PASSES) / (dt > 1e-9 ? dt : 1e-9));
             if (iters < 1) iters = 1;
@@ -116,7 +110,7 @@ static double peak_of(bench_roof_loop loop, int n_threads, double seconds) {
     }
     double best = 0;
     for (int pass = 0; pass < ROOF_PASSES; pass++) {
-        double flops = 0, t0 = now_s();
+        double flops = 0, t0 = qkv_now_s();
 #pragma omp parallel num_threads(n_threads) reduction(+ : flops)
         {
             float s = 0;
@@ -124,7 +118,7 @@ static double peak_of(bench_roof_loop loop, int n_threads, double seconds) {
 #pragma omp atomic
             sink += s;
         }
-        double rate = flops / (now_s() - t0);
+        double rate = flops / (qkv_now_s() - t0);
         if (rate > best) best = rate;
     }
     if (sink == 12345.678f) best += 0; /* keeps sink alive */
@@ -152,11 +146,11 @@ static double dram_read(int n_threads, size_t bytes, qkv_error *err, qkv_status 
     double rates[7];
     uint64_t sink = 0;
     for (int pass = 0; pass < 7; pass++) {
-        double t0 = now_s();
+        double t0 = qkv_now_s();
         uint64_t total = 0;
 #pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : total)
         for (size_t i = 0; i < n; i++) total += buf[i]; /* integer sum: vectorised, no FP ordering */
-        rates[pass] = (double)(n * sizeof(uint64_t)) / (now_s() - t0);
+        rates[pass] = (double)(n * sizeof(uint64_t)) / (qkv_now_s() - t0);
         sink += total;
     }
     qkv_kv_free(buf);

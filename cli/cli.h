@@ -170,10 +170,12 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
  * GGUF's chat template; BOS: under chat, the template's own when the rendered
  * text starts with the BOS token, else the tokenizer's add_bos; without chat,
  * the tokenizer's add_bos (no_bos: none). The first max_tokens are kept (0:
- * all). On failure prints one line and returns 2. */
+ * all). A prompt of no tokens is refused unless allow_empty (an empty text
+ * is a tokenizer's valid input, not a model's). On failure prints one line
+ * and returns 2. */
 typedef struct {
     const char *text, *file, *tokens, *system;
-    int chat, special, no_bos, max_tokens;
+    int chat, special, no_bos, max_tokens, allow_empty;
 } cli_prompt_args;
 typedef struct {
     int32_t *ids;   /* [n] */
@@ -198,6 +200,9 @@ int cli_prompt_load_from(cli_prompt *out, const cli_prompt_args *a, const char *
 /* One generated token on stdout, flushed: its id (space-separated after the
  * first) when print_ids, else the bytes it stands for. */
 void cli_put_token(const qkv_tokenizer *tok, int32_t id, int print_ids, int first);
+/* s on stdout padded with spaces to width display columns (qkv_text_width),
+ * on the left when right (right-aligned), else on the right. */
+void cli_put_cell(const char *s, int width, int right);
 
 /* Whole file ('-': stdin) as a NUL-terminated malloc'd buffer of *len bytes
  * (len may be NULL). A directory, a file over max_bytes (refused before
@@ -243,7 +248,7 @@ int cli_load_3d(qkv_npy *a, const char *path);
 const char *cli_basename(const char *path);
 double cli_status_mib(const char *key);  /* a /proc/self/status field ("VmRSS") in MiB, or -1 */
 double cli_peak_rss_mib(void);  /* VmHWM, else getrusage's ru_maxrss */
-double cli_now_s(void);         /* monotonic seconds */
+double cli_now_s(void);         /* monotonic seconds (util/clock.h) */
 
 /* Command entry points. */
 int cmd_attend(int argc, char **argv);

@@ -70,16 +70,6 @@ static void fmt_params(char *buf, size_t cap, double p) {
     else snprintf(buf, cap, "%.1f M", p / 1e6);
 }
 
-/* Pads to a display width (text_width-aware). */
-static void put_cell(const char *s, int width, int right) {
-    int pad = width - qkv_text_width(s);
-    if (right)
-        for (int i = 0; i < pad; i++) putchar(' ');
-    fputs(s, stdout);
-    if (!right)
-        for (int i = 0; i < pad; i++) putchar(' ');
-}
-
 /* --------------------------------------------------------------- parsing */
 
 typedef struct {
@@ -233,11 +223,11 @@ static void print_json(const qkv_cost_config *c, const char *source, const char 
 
 static void row(const char *label, const qkv_cost *r, int n, void (*cell)(char *, size_t, const qkv_cost *)) {
     printf("  ");
-    put_cell(label, LABEL_W, 0);
+    cli_put_cell(label, LABEL_W, 0);
     for (int i = 0; i < n; i++) {
         char buf[64];
         cell(buf, sizeof buf, &r[i]);
-        put_cell(buf, COL_W, 1);
+        cli_put_cell(buf, COL_W, 1);
     }
     putchar('\n');
 }
@@ -274,10 +264,10 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
            r[0].elem_bytes, a);
 
     printf("  ");
-    put_cell("context (tokens)", LABEL_W, 0);
+    cli_put_cell("context (tokens)", LABEL_W, 0);
     for (int i = 0; i < n; i++) {
         fmt_count(a, sizeof a, r[i].ctx);
-        put_cell(a, COL_W, 1);
+        cli_put_cell(a, COL_W, 1);
     }
     printf("\n\n  one token at position n (decode)\n");
     row("  attention  4·n·Hq·D·L", r, n, c_attn_tok);
@@ -322,7 +312,7 @@ static void print_ring_text(const qkv_ring_params *ring, const qkv_ring_cost *rc
                                          "  prefill attention, all layers", "  ... on one rank"};
     for (int k = 0; k < 8; k++) {
         printf("  ");
-        put_cell(labels[k], LABEL_W, 0);
+        cli_put_cell(labels[k], LABEL_W, 0);
         for (int i = 0; i < n; i++) {
             char buf[64];
             const qkv_ring_cost *y = &rc[i];
@@ -336,7 +326,7 @@ static void print_ring_text(const qkv_ring_params *ring, const qkv_ring_cost *rc
             case 6: fmt_seconds(buf, sizeof buf, y->prefill_attn_s); break;
             default: fmt_seconds(buf, sizeof buf, y->prefill_attn_one_s); break;
             }
-            put_cell(buf, COL_W, 1);
+            cli_put_cell(buf, COL_W, 1);
         }
         putchar('\n');
     }

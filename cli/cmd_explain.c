@@ -291,15 +291,6 @@ static int run_walk(walk *r, const example *e, int causal, double scale) {
 
 /* ------------------------------------------------------------- rendering */
 
-static void put_cell(const char *s, int width, int right) {
-    int pad = width - qkv_text_width(s);
-    if (right)
-        for (int i = 0; i < pad; i++) putchar(' ');
-    fputs(s, stdout);
-    if (!right)
-        for (int i = 0; i < pad; i++) putchar(' ');
-}
-
 /* Integers without decimals ("2"), other values with three ("1.414"). */
 static void fmt_num(char *buf, size_t cap, double v) {
     if (fabs(v - round(v)) < 1e-9) snprintf(buf, cap, "%.0f", round(v) == 0 ? 0.0 : round(v));
@@ -343,26 +334,26 @@ static void print_matrix(const example *e, const walk *r, int lw, int future_col
     for (int j = 0; j < e->n; j++)
         if (qkv_text_width(e->tok[j]) + 2 > cw) cw = qkv_text_width(e->tok[j]) + 2;
     printf("  ");
-    put_cell("query \\ key", lw, 0);
-    for (int j = 0; j < e->n; j++) put_cell(e->tok[j], cw, 1);
-    if (future_col) put_cell("to the right", 15, 1);
+    cli_put_cell("query \\ key", lw, 0);
+    for (int j = 0; j < e->n; j++) cli_put_cell(e->tok[j], cw, 1);
+    if (future_col) cli_put_cell("to the right", 15, 1);
     putchar('\n');
     for (int i = 0; i < e->n; i++) {
         printf("  ");
-        put_cell(e->tok[i], lw, 0);
+        cli_put_cell(e->tok[i], lw, 0);
         double fut = 0;
         for (int j = 0; j < e->n; j++) {
             char b[32];
             if (r->causal && j > i) snprintf(b, sizeof b, "-");
             else snprintf(b, sizeof b, "%.3f", r->w[i][j]);
             if (j > i) fut += r->w[i][j];
-            put_cell(b, cw, 1);
+            cli_put_cell(b, cw, 1);
         }
         if (future_col) {
             char b[32];
             if (i + 1 < e->n) snprintf(b, sizeof b, "%.3f", fut);
             else snprintf(b, sizeof b, "-");
-            put_cell(b, 15, 1);
+            cli_put_cell(b, 15, 1);
         }
         putchar('\n');
     }
@@ -431,7 +422,7 @@ static void print_text(const example *e, const walk *r, const walk *base, const 
 
     /* 1. projections */
     printf("\n1. Q, K, V: every token's input row times three learned matrices\n\n  ");
-    put_cell("input x", lw, 0);
+    cli_put_cell("input x", lw, 0);
     int nw = 6;
     for (int m = 0; m < e->m; m++)
         for (int t = 0; t < e->n; t++) {
@@ -440,14 +431,14 @@ static void print_text(const example *e, const walk *r, const walk *base, const 
         }
     for (int m = 0; m < e->m; m++)
         if (qkv_text_width(e->dim[m]) + 2 > nw) nw = qkv_text_width(e->dim[m]) + 2;
-    for (int m = 0; m < e->m; m++) put_cell(e->dim[m], nw, 1);
+    for (int m = 0; m < e->m; m++) cli_put_cell(e->dim[m], nw, 1);
     putchar('\n');
     for (int t = 0; t < e->n; t++) {
         printf("  ");
-        put_cell(e->tok[t], lw, 0);
+        cli_put_cell(e->tok[t], lw, 0);
         for (int m = 0; m < e->m; m++) {
             fmt_num(b, sizeof b, e->x[t][m]);
-            put_cell(b, nw, 1);
+            cli_put_cell(b, nw, 1);
         }
         putchar('\n');
     }
@@ -468,32 +459,32 @@ static void print_text(const example *e, const walk *r, const walk *base, const 
         }
     }
     printf("\n  ");
-    put_cell("input dim", lw, 0);
-    put_cell("W_Q", vw, 0);
-    put_cell("W_K", vw, 0);
+    cli_put_cell("input dim", lw, 0);
+    cli_put_cell("W_Q", vw, 0);
+    cli_put_cell("W_K", vw, 0);
     printf("W_V\n");
     for (int m = 0; m < e->m; m++) {
         printf("  ");
-        put_cell(e->dim[m], lw, 0);
+        cli_put_cell(e->dim[m], lw, 0);
         fmt_vec(b, sizeof b, e->wq[m], e->d);
-        put_cell(b, vw, 0);
+        cli_put_cell(b, vw, 0);
         fmt_vec(b, sizeof b, e->wk[m], e->d);
-        put_cell(b, vw, 0);
+        cli_put_cell(b, vw, 0);
         fmt_vec(b, sizeof b, e->wv[m], e->dv);
         printf("%s\n", b);
     }
     printf("\n  ");
-    put_cell("token", lw, 0);
-    put_cell("q = x·W_Q", vw, 0);
-    put_cell("k = x·W_K", vw, 0);
+    cli_put_cell("token", lw, 0);
+    cli_put_cell("q = x·W_Q", vw, 0);
+    cli_put_cell("k = x·W_K", vw, 0);
     printf("v = x·W_V\n");
     for (int t = 0; t < e->n; t++) {
         printf("  ");
-        put_cell(e->tok[t], lw, 0);
+        cli_put_cell(e->tok[t], lw, 0);
         fmt_vec(b, sizeof b, r->q[t], e->d);
-        put_cell(b, vw, 0);
+        cli_put_cell(b, vw, 0);
         fmt_vec(b, sizeof b, r->k[t], e->d);
-        put_cell(b, vw, 0);
+        cli_put_cell(b, vw, 0);
         fmt_vec(b, sizeof b, r->v[t], e->dv);
         printf("%s\n", b);
     }
@@ -505,39 +496,39 @@ static void print_text(const example *e, const walk *r, const walk *base, const 
     else
         printf("\n2. The %s row: score s_j = q_%s · k_j / √%d, weight w_j = e^s_j / Σ e^s\n\n  ",
                e->tok[f], e->tok[f], e->d);
-    put_cell("key", lw, 0);
-    put_cell("q·k", 8, 1);
-    put_cell("s", 10, 1);
-    put_cell("e^s", 11, 1);
-    put_cell("weight", 10, 1);
+    cli_put_cell("key", lw, 0);
+    cli_put_cell("q·k", 8, 1);
+    cli_put_cell("s", 10, 1);
+    cli_put_cell("e^s", 11, 1);
+    cli_put_cell("weight", 10, 1);
     putchar('\n');
     for (int j = 0; j < e->n; j++) {
         printf("  ");
-        put_cell(e->tok[j], lw, 0);
+        cli_put_cell(e->tok[j], lw, 0);
         fmt_num(b, sizeof b, r->dot[j]);
-        put_cell(b, 8, 1);
+        cli_put_cell(b, 8, 1);
         if (isinf(r->score[j])) {
-            put_cell("masked", 10, 1);
-            put_cell("0", 11, 1);
+            cli_put_cell("masked", 10, 1);
+            cli_put_cell("0", 11, 1);
         } else {
             snprintf(b, sizeof b, "%.3f", r->score[j]);
-            put_cell(b, 10, 1);
+            cli_put_cell(b, 10, 1);
             snprintf(b, sizeof b, "%.3f", r->ex[j]);
-            put_cell(b, 11, 1);
+            cli_put_cell(b, 11, 1);
         }
         snprintf(b, sizeof b, "%.3f", r->w[f][j]);
-        put_cell(b, 10, 1);
+        cli_put_cell(b, 10, 1);
         putchar('\n');
     }
     printf("  ");
-    put_cell("sum", lw, 0);
-    put_cell("", 18, 1);
+    cli_put_cell("sum", lw, 0);
+    cli_put_cell("", 18, 1);
     snprintf(b, sizeof b, "%.3f", r->sum);
-    put_cell(b, 11, 1);
+    cli_put_cell(b, 11, 1);
     double wsum = 0;
     for (int j = 0; j < e->n; j++) wsum += r->w[f][j];
     snprintf(b, sizeof b, "%.3f", wsum);
-    put_cell(b, 10, 1);
+    cli_put_cell(b, 10, 1);
     printf("\n\n  The kernel's log-sum-exp for this row is LSE = %.3f, and e^LSE = %.3f is the sum.\n",
            r->lse[f], exp(r->lse[f]));
 

@@ -157,15 +157,6 @@ static int simulate(estimate *est, int d, int positions, int trials, uint64_t se
     return 0;
 }
 
-static void put_cell(const char *s, int width, int right) {
-    int pad = width - qkv_text_width(s);
-    if (right)
-        for (int i = 0; i < pad; i++) putchar(' ');
-    fputs(s, stdout);
-    if (!right)
-        for (int i = 0; i < pad; i++) putchar(' ');
-}
-
 static void print_text(const estimate *e, int n, int positions, int trials, uint64_t seed) {
     char b[96];
     printf("qkv scaling: why attention divides q·k by √d\n\n");
@@ -173,24 +164,24 @@ static void print_text(const estimate *e, int n, int positions, int trials, uint
     printf("  %d trials per d, seed %llu; [lo, hi] are 95%% confidence intervals\n\n", trials,
            (unsigned long long)seed);
     printf("  ");
-    put_cell("d", 5, 1);
-    put_cell("√d", 8, 1);
-    put_cell("std(q·k) [95% CI]", 26, 1);
+    cli_put_cell("d", 5, 1);
+    cli_put_cell("√d", 8, 1);
+    cli_put_cell("std(q·k) [95% CI]", 26, 1);
     printf("     ");
-    put_cell("top weight, q·k", 24, 0);
+    cli_put_cell("top weight, q·k", 24, 0);
     printf("top weight, q·k/√d\n");
     for (int i = 0; i < n; i++) {
         const estimate *x = &e[i];
         printf("  ");
         snprintf(b, sizeof b, "%d", x->d);
-        put_cell(b, 5, 1);
+        cli_put_cell(b, 5, 1);
         snprintf(b, sizeof b, "%.2f", sqrt((double)x->d));
-        put_cell(b, 8, 1);
+        cli_put_cell(b, 8, 1);
         snprintf(b, sizeof b, "%.2f [%.2f, %.2f]", x->dot_std, x->dot_std_lo, x->dot_std_hi);
-        put_cell(b, 26, 1);
+        cli_put_cell(b, 26, 1);
         printf("     ");
         snprintf(b, sizeof b, "%.3f [%.3f, %.3f]", x->top_raw, x->top_raw_lo, x->top_raw_hi);
-        put_cell(b, 24, 0);
+        cli_put_cell(b, 24, 0);
         printf("%.3f [%.3f, %.3f]\n", x->top_sc, x->top_sc_lo, x->top_sc_hi);
     }
 
@@ -205,8 +196,8 @@ static void print_text(const estimate *e, int n, int positions, int trials, uint
     }
     enum { BAR = 24 };
     printf("\n  largest weight at d = %d: share of trials\n\n  ", h->d);
-    put_cell("weight", 11, 0);
-    put_cell("q·k (unscaled)", BAR + 8, 0);
+    cli_put_cell("weight", 11, 0);
+    cli_put_cell("q·k (unscaled)", BAR + 8, 0);
     printf("q·k/√d\n");
     for (int k = 0; k < N_BINS; k++) {
         char line[256];

@@ -3,7 +3,8 @@
  * a text, one row per token with its piece (the bytes it stands for), or the
  * same as JSON. Pieces are shown readably: control characters escaped, bytes
  * that are not valid UTF-8 (a lone byte of a multi-byte character) as <0xXX>.
- * The prompt flags are those of qkv run (--chat included). Bad input gets
+ * The prompt flags are those of qkv run (--chat included), but an empty text
+ * is valid here: no ids, or only the BOS the GGUF asks for. Bad input gets
  * one line on stderr and exit status 2.
  */
 #include "cli.h"
@@ -63,7 +64,7 @@ static void put_piece(FILE *f, const char *p, size_t n, int json) {
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = CLI_DEFAULT_MODEL;
-    cli_prompt_args pa = {0};
+    cli_prompt_args pa = {.allow_empty = 1}; /* an empty text: no ids (or the BOS the GGUF asks for) */
     int json = 0;
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),

@@ -82,7 +82,7 @@ int cli_prompt_load(cli_prompt *out, const cli_prompt_args *a, const qkv_gguf *g
     } else {
         rc = tokenize_text(out, a, g, tok);
     }
-    if (!rc && out->n == 0) rc = cli_fail("the prompt has no tokens");
+    if (!rc && out->n == 0 && !a->allow_empty) rc = cli_fail("the prompt has no tokens");
     if (!rc && a->max_tokens > 0 && out->n > a->max_tokens) out->n = a->max_tokens;
     if (rc) cli_prompt_free(out);
     return rc;

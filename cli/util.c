@@ -1,6 +1,7 @@
 /* util.c — shared CLI helpers: one-line errors, strict number parsing, whole
- * files, JSON strings, timers and peak memory. */
+ * files, JSON strings, timers, peak memory and padded table cells. */
 #include "cli.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -11,7 +12,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 int cli_fail(const char *fmt, ...) {
@@ -156,11 +156,7 @@ double cli_peak_rss_mib(void) {
     return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
 }
 
-double cli_now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
+double cli_now_s(void) { return qkv_now_s(); }
 
 void cli_svg_text(FILE *f, const char *s) {
     for (const char *p = s; *p; p++) fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
@@ -184,4 +180,13 @@ void cli_put_token(const qkv_tokenizer *tok, int32_t id, int print_ids, int firs
         fwrite(piece, 1, len, stdout);
     }
     fflush(stdout);
+}
+
+void cli_put_cell(const char *s, int width, int right) {
+    int pad = width - qkv_text_width(s);
+    if (right)
+        for (int i = 0; i < pad; i++) putchar(' ');
+    fputs(s, stdout);
+    if (!right)
+        for (int i = 0; i < pad; i++) putchar(' ');
 }

@@ -255,7 +255,8 @@ static void wide_blocks_cases(void) {
                            .kv_dtype = s->dtype};
         attn_problem P;
         qkv_error err = {0};
-        CHECK(attn_problem_init(&P, &d, &x, &x, &x, NULL, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn_check(&d, &err) == QKV_OK, "%s", err.msg);
+        attn_problem_init(&P, &d, &x, &x, &x, NULL);
         CHECK(attn_flash_block_rows(&P) == ATTN_MAX_ROWS, "shape %zu does not take wide blocks", i);
         check_shape(s, QKV_KERNEL_FLASH, &r, 1, 0);
     }

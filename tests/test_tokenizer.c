@@ -596,6 +596,41 @@ TEST(tok_cli_prints_ids_and_pieces) {
     }
 }
 
+/* An empty text is a tokenizer's valid input: no ids, or only the BOS the
+ * GGUF asks for (as transformers gives with its special tokens), exit 0, in
+ * plain and JSON output, from -p and from -f; qkv run still refuses it. */
+TEST(tok_cli_empty_text_gives_no_ids) {
+    const char *m = fixture("llama_bpe.gguf"); /* asks for BOS 602 <|begin_of_text|> */
+    const struct {
+        const char *argv[9];
+        const char *want;
+    } cases[] = {
+        {{"tokenize", "-m", m, "-p", "", "--json", NULL}, "\"n_tokens\": 1, \"ids\": [602], \"pieces\": [\"<|begin_of_text|>\"]}"},
+        {{"tokenize", "-m", m, "-p", "", "--json", "--no-bos", NULL}, "\"n_tokens\": 0, \"ids\": [], \"pieces\": []}"},
+        {{"tokenize", "-m", m, "-f", "-", "--json", "--no-bos", NULL}, "\"n_tokens\": 0, \"ids\": [], \"pieces\": []}"},
+        {{"tokenize", "-m", m, "-p", "", NULL}, "     602  \"<|begin_of_text|>\"  (control)\n1 tokens ("},
+        {{"tokenize", "-m", m, "-p", "", "--no-bos", NULL}, "0 tokens ("},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL, *err = NULL;
+        int rc = test_run_cli(cases[i].argv, "", &out, &err);
+        CHECK(rc == 0 && err && !err[0], "case %zu: exit %d, stderr: %s", i, rc, err);
+        CHECK(out && strstr(out, cases[i].want), "case %zu: want '%s' in: %s", i, cases[i].want, out);
+        /* plain output without BOS: the summary line alone */
+        if (i == 4) CHECK(out && !strncmp(out, "0 tokens (", 10), "no rows before the summary: %s", out);
+        free(out), free(err);
+    }
+    if (test_require_model()) { /* SmolLM2 adds no BOS */
+        const char *argv[] = {"tokenize", "-m", test_model_path(), "-p", "", "--json", NULL};
+        char *out = NULL, *err = NULL;
+        int rc = test_run_cli(argv, NULL, &out, &err);
+        CHECK(rc == 0 && out && strstr(out, "\"ids\": []"), "SmolLM2: exit %d: %s %s", rc, out, err);
+        free(out), free(err);
+        const char *run[] = {"run", "-m", test_model_path(), "-p", "", NULL};
+        expect_cli_bad(run, "no tokens");
+    }
+}
+
 TEST(tok_cli_bad_input) {
     const char *m = fixture("llama_bpe.gguf");
     const char *missing[] = {"tokenize", "-m", "no/such/model.gguf", "-p", "x", NULL};

@@ -1,7 +1,9 @@
 /*
- * attention.c — the one-shot entry point, qkv_attention (a plan made for the
- * call, run, freed), the descriptor's checks and defaults, and the pieces
- * every kernel shares: scratch layout and thread counts.
+ * attention.c — the attention descriptor: its one check per call, its defaults
+ * resolved into an attn_problem, the kernel names and AUTO's pick. The
+ * bottom of src/attn: the entry points above it (plan.c, reference.c) check
+ * a call here once, and the kernels take the resolved problem without
+ * checking again. It calls no kernel and no plan.
  */
 #include "attn/internal.h"
 
@@ -79,11 +81,17 @@ int attn_threads(int requested) {
     return n < 1 ? 1 : n;
 }
 
-qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q,
-                             const void *k, const void *v, uint64_t *excl_bits, qkv_error *err) {
+qkv_status attn_call_check(const float *o, const float *q, const void *k, const void *v, const qkv_attn_desc *d,
+                           qkv_error *err) {
+    if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
     qkv_status st = qkv_attn_check(d, err);
     if (st) return st;
     if (!q || !k || !v) return qkv_fail(err, QKV_ERR_INVALID, "attention: q, k and v must not be NULL");
+    return QKV_OK;
+}
+
+void attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q, const void *k, const void *v,
+                       uint64_t *excl_bits) {
     memset(P, 0, sizeof *P);
     P->n_q_head = d->n_q_head;
     P->n_kv_head = d->n_kv_head;
@@ -100,47 +108,4 @@ qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const floa
     P->kv_dtype = d->kv_dtype;
     P->kv_head_stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)d->kv_len * d->head_dim;
     if (excl_bits) attn_excl_build(&P->ex, excl_bits, &d->mask, d->kv_len);
-    return QKV_OK;
-}
-
-/* sizes in floats, each rounded up to 16 (64 bytes) */
-#define SCRATCH_ROUND(n) (((size_t)(n) + 15) & ~(size_t)15)
-
-size_t attn_scratch_floats(int ld) {
-    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
-                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
-                 n_part = SCRATCH_ROUND(ATTN_PART);
-    return 2 * n_q + n_s + 2 * n_tile + 5 * n_row + n_part;
-}
-
-void attn_scratch_bind(attn_scratch *ws, int ld, float *mem) {
-    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
-                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS);
-    ws->q = mem;
-    ws->s = ws->q + n_q;
-    ws->kt = ws->s + n_s;
-    ws->vt = ws->kt + n_tile;
-    ws->acc = ws->vt + n_tile;
-    ws->m = ws->acc + n_q;
-    ws->l = ws->m + n_row;
-    ws->alpha = ws->l + n_row;
-    ws->tmax = ws->alpha + n_row;
-    ws->pos = (int32_t *)(void *)(ws->tmax + n_row);
-    ws->part = ws->tmax + 2 * n_row;
-}
-#undef SCRATCH_ROUND
-
-qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
-                         const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
-    if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
-    if (kernel == QKV_KERNEL_REFERENCE) return qkv_attention_reference(o, lse, NULL, q, k, v, d, err);
-    qkv_status st = qkv_attn_check(d, err);
-    if (st) return st;
-    /* a plan for exactly this call, and for the one kernel AUTO picks */
-    if (kernel == QKV_KERNEL_AUTO) kernel = qkv_attn_pick(d);
-    qkv_attn_plan *plan;
-    if ((st = qkv_attn_plan_init(&plan, d, kernel, d->n_threads, err))) return st;
-    st = qkv_attn_run(plan, o, lse, q, k, v, d, err);
-    qkv_attn_plan_free(plan);
-    return st;
 }

@@ -116,11 +116,6 @@ typedef struct {
 } attn_scratch;
 #define ATTN_PART (8 * 16 * 16)
 
-/* Floats of one thread's scratch for row stride ld (a multiple of 16). */
-size_t attn_scratch_floats(int ld);
-/* Points ws's buffers into mem: [attn_scratch_floats(ld)], 64-byte aligned. */
-void attn_scratch_bind(attn_scratch *ws, int ld, float *mem);
-
 /* Online softmax over keys [j0, j1) for one block of rows. Initialises
  * ws->m = -inf, ws->l = 0, ws->acc = 0, then folds in every visible key:
  * afterwards O_row = acc / l and LSE_row = m + log(l) (l == 0: fully masked). */
@@ -153,11 +148,17 @@ void attn_rows_avx512bf16(const attn_problem *P, const attn_rows *rows, int j0, 
  * where AVX512_BF16 is there (and QKV_ISA allows avx512), else NULL. */
 attn_rows_fn attn_rows_bf16dot(void);
 
-/* Resolves a descriptor into a problem (validates it). The exclusion bitmap
- * is built in excl_bits: [ATTN_EXCL_WORDS(d->kv_len)], or not at all when
- * excl_bits is NULL (the reference kernel reads the mask by qkv_mask_visible). */
-qkv_status attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q,
-                             const void *k, const void *v, uint64_t *excl_bits, qkv_error *err);
+/* The one check of a call, made by its entry point (qkv_attention,
+ * qkv_attn_run, qkv_attention_reference): o, then the descriptor
+ * (qkv_attn_check), then q, k and v. */
+qkv_status attn_call_check(const float *o, const float *q, const void *k, const void *v, const qkv_attn_desc *d,
+                           qkv_error *err);
+/* Resolves a checked descriptor into a problem (defaults applied; checks
+ * nothing). The exclusion bitmap is built in excl_bits:
+ * [ATTN_EXCL_WORDS(d->kv_len)], or not at all when excl_bits is NULL (the
+ * reference kernel reads the mask by qkv_mask_visible). */
+void attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q, const void *k, const void *v,
+                       uint64_t *excl_bits);
 
 /* Thread count to use for a descriptor's n_threads (0 = all available). */
 int attn_threads(int requested);
@@ -180,8 +181,13 @@ struct qkv_attn_plan {
  * probabilities live in ws->part, sized for that. */
 int attn_flash_block_rows(const attn_problem *P);
 
-/* The kernels behind qkv_attn_run. ws: [n_threads] scratch; attn_flash
- * empties their K/V copies (attn_kv_f32) and lets the block path use them. */
+/* The kernels behind qkv_attn_run, on a resolved problem; none checks it.
+ * attn_reference: weights [Hq, Lq, Lk] or NULL; it allocates the score table
+ * (QKV_ERR_TOO_LARGE beyond QKV_REFERENCE_MAX_SCORES, QKV_ERR_NOMEM). */
+qkv_status attn_reference(float *o, float *lse, float *weights, const attn_problem *P, int n_threads,
+                          qkv_error *err);
+/* ws: [n_threads] scratch; attn_flash empties their K/V copies
+ * (attn_kv_f32) and lets the block path use them. */
 void attn_flash(float *o, float *lse, const attn_problem *P, int n_threads, attn_rows_fn rows,
                 attn_scratch *ws);
 /* Floats of split partials a call of P on n_threads needs, and the most any

@@ -1,11 +1,14 @@
 /*
- * plan.c — the attention plan: every buffer the flash and decode kernels
- * need (per-thread tile scratch and f32 copies of bf16/f16 K/V, decode
- * split partials, the exclusion bitmap), sized once for the largest problem
- * a caller will run and laid out in one block of memory, the plan's own or
- * the caller's. qkv_attn_run checks that a call fits and never allocates.
- * The reference kernel is not planned: it materialises its score table per
- * call.
+ * plan.c — the top of src/attn, where every call comes in: qkv_attention (a
+ * plan made for the call, run, freed), qkv_attn_run and the plan itself:
+ * every buffer the flash and decode kernels need (per-thread tile scratch
+ * and f32 copies of bf16/f16 K/V, decode split partials, the exclusion
+ * bitmap), sized once for the largest problem a caller will run and laid out
+ * in one block of memory, the plan's own or the caller's. A call is checked
+ * once, here (attention.c's attn_call_check), and handed to the kernels below
+ * (flash.c, decode.c, reference.c) resolved; qkv_attn_run checks that a call
+ * fits and never allocates. A reference plan holds nothing: its kernel
+ * materialises its score table per call.
  */
 #include "attn/internal.h"
 
@@ -14,6 +17,35 @@
 #define PLAN_ALIGN 64
 
 static size_t round_up(size_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
+
+/* One thread's scratch, sizes in floats, each rounded up to 16 (64 bytes). */
+#define SCRATCH_ROUND(n) (((size_t)(n) + 15) & ~(size_t)15)
+
+/* Floats of one thread's scratch for row stride ld (a multiple of 16). */
+static size_t scratch_floats(int ld) {
+    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
+                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
+                 n_part = SCRATCH_ROUND(ATTN_PART);
+    return 2 * n_q + n_s + 2 * n_tile + 5 * n_row + n_part;
+}
+
+/* Points ws's buffers into mem: [scratch_floats(ld)], 64-byte aligned. */
+static void scratch_bind(attn_scratch *ws, int ld, float *mem) {
+    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
+                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS);
+    ws->q = mem;
+    ws->s = ws->q + n_q;
+    ws->kt = ws->s + n_s;
+    ws->vt = ws->kt + n_tile;
+    ws->acc = ws->vt + n_tile;
+    ws->m = ws->acc + n_q;
+    ws->l = ws->m + n_row;
+    ws->alpha = ws->l + n_row;
+    ws->tmax = ws->alpha + n_row;
+    ws->pos = (int32_t *)(void *)(ws->tmax + n_row);
+    ws->part = ws->tmax + 2 * n_row;
+}
+#undef SCRATCH_ROUND
 
 /* Byte offsets of the plan's parts from the aligned start of its memory. */
 typedef struct {
@@ -37,10 +69,10 @@ static size_t kv_f32_floats(const qkv_attn_desc *max, qkv_kernel kernel) {
     return (n + 15) & ~(size_t)15;
 }
 
+/* The layout for a checked max descriptor; QKV_ERR_INVALID names a bad
+ * kernel or n_threads. */
 static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel kernel, int n_threads,
                             qkv_error *err) {
-    qkv_status st = qkv_attn_check(max, err);
-    if (st) return st;
     if (n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: n_threads %d < 0", n_threads);
     switch (kernel) {
     case QKV_KERNEL_AUTO:
@@ -61,7 +93,7 @@ static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel
     size_t end = L->ws;
     if (kernel != QKV_KERNEL_REFERENCE) {
         L->scratch = round_up(end + (size_t)L->n_threads * sizeof(attn_scratch));
-        L->scratch_floats = attn_scratch_floats(L->ld); /* a multiple of 16: every thread's starts aligned */
+        L->scratch_floats = scratch_floats(L->ld); /* a multiple of 16: every thread's starts aligned */
         end = L->scratch + (size_t)L->n_threads * L->scratch_floats * sizeof(float);
         if (kernel == QKV_KERNEL_AUTO || kernel == QKV_KERNEL_DECODE)
             L->n_part = attn_decode_part_bound(max->n_q_head, max->q_len, max->kv_len, L->ld, L->n_threads);
@@ -78,9 +110,50 @@ static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel
     return QKV_OK;
 }
 
+/* The plan laid out by L in workspace: [L->bytes] at any alignment. */
+static qkv_attn_plan *plan_place(void *workspace, const plan_layout *L, const qkv_attn_desc *max,
+                                 qkv_kernel kernel) {
+    char *base = (char *)(((uintptr_t)workspace + PLAN_ALIGN - 1) & ~(uintptr_t)(PLAN_ALIGN - 1));
+    qkv_attn_plan *p = (qkv_attn_plan *)(void *)base;
+    memset(p, 0, sizeof *p);
+    p->kernel = kernel;
+    p->n_threads = L->n_threads;
+    p->max_q_head = max->n_q_head;
+    p->max_q_len = max->q_len;
+    p->max_kv_len = max->kv_len;
+    p->max_head_dim = max->head_dim;
+    if (kernel != QKV_KERNEL_REFERENCE) {
+        p->ws = (attn_scratch *)(void *)(base + L->ws);
+        for (int t = 0; t < L->n_threads; t++) {
+            attn_scratch *ws = &p->ws[t];
+            scratch_bind(ws, L->ld, (float *)(void *)(base + L->scratch) + (size_t)t * L->scratch_floats);
+            float *kvf = (float *)(void *)(base + L->kvf) + (size_t)t * 2 * L->kvf_cap;
+            ws->kvf = (attn_kv_f32){.k = L->kvf_cap ? kvf : NULL, .v = L->kvf_cap ? kvf + L->kvf_cap : NULL,
+                                    .cap = L->kvf_cap, .kvh = -1};
+        }
+        p->part = L->n_part ? (float *)(void *)(base + L->part) : NULL;
+        p->n_part = L->n_part;
+        p->excl = (uint64_t *)(void *)(base + L->excl);
+    }
+    return p;
+}
+
+/* A plan in memory of its own for a checked max descriptor. */
+static qkv_status plan_alloc(qkv_attn_plan **out, const qkv_attn_desc *max, qkv_kernel kernel, int n_threads,
+                             qkv_error *err) {
+    plan_layout L;
+    qkv_status st = layout_of(&L, max, kernel, n_threads, err);
+    if (st) return st;
+    void *mem = malloc(L.bytes);
+    if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention plan: cannot allocate %zu bytes", L.bytes);
+    *out = plan_place(mem, &L, max, kernel);
+    (*out)->owned = mem;
+    return QKV_OK;
+}
+
 size_t qkv_attn_workspace_size(const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads) {
     plan_layout L = {0};
-    return layout_of(&L, max_desc, kernel, n_threads, NULL) ? 0 : L.bytes;
+    return qkv_attn_check(max_desc, NULL) || layout_of(&L, max_desc, kernel, n_threads, NULL) ? 0 : L.bytes;
 }
 
 qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t bytes, const qkv_attn_desc *max_desc,
@@ -88,35 +161,13 @@ qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t by
     if (!out) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
     *out = NULL;
     plan_layout L;
-    qkv_status st = layout_of(&L, max_desc, kernel, n_threads, err);
-    if (st) return st;
+    qkv_status st = qkv_attn_check(max_desc, err);
+    if (st || (st = layout_of(&L, max_desc, kernel, n_threads, err))) return st;
     if (!workspace) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: workspace is NULL");
     if (bytes < L.bytes)
         return qkv_fail(err, QKV_ERR_INVALID, "attention plan: workspace of %zu bytes, this plan needs %zu", bytes,
                         L.bytes);
-    char *base = (char *)(((uintptr_t)workspace + PLAN_ALIGN - 1) & ~(uintptr_t)(PLAN_ALIGN - 1));
-    qkv_attn_plan *p = (qkv_attn_plan *)(void *)base;
-    memset(p, 0, sizeof *p);
-    p->kernel = kernel;
-    p->n_threads = L.n_threads;
-    p->max_q_head = max_desc->n_q_head;
-    p->max_q_len = max_desc->q_len;
-    p->max_kv_len = max_desc->kv_len;
-    p->max_head_dim = max_desc->head_dim;
-    if (kernel != QKV_KERNEL_REFERENCE) {
-        p->ws = (attn_scratch *)(void *)(base + L.ws);
-        for (int t = 0; t < L.n_threads; t++) {
-            attn_scratch *ws = &p->ws[t];
-            attn_scratch_bind(ws, L.ld, (float *)(void *)(base + L.scratch) + (size_t)t * L.scratch_floats);
-            float *kvf = (float *)(void *)(base + L.kvf) + (size_t)t * 2 * L.kvf_cap;
-            ws->kvf = (attn_kv_f32){.k = L.kvf_cap ? kvf : NULL, .v = L.kvf_cap ? kvf + L.kvf_cap : NULL,
-                                    .cap = L.kvf_cap, .kvh = -1};
-        }
-        p->part = L.n_part ? (float *)(void *)(base + L.part) : NULL;
-        p->n_part = L.n_part;
-        p->excl = (uint64_t *)(void *)(base + L.excl);
-    }
-    *out = p;
+    *out = plan_place(workspace, &L, max_desc, kernel);
     return QKV_OK;
 }
 
@@ -124,18 +175,8 @@ qkv_status qkv_attn_plan_init(qkv_attn_plan **out, const qkv_attn_desc *max_desc
                               qkv_error *err) {
     if (!out) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
     *out = NULL;
-    plan_layout L;
-    qkv_status st = layout_of(&L, max_desc, kernel, n_threads, err);
-    if (st) return st;
-    void *mem = malloc(L.bytes);
-    if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention plan: cannot allocate %zu bytes", L.bytes);
-    st = qkv_attn_plan_init_in(out, mem, L.bytes, max_desc, kernel, n_threads, err);
-    if (st) {
-        free(mem);
-        return st;
-    }
-    (*out)->owned = mem;
-    return QKV_OK;
+    qkv_status st = qkv_attn_check(max_desc, err);
+    return st ? st : plan_alloc(out, max_desc, kernel, n_threads, err);
 }
 
 void qkv_attn_plan_free(qkv_attn_plan *plan) {
@@ -159,19 +200,15 @@ static qkv_status check_fits(const qkv_attn_plan *p, const qkv_attn_desc *d, qkv
     return QKV_OK;
 }
 
-qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k, const void *v,
-                        const qkv_attn_desc *d, qkv_error *err) {
-    if (!plan) return qkv_fail(err, QKV_ERR_INVALID, "attention: plan is NULL");
-    if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
-    if (plan->kernel == QKV_KERNEL_REFERENCE) return qkv_attention_reference(o, lse, NULL, q, k, v, d, err);
-    qkv_status st = qkv_attn_check(d, err);
-    if (st || (st = check_fits(plan, d, err))) return st;
-    /* a decode plan has max_q_len <= QKV_DECODE_MAX_Q; AUTO picks decode only below it */
-    qkv_kernel kernel = plan->kernel == QKV_KERNEL_AUTO ? qkv_attn_pick(d) : plan->kernel;
+/* A checked call that fits the plan, on the plan's kernel and memory. */
+static qkv_status run_checked(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k,
+                              const void *v, const qkv_attn_desc *d, qkv_error *err) {
     attn_problem P;
-    if ((st = attn_problem_init(&P, d, q, k, v, plan->excl, err))) return st;
+    attn_problem_init(&P, d, q, k, v, plan->excl);
     const int threads = d->n_threads > 0 ? d->n_threads : plan->n_threads;
-    switch (kernel) {
+    /* a decode plan has max_q_len <= QKV_DECODE_MAX_Q; AUTO picks decode only below it */
+    switch (plan->kernel == QKV_KERNEL_AUTO ? qkv_attn_pick(d) : plan->kernel) {
+    case QKV_KERNEL_REFERENCE: return attn_reference(o, lse, NULL, &P, threads, err);
     case QKV_KERNEL_DECODE:
         if (attn_decode_part_floats(&P, threads) > plan->n_part) /* attn_decode_part_bound is wrong */
             return qkv_fail(err, QKV_ERR_INVALID, "attention plan: decode partials beyond the bound (a bug)");
@@ -181,4 +218,26 @@ qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *
     default: attn_flash(o, lse, &P, threads, NULL, plan->ws); break;
     }
     return QKV_OK;
+}
+
+qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k, const void *v,
+                        const qkv_attn_desc *d, qkv_error *err) {
+    if (!plan) return qkv_fail(err, QKV_ERR_INVALID, "attention: plan is NULL");
+    qkv_status st = attn_call_check(o, q, k, v, d, err);
+    /* a reference plan holds nothing a call could outgrow */
+    if (st || (plan->kernel != QKV_KERNEL_REFERENCE && (st = check_fits(plan, d, err)))) return st;
+    return run_checked(plan, o, lse, q, k, v, d, err);
+}
+
+qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
+                         const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
+    qkv_status st = attn_call_check(o, q, k, v, d, err);
+    if (st) return st;
+    /* a plan for exactly this call, and for the one kernel AUTO picks */
+    if (kernel == QKV_KERNEL_AUTO) kernel = qkv_attn_pick(d);
+    qkv_attn_plan *plan = NULL;
+    if ((st = plan_alloc(&plan, d, kernel, d->n_threads, err))) return st;
+    st = run_checked(plan, o, lse, q, k, v, d, err);
+    qkv_attn_plan_free(plan);
+    return st;
 }

@@ -7,6 +7,8 @@
  *   O = P V                    accumulated in double
  * No tiling, no SIMD, no tricks. It refuses tables of more than
  * QKV_REFERENCE_MAX_SCORES entries instead of trying to allocate them.
+ * attn_reference is the kernel, on a resolved problem (a reference plan's
+ * runs, plan.c); qkv_attention_reference checks a call and runs it.
  */
 #include "attn/internal.h"
 
@@ -25,10 +27,7 @@ typedef struct {
     float *o;       /* [Hq, Lq, D] */
     float *lse;     /* [Hq, Lq] or NULL */
     float *weights; /* [Hq, Lq, Lk] or NULL */
-    const float *q; /* [Hq, Lq, D] */
-    const void *k, *v; /* [Hkv, Lk, D] each, heads kv_head_stride apart */
-    const qkv_attn_desc *d;
-    const attn_problem *P;
+    const attn_problem *P; /* q: [Hq, Lq, D]; k, v: [Hkv, Lk, D] each, heads kv_head_stride apart */
     double *scores; /* [Hq, Lq, Lk] */
 } reference_call;
 
@@ -36,9 +35,8 @@ static void reference_head(void *ctx, int64_t item, int thread) {
     (void)thread;
     const reference_call *c = ctx;
     const attn_problem P = *c->P;
-    const qkv_attn_desc *d = c->d;
-    const float *q = c->q;
-    const void *k = c->k, *v = c->v;
+    const float *q = P.q;
+    const void *k = P.k, *v = P.v;
     float *o = c->o, *lse = c->lse, *weights = c->weights;
     double *scores = c->scores;
     const int h = (int)item, Lq = P.q_len, Lk = P.kv_len, D = P.head_dim;
@@ -51,7 +49,7 @@ static void reference_head(void *ctx, int64_t item, int thread) {
          * +-inf the float kernels compute (qkv.h, "Non-finite numbers") */
         int n_visible = 0;
         for (int j = 0; j < Lk; j++) {
-            if (!qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
+            if (!qkv_mask_visible(P.mask, Lq, Lk, i, j)) {
                 s[j] = -INFINITY;
                 continue;
             }
@@ -86,7 +84,7 @@ static void reference_head(void *ctx, int64_t item, int thread) {
         for (int j = 0; j < Lk; j++) s[j] /= sum;
         double acc[QKV_HEAD_DIM_MAX] = {0};
         for (int j = 0; j < Lk; j++) {
-            if (!qkv_mask_visible(&d->mask, Lq, Lk, i, j)) {
+            if (!qkv_mask_visible(P.mask, Lq, Lk, i, j)) {
                 s[j] = 0;
                 continue;
             }
@@ -99,14 +97,9 @@ static void reference_head(void *ctx, int64_t item, int thread) {
     }
 }
 
-qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
-                                   const void *k, const void *v, const qkv_attn_desc *d,
-                                   qkv_error *err) {
-    if (!o) return qkv_fail(err, QKV_ERR_INVALID, "attention: output o is NULL");
-    attn_problem P;
-    qkv_status st = attn_problem_init(&P, d, q, k, v, NULL, err);
-    if (st) return st;
-    const int Hq = P.n_q_head, Lq = P.q_len, Lk = P.kv_len;
+qkv_status attn_reference(float *o, float *lse, float *weights, const attn_problem *P, int n_threads,
+                          qkv_error *err) {
+    const int Hq = P->n_q_head, Lq = P->q_len, Lk = P->kv_len;
     int64_t n_scores = (int64_t)Hq * Lq * Lk;
     if (n_scores > QKV_REFERENCE_MAX_SCORES)
         return qkv_fail(err, QKV_ERR_TOO_LARGE,
@@ -116,9 +109,18 @@ qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const f
                         (double)QKV_REFERENCE_MAX_SCORES * 8 / (1 << 30));
     double *scores = malloc((size_t)n_scores * sizeof(double)); /* [Hq, Lq, Lk] */
     if (!scores) return qkv_fail(err, QKV_ERR_NOMEM, "reference attention: cannot allocate the score table");
-    const reference_call c = {.o = o, .lse = lse, .weights = weights, .q = q, .k = k, .v = v, .d = d,
-                              .P = &P, .scores = scores};
-    qkv_parallel_for(Hq, attn_threads(d->n_threads), 1, reference_head, (void *)&c);
+    const reference_call c = {.o = o, .lse = lse, .weights = weights, .P = P, .scores = scores};
+    qkv_parallel_for(Hq, n_threads, 1, reference_head, (void *)&c);
     free(scores);
     return QKV_OK;
+}
+
+qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
+                                   const void *k, const void *v, const qkv_attn_desc *d,
+                                   qkv_error *err) {
+    qkv_status st = attn_call_check(o, q, k, v, d, err);
+    if (st) return st;
+    attn_problem P;
+    attn_problem_init(&P, d, q, k, v, NULL);
+    return attn_reference(o, lse, weights, &P, attn_threads(d->n_threads), err);
 }

@@ -3,8 +3,8 @@
  * (AVX512_BF16 vdpbf16ps: per f32 lane, acc += a0*b0 + a1*b1 over a pair of
  * bf16), for the flash-bf16 kernel. Included by tile_impl.h when ATTN_BF16DOT
  * is defined (tile_avx512bf16.c); it runs every block of such a call, even one
- * of a few rows, so a call has one rounding rule. The mask and the online
- * softmax are the f32 code.
+ * of a few rows, so a call has one rounding rule. The tile walk (rows_start,
+ * tiles_next), the mask and the online softmax are the f32 code.
  *
  * What is rounded to bf16, and nothing else: the scaled queries and the
  * probabilities p. K and V are used as stored when they are bf16 (no
@@ -266,22 +266,15 @@ static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0
         for (int r = i < it ? rt : 0; r < R; r++) row[r] = qrows[(size_t)r * DP + i];
         for (int r = R; r < RP; r++) row[r] = 0;
     }
-    for (int r = 0; r < RP; r++) {
-        ws->pos[r] = r < R ? p_first + r % nq : p_last;
-        ws->m[r] = -INFINITY;
-        ws->l[r] = 0;
-    }
-    memset(ws->acc, 0, (size_t)R * ld * sizeof(float));
+    rows_start(ws, R, RP, ld, nq, p_first);
 
-    int key_end = attn_key_end(P->mask, P->kv_len, p_last);
-    if (j1 > key_end) j1 = key_end;
-    for (int jt = j0; jt < j1; jt += ATTN_BK) {
-        const int nk = j1 - jt < ATTN_BK ? j1 - jt : ATTN_BK;
-        attn_tile_class cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, jt, jt + nk);
-        if (cls == ATTN_TILE_EMPTY) continue;
+    for (tile_walk w = tiles_start(P, j0, j1, p_last); tiles_next(&w, P, p_first, p_last);) {
+        const int jt = w.jt, nk = w.nk, j_end = w.end;
+        const attn_tile_class cls = w.cls;
         const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
         const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
-        prefetch_tile(ksrc, vsrc, t, D, jt + ATTN_BK < j1 ? (j1 - jt - ATTN_BK < ATTN_BK ? j1 - jt - ATTN_BK : ATTN_BK) : 0);
+        prefetch_tile(ksrc, vsrc, t, D,
+                      jt + ATTN_BK < j_end ? (j_end - jt - ATTN_BK < ATTN_BK ? j_end - jt - ATTN_BK : ATTN_BK) : 0);
 
         /* 1. scores from bf16 pairs: K read in place when it is bf16 */
         const uint16_t *kp = ksrc;

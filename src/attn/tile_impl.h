@@ -62,14 +62,9 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 
 /* Register tiles per ISA: Q·Kᵀ holds MK x RCV accumulators, P·V MR x NC,
  * plus the RCV (NC) vectors loaded and one broadcast: 29 of AVX-512's 32
- * registers, 15 of AVX2's 16. FMA latency 4 x 2 ports needs >= 8 chains in
- * flight; 12 or 24 leave the loads and the loop room. Measured on Ice Lake
- * (BENCHMARKS.md, issue 11): AVX-512 P·V 4 x 4 -> 6 x 4 and AVX2 4 x 2 / 4 x 2
- * -> 6 x 2 / 6 x 2 made causal prefill at n = 2048 14% and 15% faster. On
- * Zen 3 a 4 x 3 P·V (7 loads per 12 FMAs, not 8) measured no faster once
- * the scores' stride was padded (RS in rows_block), and it splits V's lines
- * between column chunks. A chunk of fewer than NC vectors takes more rows
- * (PV_ROWS). */
+ * registers, 15 of AVX2's 16, since FMA latency 4 x 2 ports needs >= 8
+ * chains in flight and 12 or 24 leave the loads and the loop room. A chunk
+ * of fewer than NC vectors takes more rows (PV_ROWS). */
 #if VW >= 16
 #define MK 6
 #define RCV 4
@@ -308,6 +303,47 @@ INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
     const char *p = row;
     const int bytes = D * (t == QKV_DTYPE_F32 ? 4 : 2);
     for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, ATTN_PF_LOCALITY);
+}
+
+/* ------------------------------------------------------------- tile walk */
+
+/* The skeleton of every path (block, few, tile_bf16dot.h's): rows_start,
+ * then the tiles of tiles_start / tiles_next, each scored, masked, folded
+ * into the online softmax and into acc by the path's own kernels. */
+
+/* m = -inf, l = 0, acc = 0 for rows [0, R) and pos = each row's position;
+ * rows [R, RP) are a block's padding: they start alike at the last row's
+ * position. */
+static void rows_start(attn_scratch *ws, int R, int RP, int ld, int nq, int p_first) {
+    for (int r = 0; r < RP; r++) {
+        ws->pos[r] = p_first + (r < R ? r % nq : nq - 1);
+        ws->m[r] = -INFINITY;
+        ws->l[r] = 0;
+    }
+    memset(ws->acc, 0, (size_t)R * ld * sizeof(float));
+}
+
+/* The tiles of keys [j0, j1) that rows at positions [p_first, p_last] see:
+ * keys past the last row's reach cut (attn_key_end), tiles the mask hides
+ * whole skipped. The current tile is keys [jt, jt + nk), of class cls. */
+typedef struct {
+    int jt, nk, end;
+    attn_tile_class cls;
+} tile_walk;
+
+INLINE tile_walk tiles_start(const attn_problem *P, int j0, int j1, int p_last) {
+    const int key_end = attn_key_end(P->mask, P->kv_len, p_last);
+    return (tile_walk){.jt = j0 - ATTN_BK, .end = j1 < key_end ? j1 : key_end};
+}
+
+/* Moves w to the next tile that is not empty; 0 when none is left. */
+INLINE int tiles_next(tile_walk *w, const attn_problem *P, int p_first, int p_last) {
+    for (w->jt += ATTN_BK; w->jt < w->end; w->jt += ATTN_BK) {
+        w->nk = w->end - w->jt < ATTN_BK ? w->end - w->jt : ATTN_BK;
+        w->cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, w->jt, w->jt + w->nk);
+        if (w->cls != ATTN_TILE_EMPTY) return 1;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------ block path */
@@ -686,30 +722,23 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
         for (int d = dt; d < D; d++)
             for (int r = 0; r < w; r++) qc[(size_t)d * w + r] = c + r < R ? qsrc[c + r][d] * P->scale : 0;
     }
-    for (int r = 0; r < RP; r++) {
-        ws->pos[r] = r < R ? p_first + r % nq : p_last;
-        ws->m[r] = -INFINITY;
-        ws->l[r] = 0;
-    }
-    memset(ws->acc, 0, (size_t)R * ld * sizeof(float));
+    rows_start(ws, R, RP, ld, nq, p_first);
 
-    int key_end = attn_key_end(P->mask, P->kv_len, p_last);
-    if (j1 > key_end) j1 = key_end;
+    tile_walk w = tiles_start(P, j0, j1, p_last);
     /* this KV head's K/V [Lk, D] in type t: as stored, or the thread's f32 copy */
     qkv_dtype t = P->kv_dtype;
     const void *khead = kv_row(P->k, t, kv_base), *vhead = kv_row(P->v, t, kv_base);
-    if (t != QKV_DTYPE_F32 && P->kv_f32_copy && j0 == 0 && (size_t)j1 * D <= ws->kvf.cap) {
-        kv_f32_extend(&ws->kvf, khead, vhead, t, rows->kvh, j1, D);
+    if (t != QKV_DTYPE_F32 && P->kv_f32_copy && j0 == 0 && (size_t)w.end * D <= ws->kvf.cap) {
+        kv_f32_extend(&ws->kvf, khead, vhead, t, rows->kvh, w.end, D);
         khead = ws->kvf.k, vhead = ws->kvf.v, t = QKV_DTYPE_F32;
     }
-    for (int jt = j0; jt < j1; jt += ATTN_BK) {
-        const int nk = j1 - jt < ATTN_BK ? j1 - jt : ATTN_BK;
-        attn_tile_class cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, jt, jt + nk);
-        if (cls == ATTN_TILE_EMPTY) continue;
+    while (tiles_next(&w, P, p_first, p_last)) {
+        const int jt = w.jt, nk = w.nk;
+        const attn_tile_class cls = w.cls;
         const void *ksrc = kv_row(khead, t, (int64_t)jt * D);
         const void *vsrc = kv_row(vhead, t, (int64_t)jt * D);
         /* the next tile when it is a whole one, else this tile again (in cache) */
-        const int64_t next = jt + ATTN_BK + nk <= j1 ? (int64_t)ATTN_BK * D : 0;
+        const int64_t next = jt + ATTN_BK + nk <= w.end ? (int64_t)ATTN_BK * D : 0;
         const char *pf_k = kv_row(ksrc, t, next), *pf_v = kv_row(vsrc, t, next);
 
         /* 1. scores st[j][r] = (scale q_r) . k_j */
@@ -917,18 +946,11 @@ static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j
             for (int d = D; d < ld; d++) dst[d] = 0;
         }
     }
-    for (int r = 0; r < R; r++) {
-        ws->m[r] = -INFINITY;
-        ws->l[r] = 0;
-    }
-    memset(ws->acc, 0, (size_t)R * ld * sizeof(float));
+    rows_start(ws, R, R, ld, nq, p_first);
 
-    int key_end = attn_key_end(P->mask, P->kv_len, p_last);
-    if (j1 > key_end) j1 = key_end;
-    for (int jt = j0; jt < j1; jt += ATTN_BK) {
-        const int nk = j1 - jt < ATTN_BK ? j1 - jt : ATTN_BK;
-        attn_tile_class cls = attn_classify_tile(P->mask, &P->ex, p_first, p_last, jt, jt + nk);
-        if (cls == ATTN_TILE_EMPTY) continue;
+    for (tile_walk w = tiles_start(P, j0, j1, p_last); tiles_next(&w, P, p_first, p_last);) {
+        const int jt = w.jt, nk = w.nk;
+        const attn_tile_class cls = w.cls;
         const void *ksrc = kv_row(P->k, t, kv_base + (int64_t)jt * D);
         const void *vsrc = kv_row(P->v, t, kv_base + (int64_t)jt * D);
         switch (t) {

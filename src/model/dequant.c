@@ -9,6 +9,7 @@
  * It does not quantise, and has no dot products or matmuls on quantised data
  * (the model's matmuls will get their own kernels, tested against this file).
  */
+#include "model/quant.h"
 #include "qkv.h"
 #include "util/error.h"
 
@@ -19,9 +20,6 @@
 #endif
 
 #define QK_K 256
-
-/* Little-endian f16 at p (any alignment). */
-static float f16_at(const uint8_t *p) { return qkv_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
 
 /* F32, F16, BF16: one element per "block". */
 static void dequant_f32(float *y, const uint8_t *x, int64_t n) { memcpy(y, x, (size_t)n * 4); }
@@ -69,24 +67,10 @@ static void dequant_q4_1(float *y, const uint8_t *x, int64_t nb) {
     }
 }
 
-/* The K-quants' 12 bytes of scales hold eight 6-bit scales sc[] and eight
- * 6-bit mins m[], one pair per 32-element sub-block j:
- *   j < 4:  sc = s[j] & 63,  m = s[j + 4] & 63
- *   j >= 4: sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4,
- *           m  = (s[j + 4] >> 4) | (s[j]     >> 6) << 4   */
-static void k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-    }
-}
-
-/* Q4_K, 256 elements in 144 bytes: f16 d | f16 dmin | u8 scales[12] |
- * u8 qs[128]. Sub-blocks of 32 come in pairs per 32 bytes of qs: sub-block 2i
- * takes the low nibbles of qs[32i .. 32i+31], sub-block 2i+1 the high ones.
+/* Q4_K, 256 elements in 144 bytes: f16 d | f16 dmin | u8 scales[12] (eight
+ * 6-bit scales and mins, k_scale_min in quant.h) | u8 qs[128]. Sub-blocks of
+ * 32 come in pairs per 32 bytes of qs: sub-block 2i takes the low nibbles of
+ * qs[32i .. 32i+31], sub-block 2i+1 the high ones.
  *   y = (d * sc) * q - (dmin * m) */
 static void dequant_q4_k(float *y, const uint8_t *x, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, x += 144) {

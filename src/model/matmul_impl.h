@@ -26,6 +26,7 @@
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "model/internal.h"
+#include "model/quant.h"
 
 #include <string.h>
 #if VW >= 8 || defined(__F16C__)
@@ -143,14 +144,7 @@ INLINE vf f16_to_f32_bits(vu u) {
     return f;
 }
 
-/* Little-endian f16 / bf16 at p (any alignment). */
-INLINE float f16_at(const uint8_t *p) {
-#ifdef __F16C__
-    return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8));
-#else
-    return qkv_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-#endif
-}
+/* Little-endian bf16 at p (any alignment); f16_at is quant.h's. */
 INLINE float bf16_at(const uint8_t *p) {
     uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
     float f;
@@ -221,20 +215,6 @@ INLINE size_t block_bytes(qkv_ggml_type t) {
 }
 INLINE int block_subs(qkv_ggml_type t) { /* 32-element sub-blocks per block */
     return t == QKV_GGML_TYPE_Q4_K || t == QKV_GGML_TYPE_Q5_K || t == QKV_GGML_TYPE_Q6_K ? 8 : 1;
-}
-
-/* Q4_K / Q5_K: the 6-bit scale and min of sub-block j from the 12 scale bytes
- *   j < 4:  sc = s[j] & 63,  m = s[j + 4] & 63
- *   j >= 4: sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4,
- *           m  = (s[j + 4] >> 4) | (s[j]     >> 6) << 4   */
-INLINE void k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
-        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-    }
 }
 
 #if VW == 16

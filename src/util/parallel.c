@@ -1,31 +1,16 @@
 /*
  * parallel.c — qkv_parallel_for on a small pool of persistent threads (see
- * parallel.h). Not OpenMP: libgomp reads its waiting policy from the
- * environment once, at load, and by default its idle threads spin for
- * milliseconds; with other work on the cores that spinning takes the time
- * slices the working threads need (measured: 2.1 generated tokens/s against
- * 36.8 with OMP_WAIT_POLICY=passive, BENCHMARKS.md). Here a waiting thread
- * spins, then sleeps on a futex. How long it spins depends on the machine:
- *   - the other runnable threads of the system (/proc/loadavg's fourth field
- *     less the pool's threads that are awake when it is read) and the loop's
- *     threads together at most the CPUs this process may use, so that each
- *     of our threads can have a CPU of its own: up to POOL_SPIN_LONG pauses
- *     (~0.5 ms), so a worker is still spinning when the next loop of a
- *     decode step comes, a few microseconds of serial work later. A futex
- *     wake-up costs tens of microseconds in a VM: sleeping after 256 pauses
- *     halved the generated tokens/s on a quiet machine (40-50 -> 92-97
- *     with the long spin), BENCHMARKS.md, issue 11;
- *   - more than that: POOL_SPIN pauses (~4 us), then sleep. There a spinning
- *     thread burns the slices its partner needs. With ~15 runnable threads
- *     on 2 CPUs, 2048 pauses gave less than half the tokens/s of 256 and
- *     16384 a tenth. With one busy process per CPU (4 runnable on 2), the
- *     long spin ran at 42-43 tokens/s on Ice Lake but on Zen 3 it fell to
- *     2.2-2.6 in two runs of three (both our threads on one CPU, each
- *     spinning out the slice the other needed), where the short spin gave
- *     20-30 in every run (same sections). With one busy process on 2 CPUs
- *     (Zen 4, Linux 6.18) the short spin gave 1.32x the long one's
- *     generated tokens/s (80.0 against 60.8): the long spin now needs a CPU
- *     for each of our threads, where it allowed 1.5 threads per CPU before.
+ * parallel.h). Not OpenMP: libgomp's idle threads spin for milliseconds (a
+ * policy read from the environment once, at load), taking the time slices
+ * the working threads need on a shared machine. Here a waiting thread spins,
+ * then sleeps on a futex, and how long it spins depends on the machine:
+ *   - up to POOL_SPIN_LONG pauses (~0.5 ms) when the system's other runnable
+ *     threads (/proc/loadavg's fourth field less the pool's threads awake
+ *     when it is read) and the loop's threads fit in the CPUs this process
+ *     may use: a worker is then still spinning when a decode step's next
+ *     loop comes, since a futex wake-up costs tens of microseconds in a VM;
+ *   - more than that: POOL_SPIN pauses (~4 us), then sleep, since a
+ *     spinning thread would burn the time slices its partner needs.
  * The caller reads the load at most every POOL_LOAD_PERIOD_MS, at the start
  * of a loop; workers use the budget it last set (pool_spin_budget).
  *
