@@ -15,8 +15,8 @@
  *     one line naming what was wrong. The library never prints, never exits
  *     and is safe to call from several threads (an object with scratch in it,
  *     a plan, model or sampler, serves one call at a time). Its process-wide
- *     state is its thread pool (workers started at first need, or when a
- *     model is opened, and kept for the process; one parallel loop holds the
+ *     state is its thread pool (workers started when a plan or model is made,
+ *     or at a loop's first need, and kept for the process; one parallel loop holds the
  *     pool at a time, a concurrent one runs on its caller's thread) and the
  *     kernel ISA, chosen once from CPUID and QKV_ISA.
  *   - Parameter structs qkv_attn_desc, qkv_mask, qkv_model_params and
@@ -238,9 +238,9 @@ QKV_API qkv_status qkv_attention_reference(float *o, float *lse, float *weights,
  * of queries. Without it (a plan made for f32 K/V, or K/V longer than the
  * copy) bf16/f16 calls convert per tile, with the same results bit for bit.
  * A plan serves one run at a time (runs write its scratch); give each thread
- * that calls concurrently its own. The threads are libqkv's own pool's
- * (started at first need and kept: a run never creates one once they
- * exist; tests/test_alloc.c counts).
+ * that calls concurrently its own. The threads are libqkv's own pool's,
+ * started by plan init and kept, so a run, the first included, creates none
+ * (tests/test_alloc.c counts).
  *   qkv_attn_plan *plan;
  *   qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, 0, &err);
  *   for (...) qkv_attn_run(plan, o, lse, q, k, v, &desc, &err);  // no malloc

@@ -148,6 +148,7 @@ static qkv_status plan_alloc(qkv_attn_plan **out, const qkv_attn_desc *max, qkv_
     if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention plan: cannot allocate %zu bytes", L.bytes);
     *out = plan_place(mem, &L, max, kernel);
     (*out)->owned = mem;
+    qkv_parallel_start(L.n_threads); /* a run never starts a thread: it could allocate */
     return QKV_OK;
 }
 
@@ -168,6 +169,7 @@ qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t by
         return qkv_fail(err, QKV_ERR_INVALID, "attention plan: workspace of %zu bytes, this plan needs %zu", bytes,
                         L.bytes);
     *out = plan_place(workspace, &L, max_desc, kernel);
+    qkv_parallel_start(L.n_threads); /* a run never starts a thread: it could allocate */
     return QKV_OK;
 }
 

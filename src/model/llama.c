@@ -217,7 +217,6 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
     /* a forward call of n tokens at pos attends n rows to pos + n <= n_ctx keys */
     const qkv_attn_desc max = {.n_q_head = c->n_head, .n_kv_head = c->n_kv_head, .q_len = m->n_ctx,
                                .kv_len = m->n_ctx, .head_dim = c->head_dim, .kv_dtype = p->kv_dtype};
-    qkv_parallel_start(m->n_threads); /* forward never starts a thread: it would allocate */
     return qkv_attn_plan_init(&m->plan, &max, QKV_KERNEL_AUTO, m->n_threads, err);
 }
 

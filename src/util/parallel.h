@@ -34,8 +34,8 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
 /* Starts the pool's workers for loops of up to n_threads threads now, so
  * that the loops themselves create no thread (a thread's creation maps its
  * stack and may allocate):
- * the plans and models that promise allocation-free runs call it when they
- * are made. Fewer start if the system refuses threads (a loop then tries
+ * the plans, which promise allocation-free runs (and the models that hold
+ * them), call it when they are made. Fewer start if the system refuses threads (a loop then tries
  * again); a forked child starts with none. */
 void qkv_parallel_start(int n_threads);
 
