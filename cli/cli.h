@@ -22,6 +22,10 @@
 
 /* Prints "qkv: <message>" as one line on stderr and returns 2. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Called by cli_fail before its line when set: cli_progress_init sets it to
+ * cli_progress_clear (util.c does not link progress.c: qkv-mpi and the fuzz
+ * targets take util.o alone). */
+extern void (*cli_before_error)(void);
 
 /* Strict parsers: the whole string must be a number in [lo, hi]. 0 on success,
  * else prints "qkv: <flag>: ..." and returns 2. */
@@ -152,6 +156,12 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
 #define CLI_FLAG_VERBOSE(dst)                                     \
     {.name = "--verbose", .alias = "-v", .kind = CLI_BOOL, .dest = (dst), \
      .help = "time and peak memory (RSS) on stderr"}
+/* --progress / --no-progress into a cli_progress_flags *pf (cli_progress_init) */
+#define CLI_FLAGS_PROGRESS(pf)                                                         \
+    {.name = "--progress", .kind = CLI_BOOL, .dest = &(pf)->on,                        \
+     .help = "a progress line on stderr even when it is not a terminal"},              \
+    {.name = "--no-progress", .kind = CLI_BOOL, .dest = &(pf)->off,                    \
+     .help = "no progress line (default: shown when stderr is a terminal;\nwins over --progress)"}
 #define CLI_FLAG_KV_DTYPE(dst, help) CLI_FLAG_CHOICE("--kv-dtype", CLI_CHOICE, (dst), cli_kv_dtypes, help)
 #define CLI_FLAG_KERNEL(dst, help) CLI_FLAG_CHOICE("--kernel", CLI_CHOICE, (dst), cli_kernels, help)
 /* -p/-f/--tokens, --chat, --system, --special into a cli_prompt_args *pa */
@@ -213,6 +223,34 @@ char *cli_read_file(const char *path, size_t max_bytes, size_t *len);
  * times the largest --ctx; a larger file, or a stream that does not end
  * (-f /dev/zero), is refused once the limit is passed. */
 #define CLI_PROMPT_MAX_BYTES ((size_t)64 << 20)
+/* --------------------------------------------------------------- progress */
+
+/* One line on stderr while long work runs (cli/progress.c): "<label>:
+ * done/total unit (p%), elapsed, ~rest left", redrawn in place with \r at
+ * most 10 times a second, erased by finish, by clear and by cli_fail. Shown
+ * when stderr is a terminal, --progress forces it on, --no-progress off;
+ * disabled, every call below does nothing. Never on stdout: call
+ * cli_progress_clear before printing anything while it may be drawn. */
+typedef struct {
+    int on, off;
+} cli_progress_flags;
+void cli_progress_init(const cli_progress_flags *f); /* after cli_parse, before any other call */
+int cli_progress_enabled(void);
+/* total <= 0: unknown (elapsed time only); unit: a string literal ("tokens") */
+void cli_progress_start(const char *label, int64_t total, const char *unit);
+void cli_progress_label(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* the stage now running */
+void cli_progress_update(int64_t done);
+void cli_progress_clear(void);  /* erases the line; the next update draws it again */
+void cli_progress_finish(void); /* erases the line; updates are ignored until the next start */
+/* A qkv_progress_fn for the probes: the total becomes the probe's, then
+ * cli_progress_update(done); never cancels. */
+int cli_progress_report(void *user, int64_t done, int64_t total);
+/* A hook for QKV_HOOK_RESID_POST, layer QKV_ALL: cli_progress_update(layer + 1),
+ * so one forward call started with total = n_layer reports each layer. */
+qkv_status cli_progress_layer_hook(void *user, const qkv_activation *a, qkv_error *err);
+#define CLI_PROGRESS_LAYER_HOOK \
+    ((qkv_hook){.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = cli_progress_layer_hook})
+
 /* ---------------------------------------------------------------- outputs */
 
 /* Every file a command writes, written whole or not at all (cli/outputs.c).

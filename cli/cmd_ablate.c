@@ -278,6 +278,7 @@ int cmd_ablate(int argc, char **argv) {
     cli_prompt_args pa = {0};
     const char *model = CLI_DEFAULT_MODEL, *svg = NULL, *html = NULL, *target_s = NULL;
     int json = 0, threads = 0, verbose = 0, heads = 0, scope = QKV_ABLATE_ALL, layer = -1, head = -1;
+    cli_progress_flags pf = {0};
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
         CLI_FLAGS_PROMPT(&pa),
@@ -298,6 +299,7 @@ int cmd_ablate(int argc, char **argv) {
          .help = "a self-contained page: the plot and the table"},
         CLI_FLAG_THREADS(&threads),
         CLI_FLAG_VERBOSE(&verbose),
+        CLI_FLAGS_PROGRESS(&pf),
         {0},
     };
     const cli_command cmd = {
@@ -311,6 +313,7 @@ int cmd_ablate(int argc, char **argv) {
         "\"spearman_attn_kl\"}; pieces are readable labels (a space is ·); layer/head null for all.",
         .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    cli_progress_init(&pf);
     if (heads && (cli_given(&cmd, "--layer") || cli_given(&cmd, "--head") || cli_given(&cmd, "--scope")))
         return cli_fail("--heads ablates every head in turn: it takes no --layer, --head or --scope");
     int rc = cli_prompt_check(&pa);
@@ -349,12 +352,14 @@ int cmd_ablate(int argc, char **argv) {
     if (rc) goto done;
     const double t0 = cli_now_s();
     qkv_ablate_summary sum;
+    const qkv_ablate_params ap = {.scope = scope, .layer = layer, .head = head, .target = target,
+                                  .progress = cli_progress_enabled() ? cli_progress_report : NULL};
+    cli_progress_start(heads ? "ablate --heads" : "ablate", 0, "tokens"); /* the probe tells the total */
     if (heads) {
         effects = malloc((size_t)nl * nh * sizeof *effects);
         if (!effects) rc = cli_fail("out of memory");
-        else if (qkv_ablate_heads(effects, &sum, m, pr.ids, target, n, &err)) rc = cli_fail("%s", err.msg);
+        else if (qkv_ablate_heads(effects, &sum, m, pr.ids, &ap, n, &err)) rc = cli_fail("%s", err.msg);
     } else {
-        const qkv_ablate_params ap = {.scope = scope, .layer = layer, .head = head, .target = target};
         rows = malloc((size_t)n * sizeof *rows);
         after = calloc((size_t)n, sizeof *after);
         if (!rows || !after) rc = cli_fail("out of memory");
@@ -362,6 +367,7 @@ int cmd_ablate(int argc, char **argv) {
         for (int j = 0; !rc && j < n; j++)
             if (!(after[j] = token_label(tok, rows[j].effect.top))) rc = cli_fail("out of memory");
     }
+    cli_progress_finish();
     if (!rc && !(target_label = token_label(tok, sum.target))) rc = cli_fail("out of memory");
     if (rc) goto done;
     const double t1 = cli_now_s();
@@ -393,6 +399,7 @@ int cmd_ablate(int argc, char **argv) {
     if (verbose)
         fprintf(stderr, "qkv ablate: %d tokens, %.2f s, peak RSS %.1f MiB\n", n, t1 - t0, cli_peak_rss_mib());
 done:
+    cli_progress_finish();
     if (after)
         for (int j = 0; j < n; j++) free(after[j]);
     free(after);

@@ -451,33 +451,24 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
     };
     bench_result *res = calloc(MAX_RESULTS, sizeof *res);
     if (!res) return cli_outputs_finish(cli_fail("bench: out of memory"));
-    int nres = 0, status = 0;
-    if (o->json) {
-        printf("{\n");
-        print_machine_json(threads);
-        print_roofline_json(roof);
-        printf("  \"results\": [\n");
-    }
-    for (size_t p = 0; p < sizeof plan / sizeof plan[0] && !status; p++) {
-        if (!(sweeps & plan[p].bit)) continue;
+    /* the plan first: every shape of every sweep, so that progress knows the total */
+    int nres = 0, status = 0, first[4] = {0}, last[4] = {0}; /* res[first[p] .. last[p]) is sweep p */
+    for (size_t p = 0; p < sizeof plan / sizeof plan[0]; p++) {
+        first[p] = nres;
         const int *lens = o->quick ? plan[p].quick : plan[p].full;
         int n_lens = o->quick ? plan[p].n_quick : plan[p].n_full;
-        if (!o->json) printf("\n%s\n", sweep_title(plan[p].name, o->quick));
-        int header = 1;
-        for (int m = 0; m < N_MODELS && !status; m++) {
+        for (int m = 0; m < N_MODELS && (sweeps & plan[p].bit); m++) {
             if (!o->use_model[m]) continue;
-            for (int t = 0; t < 3 && !status; t++) {
+            for (int t = 0; t < 3; t++) {
                 int is_ref = plan[p].bit == SW_REF;
                 if (!o->use_dt[t] || (is_ref && t != QKV_DTYPE_F32)) continue;
-                for (int li = 0; li < n_lens && !status; li++) {
+                for (int li = 0; li < n_lens; li++) {
                     int len = lens[li];
                     if (plan[p].bit == SW_DECODE ? len > o->max_kv : len > o->max_n) continue;
                     /* ref: the reference, then flash; bf16 prefill and chunk: flash, then flash-bf16 */
                     int bf16dot = !is_ref && t == QKV_DTYPE_BF16 && plan[p].bit != SW_DECODE;
-                    for (int pass = 0; pass < (is_ref || bf16dot ? 2 : 1) && !status; pass++) {
-                        if (nres >= MAX_RESULTS) break;
-                        bench_result *r = &res[nres];
-                        memset(r, 0, sizeof *r);
+                    for (int pass = 0; pass < (is_ref || bf16dot ? 2 : 1) && nres < MAX_RESULTS; pass++) {
+                        bench_result *r = &res[nres++];
                         r->sweep = plan[p].name;
                         r->model = bench_models[m].id;
                         r->hq = bench_models[m].hq;
@@ -493,22 +484,43 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
                                     : bf16dot && pass == 1   ? QKV_KERNEL_FLASH_BF16
                                                              : QKV_KERNEL_FLASH;
                         r->cold = plan[p].bit == SW_DECODE && o->cold;
-                        status = run_shape(r, o, roof);
-                        if (status) break;
-                        if (o->json) {
-                            printf(nres ? ",\n" : "");
-                            print_result_json(r);
-                        } else {
-                            print_row_text(r, header);
-                            header = 0;
-                        }
-                        fflush(stdout);
-                        nres++;
                     }
                 }
             }
         }
+        last[p] = nres;
     }
+    if (o->json) {
+        printf("{\n");
+        print_machine_json(threads);
+        print_roofline_json(roof);
+        printf("  \"results\": [\n");
+    }
+    cli_progress_start("bench", nres, "shapes");
+    for (size_t p = 0; p < sizeof plan / sizeof plan[0] && !status; p++) {
+        if (!(sweeps & plan[p].bit)) continue;
+        cli_progress_clear();
+        if (!o->json) printf("\n%s\n", sweep_title(plan[p].name, o->quick));
+        int header = 1;
+        for (int i = first[p]; i < last[p] && !status; i++) {
+            bench_result *r = &res[i];
+            cli_progress_label("bench %s %s %s Lq=%d Lk=%d %s", r->sweep, r->model, qkv_dtype_name(r->dt), r->lq, r->lk,
+                               qkv_kernel_name(r->kernel));
+            cli_progress_update(i);
+            if ((status = run_shape(r, o, roof))) break;
+            cli_progress_clear();
+            if (o->json) {
+                printf(i ? ",\n" : "");
+                print_result_json(r);
+            } else {
+                print_row_text(r, header);
+                header = 0;
+            }
+            fflush(stdout);
+            cli_progress_update(i + 1);
+        }
+    }
+    cli_progress_finish();
     if (!status && o->svg) write_svg(svg_f, res, nres, roof, threads);
     status = cli_outputs_finish(status);
     if (!status && o->json) printf("\n  ]\n}\n");
@@ -525,6 +537,7 @@ int cmd_bench(int argc, char **argv) {
         want_roof = 0, cold = 0, layers = 1, kernel = QKV_KERNEL_AUTO, dt = QKV_DTYPE_F32, models = 3, dtypes = 7;
     const char *preset = NULL, *layers_s = NULL;
     bench_opts o;
+    cli_progress_flags pf = {0};
     memset(&o, 0, sizeof o);
     o.max_n = 1 << 20;
     o.max_kv = 1 << 22;
@@ -571,6 +584,7 @@ int cmd_bench(int argc, char **argv) {
         {.name = "--repeat", .kind = CLI_INT, .dest = &repeat, .lo = 1, .hi = 1000, .metavar = "R",
          .help = "timed runs (default 3, sweeps 5)"},
         CLI_FLAG_JSON(&o.json, "results as JSON"),
+        CLI_FLAGS_PROGRESS(&pf),
         {0},
     };
     const cli_command cmd = {
@@ -583,6 +597,7 @@ int cmd_bench(int argc, char **argv) {
         "GFLOP/s counts 4·D FLOPs per visible (query, key) pair and head (the causal half).",
         .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    cli_progress_init(&pf); /* the sweeps report each shape */
     static const char *const shape_flags[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--kernel", "--kv-dtype",
                                               "--no-causal", "--window", "--preset", "--layers", NULL};
     int shape_flag = 0, heads_given = cli_given(&cmd, "--hq") + cli_given(&cmd, "--hkv") + cli_given(&cmd, "--d");

@@ -99,6 +99,7 @@ int cmd_inspect(int argc, char **argv) {
     cli_prompt_args pa = {0};
     const char *model = CLI_DEFAULT_MODEL, *layers_s = NULL, *heads_s = NULL, *html = NULL, *png = NULL, *npy = NULL;
     int json = 0, log_scale = 0, threads = 0, verbose = 0, n_first = 4;
+    cli_progress_flags pf = {0};
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
         CLI_FLAGS_PROMPT(&pa),
@@ -121,6 +122,7 @@ int cmd_inspect(int argc, char **argv) {
         {.name = "--log", .kind = CLI_BOOL, .dest = &log_scale, .help = "PNG colours by log10(weight) over 4 decades"},
         CLI_FLAG_THREADS(&threads),
         CLI_FLAG_VERBOSE(&verbose),
+        CLI_FLAGS_PROGRESS(&pf),
         {0},
     };
     const cli_command cmd = {.name = "inspect", .usage = "[-m MODEL] (-p TEXT | -f FILE | --tokens IDS) [outputs] [flags]",
@@ -128,6 +130,7 @@ int cmd_inspect(int argc, char **argv) {
                              "recomputed from the layer's q, K and the flash kernel's LSE.",
                              .notes = "Without outputs, prints the mean weight on token 0 of every layer and head.", .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    cli_progress_init(&pf);
     /* every output is declared first; the files appear only when all are written */
     const char *npy_tmp = NULL, *html_tmp = NULL, *png_tmp = NULL;
     if ((npy && !(npy_tmp = cli_output_add(npy))) || (html && !(html_tmp = cli_output_add(html))) ||
@@ -257,11 +260,15 @@ int cmd_inspect(int argc, char **argv) {
         rc = cli_fail("%s", err.msg);
         goto done;
     }
-    const qkv_hook maps = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_inspect_hook, .user = in};
-    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &(qkv_forward_opts){.hooks = &maps, .n_hooks = 1}, &err)) {
+    const qkv_hook hooks[] = {{.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_inspect_hook, .user = in},
+                              CLI_PROGRESS_LAYER_HOOK};
+    cli_progress_start("inspect", cfg->n_layer, "layers");
+    const qkv_forward_opts fo = {.hooks = hooks, .n_hooks = cli_progress_enabled() ? 2 : 1};
+    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &fo, &err)) {
         rc = cli_fail("%s", o.err.msg[0] ? o.err.msg : err.msg);
         goto done;
     }
+    cli_progress_finish();
     const double t1 = cli_now_s();
     if (json) {
         fprintf(o.json, "\n  ]\n}\n");
@@ -320,6 +327,7 @@ int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "qkv inspect: %d tokens, %d maps, %.2f s, peak RSS %.1f MiB\n", n, nl * nh,
                 t1 - t0, cli_peak_rss_mib());
 done:
+    cli_progress_finish();
     if (o.json) fclose(o.json);
     free(json_text);
     if (o.npy) qkv_npy_writer_abort(o.npy);

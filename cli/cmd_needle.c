@@ -348,10 +348,15 @@ static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokeniz
         return cli_fail("out of memory");
     }
     int rc = 0;
+    int64_t total = 0, done = 0; /* prompt tokens, the unit of progress: a cell's prefill dominates its time */
+    for (int i = 0; i < n_cells; i++) total += g->lengths->v[i / g->depths->n];
+    cli_progress_start("needle", total, "tokens");
     for (int i = 0; !rc && i < n_cells; i++) {
         cell *c = &g->cells[i];
         c->length = g->lengths->v[i / g->depths->n];
         c->depth = g->depths->v[i % g->depths->n];
+        cli_progress_label("needle %d tokens, depth %d%% (%d/%d)", c->length, c->depth, i + 1, n_cells);
+        cli_progress_update(done);
         if (!(c->by_layer_max = calloc((size_t)L, sizeof(double))) ||
             !(c->by_layer_mean = calloc((size_t)L, sizeof(double))) ||
             !(c->answer_by_layer = calloc((size_t)L, sizeof(double)))) {
@@ -390,10 +395,14 @@ static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokeniz
             if (step_max[k] > c->answer_mass_max) c->answer_mass_max = step_max[k];
             c->answer_mass_mean += step_mean[k] / L;
         }
-        if (verbose)
+        if (verbose) {
+            cli_progress_clear();
             fprintf(stderr, "qkv needle: %d tokens, depth %d%%: %s in %.1f s\n", c->tokens, c->depth,
                     c->correct ? "correct" : "wrong", c->seconds);
+        }
+        cli_progress_update(done += c->length);
     }
+    cli_progress_finish();
     for (int i = 0; i < L * H; i++) g->retrieval[i] /= n_cells;
     free(answer);
     free(step_max);
@@ -407,6 +416,7 @@ int cmd_needle(int argc, char **argv) {
     const char *expected = DEFAULT_ANSWER;
     cli_ints lengths = {0}, depths = {0};
     int json = 0, threads = 0, verbose = 0, kv_dtype = QKV_DTYPE_F32;
+    cli_progress_flags pf = {0};
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
         {.name = "--file", .alias = "-f", .kind = CLI_STRING, .dest = &haystack, .metavar = "FILE",
@@ -433,6 +443,7 @@ int cmd_needle(int argc, char **argv) {
         CLI_FLAG_KV_DTYPE(&kv_dtype, "KV cache storage: f32 (default), bf16, f16"),
         CLI_FLAG_THREADS(&threads),
         CLI_FLAG_VERBOSE(&verbose),
+        CLI_FLAGS_PROGRESS(&pf),
         {0},
     };
     const cli_command cmd = {
@@ -451,6 +462,7 @@ int cmd_needle(int argc, char **argv) {
         "\"retrieval_heads\": [{\"layer\", \"head\", \"score\"}]}.",
         .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
+    cli_progress_init(&pf);
     if (rc) {
         cli_ints_free(&lengths);
         cli_ints_free(&depths);

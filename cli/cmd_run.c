@@ -16,6 +16,7 @@ typedef struct {
     int n_gen, top_k, ctx, threads, print_ids, kv_dtype;
     float temp, top_p;
     uint64_t seed;
+    cli_progress_flags progress;
 } run_args;
 
 static int parse_args(run_args *a, int argc, char **argv) {
@@ -36,6 +37,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
          .help = "write float32 .npy [n_prompt, vocab]: logits at every prompt position"},
         {.name = "--print-ids", .kind = CLI_BOOL, .dest = &a->print_ids,
          .help = "print the generated token ids instead of text"},
+        CLI_FLAGS_PROGRESS(&a->progress),
         {0},
     };
     const cli_command cmd = {.name = "run", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
@@ -44,6 +46,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
                              .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
     a->seed = (uint64_t)seed;
+    cli_progress_init(&a->progress);
     return rc ? rc : cli_prompt_check(&a->prompt);
 }
 
@@ -77,7 +80,12 @@ static int run(const run_args *a) {
     if (!logits) { rc = cli_fail("run: cannot allocate logits for %lld positions", (long long)n_prompt); goto done; }
 
     double t0 = cli_now_s();
-    if (qkv_model_forward(m, logits, ids, (int)n_prompt, a->logits != NULL, NULL, &err)) { rc = cli_fail("%s", err.msg); goto done; }
+    /* the prefill's progress: one report per layer, erased before the first token is printed */
+    const qkv_hook per_layer = CLI_PROGRESS_LAYER_HOOK;
+    const qkv_forward_opts prefill = {.hooks = &per_layer, .n_hooks = cli_progress_enabled()};
+    cli_progress_start("run: prefill", c->n_layer, "layers");
+    if (qkv_model_forward(m, logits, ids, (int)n_prompt, a->logits != NULL, &prefill, &err)) { rc = cli_fail("%s", err.msg); goto done; }
+    cli_progress_finish();
     double t1 = cli_now_s();
     if (a->logits) {
         int64_t shape[2] = {n_prompt, (int64_t)V};
@@ -103,6 +111,7 @@ static int run(const run_args *a) {
             (long long)n_prompt, (double)n_prompt / (t1 - t0), n_done, n_done > 0 ? n_done / (t2 - t1) : 0.0,
             cli_peak_rss_mib());
 done:
+    cli_progress_finish();
     free(ids);
     free(logits);
     qkv_sampler_free(sampler);

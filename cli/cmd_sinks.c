@@ -89,6 +89,7 @@ int cmd_sinks(int argc, char **argv) {
     pa.max_tokens = 2048;
     const char *model = CLI_DEFAULT_MODEL, *svg = NULL;
     int json = 0, threads = 0, verbose = 0, every = 0;
+    cli_progress_flags pf = {0};
     qkv_sinks_params sp = qkv_sinks_params_default(); /* every: set below from the row count unless given */
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
@@ -106,6 +107,7 @@ int cmd_sinks(int argc, char **argv) {
          .help = "plot: per layer, weight on token 0 (each head and the mean)\nagainst the strongest other key"},
         CLI_FLAG_THREADS(&threads),
         CLI_FLAG_VERBOSE(&verbose),
+        CLI_FLAGS_PROGRESS(&pf),
         {0},
     };
     const cli_command cmd = {.name = "sinks", .usage = "[-m MODEL] (-f FILE | -p TEXT | --tokens IDS) [flags]",
@@ -113,6 +115,7 @@ int cmd_sinks(int argc, char **argv) {
                              "over long text: each row's weight on token 0 taken from the kernel's LSE.",
                              .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    cli_progress_init(&pf);
     FILE *svg_f = svg ? cli_output_stream(svg) : NULL;
     if (svg && !svg_f) return CLI_EXIT_BAD_INPUT;
     cli_prompt pr;
@@ -144,11 +147,15 @@ int cmd_sinks(int argc, char **argv) {
         rc = cli_fail("%s", err.msg);
         goto done;
     }
-    const qkv_hook sink = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_sinks_hook, .user = s};
-    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &(qkv_forward_opts){.hooks = &sink, .n_hooks = 1}, &err)) {
+    const qkv_hook hooks[] = {{.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_sinks_hook, .user = s},
+                              CLI_PROGRESS_LAYER_HOOK};
+    cli_progress_start("sinks", nl, "layers");
+    const qkv_forward_opts fo = {.hooks = hooks, .n_hooks = cli_progress_enabled() ? 2 : 1};
+    if (qkv_model_forward(m, NULL, pr.ids, n, 0, &fo, &err)) {
         rc = cli_fail("%s", err.msg);
         goto done;
     }
+    cli_progress_finish();
     const double t1 = cli_now_s();
     const char *base = cli_basename(model), *src = pa.file ? cli_basename(pa.file) : "the prompt";
     char title[512];
@@ -208,6 +215,7 @@ int cmd_sinks(int argc, char **argv) {
         fprintf(stderr, "qkv sinks: %d tokens, %.2f s, peak RSS %.1f MiB\n", n,
                 t1 - t0, cli_peak_rss_mib());
 done:
+    cli_progress_finish();
     qkv_sinks_free(s);
     qkv_model_close(m);
     cli_prompt_free(&pr);

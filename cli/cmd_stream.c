@@ -83,6 +83,13 @@ static void write_svg(FILE *f, const variant *vs, int n, int C, const char *titl
 #undef Y
 }
 
+/* The progress of a variant: its tokens run on top of the variants before it. */
+static int report(void *user, int64_t done, int64_t total) {
+    (void)total;
+    cli_progress_update(*(const int64_t *)user + done);
+    return 0;
+}
+
 /* Runs one variant on a model holding the rows it needs; 0 or 2. */
 static int run_variant(variant *v, const char *model, const int32_t *ids, int n, qkv_dtype dtype, int threads) {
     qkv_error err = {0};
@@ -108,6 +115,7 @@ int cmd_stream(int argc, char **argv) {
     cli_prompt_args pa = {0};
     const char *model = CLI_DEFAULT_MODEL, *svg = NULL;
     int json = 0, threads = 0, window = 256, sinks = 4, chunk = 64, ctx = 0, via_mask = 0, dtype = QKV_DTYPE_F32;
+    cli_progress_flags pf = {0};
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&model),
         CLI_FLAGS_PROMPT(&pa),
@@ -128,6 +136,7 @@ int cmd_stream(int argc, char **argv) {
         {.name = "--svg", .kind = CLI_STRING, .dest = &svg, .metavar = "FILE",
          .help = "plot: mean NLL per chunk, one line per variant"},
         CLI_FLAG_THREADS(&threads),
+        CLI_FLAGS_PROGRESS(&pf),
         {0},
     };
     const cli_command cmd = {
@@ -137,6 +146,7 @@ int cmd_stream(int argc, char **argv) {
         "window and sinks with keys at their original positions and re-indexed within the cache.",
         .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    cli_progress_init(&pf);
     if (sinks >= window) return cli_fail("--sinks %d must be below --window %d", sinks, window);
     if (!pa.text && !pa.file && !pa.tokens) pa.file = DEFAULT_TEXT;
     FILE *svg_f = svg ? cli_output_stream(svg) : NULL;
@@ -180,8 +190,19 @@ int cmd_stream(int argc, char **argv) {
             vs[0].p = (qkv_stream_params){.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_EVICT, .window = ctx,
                                           .chunk = chunk};
     }
+    int64_t steps = 0, before[N_VARIANTS]; /* tokens run, in all and before variant k */
+    for (int k = 0; k < N_VARIANTS; k++) {
+        before[k] = steps;
+        steps += qkv_stream_steps(&vs[k].p, n);
+        if (cli_progress_enabled()) vs[k].p.progress = report, vs[k].p.progress_user = &before[k];
+    }
+    if (!rc) cli_progress_start("stream", steps, "tokens");
     const double t_all = cli_now_s();
-    for (int k = 0; k < N_VARIANTS && !rc; k++) rc = run_variant(&vs[k], model, pr.ids, n, (qkv_dtype)dtype, threads);
+    for (int k = 0; k < N_VARIANTS && !rc; k++) {
+        cli_progress_label("stream %s (%d/%d)", vs[k].name, k + 1, N_VARIANTS);
+        rc = run_variant(&vs[k], model, pr.ids, n, (qkv_dtype)dtype, threads);
+    }
+    cli_progress_finish();
     if (rc) goto done;
     const double seconds = cli_now_s() - t_all;
     const char *base = cli_basename(model), *src = pa.file ? cli_basename(pa.file) : "the text";

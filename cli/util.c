@@ -14,6 +14,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+void (*cli_before_error)(void);
+
 int cli_fail(const char *fmt, ...) {
     char line[1024];
     va_list ap;
@@ -22,6 +24,7 @@ int cli_fail(const char *fmt, ...) {
     va_end(ap);
     for (char *p = line; *p; p++)
         if (*p == '\n') *p = ' ';
+    if (cli_before_error) cli_before_error(); /* the error is a line of its own */
     fprintf(stderr, "qkv: %s\n", line);
     return CLI_EXIT_BAD_INPUT;
 }

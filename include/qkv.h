@@ -69,7 +69,8 @@ typedef enum {
     QKV_ERR_FORMAT = 4,      /* a file's contents are malformed */
     QKV_ERR_FULL = 5,        /* a fixed-capacity container is full */
     QKV_ERR_TOO_LARGE = 6,   /* the request would need more memory than allowed */
-    QKV_ERR_UNSUPPORTED = 7  /* valid, but not implemented (e.g. a tensor type) */
+    QKV_ERR_UNSUPPORTED = 7, /* valid, but not implemented (e.g. a tensor type) */
+    QKV_ERR_CANCELLED = 8    /* a progress callback asked the call to stop */
 } qkv_status;
 
 typedef struct {
@@ -1172,6 +1173,21 @@ QKV_API qkv_status qkv_sinks_hook(void *s, const qkv_activation *a, qkv_error *e
  * next call for the same pair or qkv_sinks_free. */
 QKV_API const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
 
+/* --------------------------------------------------------- probe: progress */
+
+/*
+ * Progress of a probe that runs many forward calls (qkv_ablate_positions,
+ * qkv_ablate_heads, qkv_stream_score): after each forward call (or
+ * chunk) it calls progress(user, done, total) on the calling thread, done
+ * counting the tokens run through the model so far, of total for the whole
+ * probe (each probe says what total is); the last call has done == total.
+ * A nonzero return stops the probe, which then returns QKV_ERR_CANCELLED with
+ * the KV cache empty. A NULL progress reports nothing. The layers of one long
+ * forward call report through a hook on QKV_HOOK_RESID_POST with layer
+ * QKV_ALL instead (one call per layer).
+ */
+typedef int (*qkv_progress_fn)(void *user, int64_t done, int64_t total);
+
 /* ----------------------------------------------------------- probe: ablate */
 
 /*
@@ -1216,6 +1232,8 @@ typedef struct {
     int layer;              /* ablate in this layer only; -1: every layer */
     int head;               /* and this query head only; -1: every head */
     int32_t target;         /* token whose probability is followed; -1: the full run's top token */
+    qkv_progress_fn progress; /* NULL: none; total n + n(n+1)/2 tokens (ALL), 2n (LAST) */
+    void *progress_user;
 } qkv_ablate_params;
 
 /* What ablating one position did. */
@@ -1244,11 +1262,13 @@ QKV_API qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary
 /* Head importance: zero-ablates each (layer, head) in turn
  * (qkv_forward_opts.zero_heads), a full forward of tokens each.
  *   effects: [L, Hq] output     tokens: [n], 1 <= n <= qkv_model_n_ctx(m)
- * target as in qkv_ablate_params (-1: the full run's top). sum gets the
+ * p's target (-1: the full run's top) and progress (after each forward, of
+ * (1 + L x Hq) x n tokens) apply; its scope, layer and head do not (every
+ * head is zeroed in turn). p NULL: target -1, no progress. sum gets the
  * target, its p and the top token (spearman_attn_kl NaN). Cost: L x Hq
  * forwards of n tokens. On return the KV cache is empty. */
 QKV_API qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
-                                    const int32_t *tokens, int32_t target, int n, qkv_error *err);
+                                    const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err);
 
 /* ----------------------------------------------------------- probe: stream */
 
@@ -1290,11 +1310,16 @@ typedef struct {
     int window;                 /* W >= 1 */
     int sinks;                  /* S, 0 <= S < W (SINKS) */
     int chunk;                  /* C >= 1 */
+    qkv_progress_fn progress;   /* NULL: none; after each chunk, total qkv_stream_steps(p, n) */
+    void *progress_user;
 } qkv_stream_params;
 
 /* KV cache rows the policy needs for n tokens (the n_ctx to open the model
  * with): n for FULL and MASK, min(n, W - 1 + C) otherwise. */
 QKV_API int qkv_stream_rows(const qkv_stream_params *p, int n);
+/* Tokens the model runs to score n tokens under p: n - 1, plus the W - C
+ * tokens RECOMPUTE runs again before each chunk (fewer near the start). */
+QKV_API int64_t qkv_stream_steps(const qkv_stream_params *p, int n);
 
 /* Scores tokens under p.
  *   nll:    [n - 1] output, nll[t] for token t + 1

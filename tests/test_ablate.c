@@ -265,7 +265,7 @@ TEST(ablate_zeroed_heads_match_transformers) {
         double *kl = malloc((size_t)L * H * sizeof *kl);
         qkv_ablate_summary sum;
         qkv_error err = {0};
-        CHECK(qkv_ablate_heads(e, &sum, m, ids.data, -1, fc->n, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_ablate_heads(e, &sum, m, ids.data, NULL, fc->n, &err) == QKV_OK, "%s", err.msg);
         CHECK(sum.target == fc->target, "target %d, want %d", sum.target, fc->target);
         for (int i = 0; i < L * H; i++) kl[i] = e[i].kl;
         check_kl("capital: KL per zeroed head, every head", kl, heads.data, L * H);
@@ -305,7 +305,7 @@ TEST(ablate_library_bad_input) {
     CHECK(qkv_ablate_positions(rows, &sum, m, ids, &p, 4, &err) == QKV_ERR_INVALID && strstr(err.msg, "head"),
           "head out of range: %s", err.msg);
     qkv_ablate_effect e[1];
-    CHECK(qkv_ablate_heads(e, &sum, m, ids, 1 << 30, 4, &err) == QKV_ERR_INVALID && strstr(err.msg, "target"),
+    CHECK(qkv_ablate_heads(e, &sum, m, ids, &(qkv_ablate_params){.target = 1 << 30}, 4, &err) == QKV_ERR_INVALID && strstr(err.msg, "target"),
           "target out of range: %s", err.msg);
     qkv_model_close(m);
 }

@@ -32,7 +32,7 @@ static PyObject *summary(const qkv_ablate_summary *s) {
 
 PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args) {
     PyObject *values_obj, *top_obj, *ids_obj;
-    qkv_ablate_params p;
+    qkv_ablate_params p = {0}; /* zero: no progress callback */
     int scope, target;
     if (!PyArg_ParseTuple(args, "OOOiiii", &values_obj, &top_obj, &ids_obj, &scope, &p.layer, &p.head, &target))
         return NULL;
@@ -89,7 +89,7 @@ PyObject *pyq_ablate_heads(qkv_model *m, PyObject *args) {
     qkv_status st = QKV_ERR_NOMEM;
     if (e) {
         Py_BEGIN_ALLOW_THREADS
-        st = qkv_ablate_heads(e, &sum, m, bi.buf, target, (int)n, &err);
+        st = qkv_ablate_heads(e, &sum, m, bi.buf, &(qkv_ablate_params){.target = target}, (int)n, &err);
         Py_END_ALLOW_THREADS
     }
     double *v = bv.buf;

@@ -147,9 +147,14 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
         st = qkv_fail(err, QKV_ERR_NOMEM, "ablate: out of memory");
         goto done;
     }
+    /* tokens run: the full run (n), then per j the rows from j on (ALL) or
+     * the last row alone (LAST) */
+    const int64_t total = split ? 2 * (int64_t)n : n + (int64_t)n * (n + 1) / 2;
+    int64_t done_tokens = n; /* after pass 1 */
     /* pass 1: the full run, keeping the last row's weights */
     const qkv_hook keep_row = {.point = QKV_HOOK_PATTERN, .layer = p->layer, .fn = last_row_hook, .user = &lr};
-    if ((st = run_full(m, full, tokens, n, split, &(qkv_forward_opts){.hooks = &keep_row, .n_hooks = 1}, err)))
+    if ((st = run_full(m, full, tokens, n, split, &(qkv_forward_opts){.hooks = &keep_row, .n_hooks = 1}, err)) ||
+        (st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", err)))
         goto done;
     summarise(sum, full, V, p->target);
     /* pass 2: each position hidden in turn; only the rows that can see it
@@ -162,6 +167,8 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
             (st = qkv_model_forward(m, abl, tokens + from, n - from, 0,
                                     &(qkv_forward_opts){.exclude = &hide, .n_exclude = 1}, err)))
             goto done;
+        done_tokens += n - from;
+        if ((st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", err))) goto done;
         rows[j] = (qkv_ablate_row){.attn_mean = lr.mean[j] / lr.count, .attn_max = lr.max[j]};
         qkv_ablate_effect_of(&rows[j].effect, full, abl, V, sum->target);
         kl[j] = rows[j].effect.kl;
@@ -179,25 +186,33 @@ done:
 }
 
 qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
-                            const int32_t *tokens, int32_t target, int n, qkv_error *err) {
+                            const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err) {
+    const qkv_ablate_params defaults = {.layer = -1, .head = -1, .target = -1};
+    if (!p) p = &defaults;
     if (!effects || !sum || !m || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "ablate: a NULL argument");
     const qkv_model_config *c = qkv_model_get_config(m);
     const int V = c->n_vocab;
+    const int32_t target = p->target;
     if (n < 1 || n > qkv_model_n_ctx(m))
         return qkv_fail(err, QKV_ERR_INVALID, "ablate: %d tokens outside [1, %d]", n, qkv_model_n_ctx(m));
     qkv_status st = check_target(target, c, err);
     if (st) return st;
+    const int64_t total = (1 + (int64_t)c->n_layer * c->n_head) * n; /* tokens run: the full forward, then one per head */
     float *full = malloc((size_t)V * sizeof(float)), *abl = malloc((size_t)V * sizeof(float));
     if (!full || !abl) {
         st = qkv_fail(err, QKV_ERR_NOMEM, "ablate: out of memory");
         goto done;
     }
-    if ((st = run_full(m, full, tokens, n, 0, NULL, err))) goto done;
+    if ((st = run_full(m, full, tokens, n, 0, NULL, err)) ||
+        (st = probe_progress(p->progress, p->progress_user, n, total, "ablate", err)))
+        goto done;
     summarise(sum, full, V, target);
     for (int l = 0; l < c->n_layer; l++)
         for (int h = 0; h < c->n_head; h++) {
             const qkv_head_ref zero = {.layer = l, .head = h};
-            if ((st = run_full(m, abl, tokens, n, 0, &(qkv_forward_opts){.zero_heads = &zero, .n_zero_heads = 1}, err)))
+            const int64_t done_tokens = (2 + (int64_t)l * c->n_head + h) * n;
+            if ((st = run_full(m, abl, tokens, n, 0, &(qkv_forward_opts){.zero_heads = &zero, .n_zero_heads = 1}, err)) ||
+                (st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", err)))
                 goto done;
             qkv_ablate_effect_of(&effects[(size_t)l * c->n_head + h], full, abl, V, sum->target);
         }

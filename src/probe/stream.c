@@ -20,6 +20,19 @@ int qkv_stream_rows(const qkv_stream_params *p, int n) {
     return rows < n ? (int)rows : n;
 }
 
+/* The tokens RECOMPUTE runs again before the chunk at t0 (prepare_chunk). */
+static int recompute_prefix(const qkv_stream_params *p, int t0) {
+    const int prefix = p->window > p->chunk ? p->window - p->chunk : 0;
+    return t0 < prefix ? t0 : prefix;
+}
+
+int64_t qkv_stream_steps(const qkv_stream_params *p, int n) {
+    int64_t steps = n > 1 ? n - 1 : 0;
+    if (p->policy == QKV_STREAM_RECOMPUTE && p->chunk >= 1)
+        for (int t0 = 0; t0 < n - 1; t0 += p->chunk) steps += recompute_prefix(p, t0);
+    return steps;
+}
+
 static qkv_status check_params(const qkv_stream_params *p, qkv_error *err) {
     if (p->policy < QKV_STREAM_FULL || p->policy > QKV_STREAM_RECOMPUTE)
         return qkv_fail(err, QKV_ERR_INVALID, "stream: unknown policy %d", (int)p->policy);
@@ -51,8 +64,7 @@ static qkv_status prepare_chunk(qkv_model *m, const int32_t *tokens, int t0, con
          * (position 0 again, the sink) — sliding-window re-computation at a
          * stride of C. C >= W: no prefix, each row its last W keys. */
         qkv_status st = qkv_model_rewind(m, 0, err);
-        const int prefix = p->window > p->chunk ? p->window - p->chunk : 0;
-        const int start = t0 > prefix ? t0 - prefix : 0;
+        const int start = t0 - recompute_prefix(p, t0);
         if (st || t0 == start) return st;
         return qkv_model_forward(m, NULL, tokens + start, t0 - start, 0, o, err);
     }
@@ -86,13 +98,17 @@ qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32
         o = (qkv_forward_opts){.mask = p->sinks ? QKV_MASK_SINK_WINDOW : QKV_MASK_WINDOW,
                                .window = p->window - p->sinks, .sinks = p->sinks};
     int peak = 0;
+    const int64_t total = qkv_stream_steps(p, n);
+    int64_t done_steps = 0;
     for (int t0 = 0; t0 < n - 1 && !st; t0 += C) {
         const int c = n - 1 - t0 < C ? n - 1 - t0 : C; /* the last token is never a query */
         if ((st = prepare_chunk(m, tokens, t0, p, &o, err)) ||
             (st = qkv_model_forward(m, logits, tokens + t0, c, 1, &o, err)))
             break;
+        done_steps += c + (p->policy == QKV_STREAM_RECOMPUTE ? recompute_prefix(p, t0) : 0);
         if (qkv_model_pos(m) > peak) peak = qkv_model_pos(m);
         for (int k = 0; k < c; k++) nll[t0 + k] = (float)nll_of(logits + (size_t)k * V, V, tokens[t0 + k + 1]);
+        st = probe_progress(p->progress, p->progress_user, done_steps, total, "stream", err);
     }
     if (max_rows) *max_rows = peak;
 done:

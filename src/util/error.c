@@ -14,6 +14,7 @@ const char *qkv_status_str(qkv_status s) {
     case QKV_ERR_FULL: return "full";
     case QKV_ERR_TOO_LARGE: return "too large";
     case QKV_ERR_UNSUPPORTED: return "unsupported";
+    case QKV_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }
