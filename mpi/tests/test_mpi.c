@@ -26,6 +26,7 @@
 #include "testing.h"
 
 #include "qkv.h"
+#include "util/clock.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,12 +40,6 @@
  * 3,000-token run takes ~15 s on 2 quiet cores, 90 s at load average 15) */
 #define MPI_RUN_LIMIT "120"
 #define MPI_RUN_LIMIT_MODEL "900"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const char *env_or(const char *name, const char *fallback) {
     const char *v = getenv(name);
@@ -319,9 +314,9 @@ static void expect_dead_rank(const char *fault, const char *needle) {
     const char *argv[] = {"attend", "--q", FIX "gqa4_d16_causal_129.q.npy", "--k", FIX "gqa4_d16_causal_129.k.npy",
                           "--v", FIX "gqa4_d16_causal_129.v.npy", "--out", o, "--causal", "--timeout", "2", NULL};
     char *err = NULL;
-    const double t0 = now_s();
+    const double t0 = qkv_now_s();
     const int rc = mpi_run(3, fault, qkv_mpi(), argv, NULL, &err);
-    const double dt = now_s() - t0;
+    const double dt = qkv_now_s() - t0;
     CHECK(rc != 0 && rc != 124, "%s: exit %d (124: the job hung until timeout(1)): %s", fault, rc, err);
     CHECK(dt < 30, "%s: the job took %.1f s to end", fault, dt);
     CHECK(!test_file_exists(o), "%s: an output file was written", fault);
