@@ -27,12 +27,6 @@ static char *token_label(const qkv_tokenizer *tok, int32_t id) {
     return label;
 }
 
-/* s left-aligned in width terminal columns (CJK counts 2). */
-static void put_left(const char *s, int width) {
-    fputs(s, stdout);
-    printf("%*s", width - qkv_text_width(s) > 0 ? width - qkv_text_width(s) : 0, "");
-}
-
 /* --target: a token id, or text that is exactly one token. */
 static int parse_target(int32_t *out, const char *s, const qkv_tokenizer *tok) {
     const int V = qkv_tokenizer_n_vocab(tok);
@@ -201,11 +195,11 @@ static void print_positions(const qkv_ablate_row *rows, const qkv_ablate_summary
     for (int j = 0; j < n; j++)
         if (qkv_text_width(labels[j]) > w) w = qkv_text_width(labels[j]);
     printf("  pos  ");
-    put_left("token", w);
+    cli_put_cell("token", w, 0);
     printf("  attn mean  attn max         KL   dp target  top after\n");
     for (int j = 0; j < n; j++) {
         printf("%5d  ", j);
-        put_left(labels[j], w);
+        cli_put_cell(labels[j], w, 0);
         printf("     %6.3f    %6.3f  %9.4f  %+10.4f  %s\n", rows[j].attn_mean, rows[j].attn_max, rows[j].effect.kl,
                rows[j].effect.dp_target, after[j]);
     }
