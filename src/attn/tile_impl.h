@@ -36,7 +36,7 @@
  *     with K converted in registers, VW keys' partial vectors folded into one
  *     vector of scores by a shuffle tree; P·V converts V in registers. It
  *     streams the KV cache once, so it prefetches (prefetch_row).
- * Shapes this is measured on (BENCHMARKS.md): Llama-3.1-8B heads (G = 4,
+ * Shapes it is tuned for: Llama-3.1-8B heads (G = 4,
  * D = 128: R = 64 rows of 16 positions in prefill, 128 of 32 in wide blocks
  * (attn_flash_block_rows), R = 4 in decode) and SmolLM2 heads (G = 3,
  * D = 64: R = 63 or 126, R = 3).
@@ -295,9 +295,8 @@ static void convert_cols(float *dst, const void *src, qkv_dtype t, int n, int D,
 /* Software prefetch of a whole K/V row into L2 (prefetcht1). The decode path
  * streams the cache once; while it reads K row j of a tile it asks for K row
  * j of the next tile and V row j of this one, so both streams stay in flight
- * across 4 KiB pages, where the hardware prefetcher stops. Measured on Zen 4,
- * one core, 32K keys: f32 11.6 -> 15.7 GB/s, bf16 9.6 -> 12.4 GB/s (into L1,
- * or without it: no gain). */
+ * across 4 KiB pages, where the hardware prefetcher stops (into L2: into L1
+ * gains nothing; docs/benchmarks-history.md has the figures). */
 #define ATTN_PF_LOCALITY 2
 INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
     const char *p = row;
@@ -354,7 +353,7 @@ INLINE int tiles_next(tile_walk *w, const attn_problem *P, int p_first, int p_la
  * es * mk bytes per step along D, so each line is asked for about once per
  * 64 / (es * mk) steps and never in a burst. A burst of the whole next tile
  * (32 + 32 KiB, 1024 lines, as tile_bf16dot.h still does) stalled on the
- * fill buffers and took 8% of causal prefill on Ice Lake (BENCHMARKS.md,
+ * fill buffers and took 8% of causal prefill on Ice Lake (docs/benchmarks-history.md,
  * issue 11). Where there is no whole next tile, the addresses are this
  * tile's, already in cache. */
 
@@ -422,8 +421,8 @@ INLINE void qk_keys(float *st, float *tmax, const float *qp, const float *kp, in
  * all RP rows (qp: the packed queries, row chunks of [D, RCV * VW], see
  * rows_block): st [nk, RS], st[j][r] = q_r . k_j, and
  * tmax [RP], tmax[r] = max_j st[j][r]. K that is not f32 is converted MK
- * rows at a time into kbuf [MK, D] (measured no faster than a whole tile at
- * once, BENCHMARKS.md, issue 11, but it needs only MK rows of scratch).
+ * rows at a time into kbuf [MK, D]: as fast as a whole tile at once, with
+ * only MK rows of scratch.
  * pf_k, pf_v: row 0 of the tile to prefetch, [nk, D] in the storage type. */
 NOINLINE void qk_tile(float *st, float *tmax, const float *qp, const void *ksrc, qkv_dtype t, int nk, int D, int RP, int RS,
                       const char *pf_k, const char *pf_v, float *kbuf) {
@@ -582,11 +581,9 @@ INLINE void exp_rows(float *st, int RS, int nk, int n, const vf *m_use, vf *sum,
  * row's max score of the tile when qk_tile's is still true (no mask since),
  * else NULL and it is found here. The exponentials go two row vectors at a
  * time down all the keys, so the pair's max and running sums stay in
- * registers (two independent sums); with every row vector in the inner loop
- * (up to 16 of them with AVX2) they lived on the stack. Bit for bit the same
- * (each sum still adds its keys in order). Causal prefill at D = 64 on AVX2:
- * 1.03-1.06x at n = 2048, 0.96-1.01x at n = 4096 (medians of rounds in
- * turns); AVX-512 and D = 128 1.00x (Zen 4, BENCHMARKS.md, issue 11). */
+ * registers (two independent sums): with every row vector in the inner loop
+ * (up to 16 with AVX2) they would spill to the stack. Each sum still adds its
+ * keys in order, so the bits are those of one row at a time. */
 static void softmax_tile(float *st, float *m, float *l, float *alpha, int RP, int RS, int nk, const float *tmax) {
     enum { NRV_MAX = ATTN_MAX_ROWS / VW };
     const int nrv = RP / VW;

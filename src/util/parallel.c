@@ -45,7 +45,7 @@
 #include <unistd.h>
 
 #define POOL_MAX_THREADS 256 /* larger requests run on this many threads */
-#ifndef POOL_SPIN /* -DPOOL_SPIN=N builds the variants BENCHMARKS.md compares */
+#ifndef POOL_SPIN /* -DPOOL_SPIN=N builds the variants docs/benchmarks-history.md compares */
 #define POOL_SPIN 256 /* pauses before a waiting thread sleeps on a crowded machine (~4 us on Ice Lake) */
 #endif
 #define POOL_SPIN_LONG 32768 /* ... and on a machine with a CPU free for each of the loop's threads (~0.5 ms) */
@@ -117,7 +117,7 @@ int pool_parse_runnable(const char *loadavg) {
  * (spinning or still running a loop): those are taken out, or our own
  * threads would be the load (with a busy process on each of 2 CPUs, 3 or 4
  * runnable, as the worker slept or not: the long spin half of the time,
- * 24% of qkv run's CPU time in the worker's spin, BENCHMARKS.md).
+ * 24% of qkv run's CPU time in the worker's spin, docs/benchmarks-history.md).
  * Unreadable: the short spin. */
 static void pool_read_load(int team) {
     static struct timespec last;
