@@ -3,6 +3,8 @@
 n = tokens, V = vocabulary, L = layers, Hq = query heads. forward, run_with_cache,
 run_with_hooks, attention and sinks each run their ids as a fresh sequence from
 position 0; an intervention (zero_heads=, a hook) lasts for that call only.
+The long calls (attention, sinks, inspect, ablate, stream, needle) take
+progress=: None, True (a bar) or fn(done, total) (_progress.py).
 """
 import codecs
 import dataclasses
@@ -14,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from . import _hooks, _qkv
+from . import _hooks, _progress, _qkv
 
 # qkv needle's defaults (cli/cmd_needle.c)
 GPL3 = "/usr/share/common-licenses/GPL-3"
@@ -324,11 +326,12 @@ class Model:
 
     # --------------------------------------------------------- attention
 
-    def attention(self, ids, *, layer=None, head=None, layers=None, heads=None, rows=None):
+    def attention(self, ids, *, layer=None, head=None, layers=None, heads=None, rows=None, progress=None):
         """Exact attention weights of the sequence ids, recomputed from the kernel's LSE:
         w[i, j] = exp(scale * q_i . k_j - lse_i), 0 where masked.
         layer=, head= (ints): [n_rows, n]. layers=, heads= (lists): [layers, heads, n_rows, n].
-        rows: query positions (default all, in order)."""
+        rows: query positions (default all, in order). progress: None, True (a bar) or
+        fn(done, total), after each layer of the forward call (of n_layer)."""
         ids = self._ids(ids)
         n = len(ids)
         self._fits(n)
@@ -349,31 +352,35 @@ class Model:
                 raise ValueError(f"{name}: an entry is repeated")
         order = np.argsort(ls, kind="stable")  # the engine takes layers in increasing order
         out = np.empty((len(ls), len(hs), len(rs), n), dtype=np.float32)
-        self._c.maps(out, ids, np.ascontiguousarray(ls[order], dtype=np.int32),
-                     np.ascontiguousarray(hs, dtype=np.int32), np.ascontiguousarray(rs, dtype=np.int32))
+        with _progress.Progress(progress, "attention", "layers", self.config.n_layer) as pr:
+            self._c.maps(out, ids, np.ascontiguousarray(ls[order], dtype=np.int32),
+                         np.ascontiguousarray(hs, dtype=np.int32), np.ascontiguousarray(rs, dtype=np.int32), pr.fn)
         if not np.array_equal(order, np.arange(len(ls))):
             out = out[np.argsort(order)]
         return out[0, 0] if single else out
 
-    def sinks(self, ids, *, n_first=4, skip=16, every=16):
+    def sinks(self, ids, *, n_first=4, skip=16, every=16, progress=None):
         """Attention sinks of the sequence ids, per layer and head (qkv sinks): a dict of
         float64 [L, Hq] arrays — sink (weight on token 0), first (on tokens 0..n_first-1),
         top_other, top_other_dist, sink_top, entropy (from every `every`-th row) — and
-        int64 [L, Hq] n_rows, n_sampled. Rows at positions < skip are left out."""
+        int64 [L, Hq] n_rows, n_sampled. Rows at positions < skip are left out.
+        progress: as attention's (per layer)."""
         ids = self._ids(ids)
         self._fits(len(ids))
         L, H = self.config.n_layer, self.config.n_head
         means = np.empty((6, L, H), dtype=np.float64)
         counts = np.empty((2, L, H), dtype=np.int64)
-        self._c.sinks(means, counts, ids, int(n_first), int(skip), int(every))
+        with _progress.Progress(progress, "sinks", "layers", L) as pr:
+            self._c.sinks(means, counts, ids, int(n_first), int(skip), int(every), pr.fn)
         out = {name: means[i] for i, name in enumerate(_SINK_FIELDS)}
         out["n_rows"], out["n_sampled"] = counts[0], counts[1]
         return out
 
-    def inspect(self, ids, *, layers=None, heads=None, title=None):
+    def inspect(self, ids, *, layers=None, heads=None, title=None, progress=None):
         """The attention maps of the sequence ids (a str is tokenized), layers x heads
         (default all), as `qkv inspect --html --png` draws them, in one forward pass;
-        returns an Inspection (inline in Jupyter, .save_html(path), .save_png(path))."""
+        returns an Inspection (inline in Jupyter, .save_html(path), .save_png(path)).
+        progress: as attention's (per layer)."""
         ids = self.tokenize(ids) if isinstance(ids, str) else self._ids(ids)
         self._fits(len(ids))
         ls = np.arange(self.config.n_layer) if layers is None else np.atleast_1d(np.asarray(layers))
@@ -390,15 +397,15 @@ class Model:
                      f"{len(hs)} head{'s' * (len(hs) != 1)}")
         subtitle = (f"qkv {_qkv.version()} inspect; weights recomputed from q, K and the kernel's LSE: "
                     f"w = exp(q\u00b7k/\u221a{c.head_dim} - lse)")
-        with tempfile.TemporaryDirectory() as d:
+        with tempfile.TemporaryDirectory() as d, _progress.Progress(progress, "inspect", "layers", c.n_layer) as pr:
             path = os.path.join(d, "inspect.html")
             figure = self._c.inspect_maps(path, ids, np.ascontiguousarray(ls, dtype=np.int32),
-                                          np.ascontiguousarray(hs, dtype=np.int32), title, subtitle)
+                                          np.ascontiguousarray(hs, dtype=np.int32), title, subtitle, pr.fn)
             with open(path, encoding="utf-8") as f:
                 page = f.read()
         return Inspection(page, figure, n, ls, hs)
 
-    def ablate(self, ids, *, scope="all", layer=None, head=None, target=None, heads=False):
+    def ablate(self, ids, *, scope="all", layer=None, head=None, target=None, heads=False, progress=None):
         """Weight against influence (qkv ablate): the next-token distribution of the
         last position with key j hidden, for every position j, as a dict of the CLI's
         JSON fields — target, p_target, top_full, scope, layer, head, and [n] arrays
@@ -406,7 +413,10 @@ class Model:
         kl (KL(p_full || p_ablated), nats), dp_target, top_after; spearman_attn_kl.
         scope "all": j leaves every row; "last": only the final row. layer=, head=
         scope the hiding (default every layer / head). heads=True instead zeroes each
-        head's output in turn: kl, dp_target, top_after as [L, Hq] arrays."""
+        head's output in turn: kl, dp_target, top_after as [L, Hq] arrays.
+        progress: None, True (a bar) or fn(done, total) in tokens run, after each
+        forward call: n + n(n+1)/2 in all (scope "all"), 2n ("last"), (1 + L Hq) n
+        (heads=True)."""
         ids = self._ids(ids)
         self._fits(len(ids))
         n, c = len(ids), self.config
@@ -418,7 +428,8 @@ class Model:
                 raise ValueError("heads=True zeroes every head in turn: no scope, layer or head")
             values = np.empty((2, c.n_layer, c.n_head), dtype=np.float64)
             top = np.empty((c.n_layer, c.n_head), dtype=np.int32)
-            t, p, top_full, _ = self._c.ablate_heads(values, top, ids, tgt)
+            with _progress.Progress(progress, "ablate --heads", "tokens") as pr:
+                t, p, top_full, _ = self._c.ablate_heads(values, top, ids, tgt, pr.fn)
             return dict(target=t, p_target=p, top_full=top_full, n_layer=c.n_layer, n_head=c.n_head,
                         kl=values[0], dp_target=values[1], top_after=top)
         if scope not in ("all", "last"):
@@ -427,21 +438,25 @@ class Model:
         top = np.empty(n, dtype=np.int32)
         li = -1 if layer is None else int(layer)
         hi = -1 if head is None else int(head)
-        t, p, top_full, rho = self._c.ablate_positions(values, top, ids, 0 if scope == "all" else 1, li, hi, tgt)
+        with _progress.Progress(progress, "ablate", "tokens") as pr:
+            t, p, top_full, rho = self._c.ablate_positions(values, top, ids, 0 if scope == "all" else 1, li, hi, tgt,
+                                                           pr.fn)
         return dict(target=t, p_target=p, top_full=top_full, scope=scope, layer=layer, head=head,
                     attn_mean=values[0], attn_max=values[1], kl=values[2], dp_target=values[3], top_after=top,
                     spearman_attn_kl=None if np.isnan(rho) else rho)
 
     # ------------------------------------------------------------ stream
 
-    def stream(self, ids, *, window=256, sinks=4, chunk=64):
+    def stream(self, ids, *, window=256, sinks=4, chunk=64, progress=None):
         """Perplexity of the sequence ids under a bounded KV cache (qkv stream), every
         token scored once, the text read in chunks of `chunk` tokens: the CLI's JSON
         fields as a dict — window, sinks, chunk, n_tokens, variants (a list of dicts:
         name, positions, ppl, tokens_per_s, kv_bytes, and nll float32 [n - 1]) for
         full, window/orig, window/shifted, sinks/orig, sinks/shifted and recompute
         (qkv_stream_score's policies), chunk_start int [chunks] and chunk_nll float64
-        [variants, chunks] (mean NLL per chunk). The model's context must hold n."""
+        [variants, chunks] (mean NLL per chunk). The model's context must hold n.
+        progress: None, True (a bar) or fn(done, total) in tokens run, after each
+        chunk, counted over the six variants together."""
         ids = self._ids(ids)
         self._fits(len(ids))
         n, c = len(ids), self.config
@@ -451,14 +466,20 @@ class Model:
             raise ValueError(f"need window >= 1, 0 <= sinks < window and chunk >= 1, got {window}, {sinks}, {chunk}")
         row_bytes = c.n_layer * 2 * c.n_kv_head * c.head_dim * self._kv_elem
         variants = []
-        for name, positions, policy, cache in _STREAM_VARIANTS:
-            nll = np.empty(n - 1, dtype=np.float32)
-            t0 = time.perf_counter()
-            rows = self._c.stream_score(nll, ids, policy, cache, int(window), int(sinks), int(chunk))
-            dt = time.perf_counter() - t0
-            variants.append(dict(name=name, positions=positions, ppl=float(np.exp(nll.astype(np.float64).mean())),
-                                 tokens_per_s=(n - 1) / dt if dt > 0 else float("inf"), kv_bytes=rows * row_bytes,
-                                 nll=nll))
+        steps = [_qkv.stream_steps(n, policy, int(window), int(sinks), int(chunk))
+                 for _, _, policy, _ in _STREAM_VARIANTS]
+        with _progress.Progress(progress, "stream", "tokens", sum(steps)) as pr:
+            for k, (name, positions, policy, cache) in enumerate(_STREAM_VARIANTS):
+                pr.stage(f"stream {name} ({k + 1}/{len(_STREAM_VARIANTS)})")
+                nll = np.empty(n - 1, dtype=np.float32)
+                t0 = time.perf_counter()
+                rows = self._c.stream_score(nll, ids, policy, cache, int(window), int(sinks), int(chunk),
+                                            pr.part(sum(steps[:k]), sum(steps)))
+                dt = time.perf_counter() - t0
+                variants.append(dict(name=name, positions=positions,
+                                     ppl=float(np.exp(nll.astype(np.float64).mean())),
+                                     tokens_per_s=(n - 1) / dt if dt > 0 else float("inf"),
+                                     kv_bytes=rows * row_bytes, nll=nll))
         starts = np.arange(0, n - 1, chunk)
         chunk_nll = np.array([[v["nll"][a:a + chunk].astype(np.float64).mean() for a in starts] for v in variants])
         return dict(window=window, sinks=sinks, chunk=chunk, n_tokens=n, variants=variants, chunk_start=starts,
@@ -467,7 +488,7 @@ class Model:
     # ------------------------------------------------------------ needle
 
     def needle(self, haystack=None, *, lengths=(1024, 2048, 4096, 8192), depths=(0, 25, 50, 75, 100),
-               needle=NEEDLE, question=QUESTION, answer=ANSWER, system=None, max_answer=16):
+               needle=NEEDLE, question=QUESTION, answer=ANSWER, system=None, max_answer=16, progress=None):
         """Needle in a haystack with attention telemetry (qkv needle): for each length
         (prompt + max_answer tokens) and depth (percent) the needle sentence goes into
         the haystack text (default: the GPL-3 file) at a sentence boundary, the question
@@ -478,7 +499,9 @@ class Model:
         needle_mass_by_layer [L] (max over heads), needle_mass_mean_by_layer [L],
         answer_step, answer_mass_max, answer_mass_mean, answer_mass_by_layer [L] or None)
         and retrieval_heads (dicts layer, head, score, best first) with retrieval
-        float64 [L, Hq]. The model's context must hold the longest length."""
+        float64 [L, Hq]. The model's context must hold the longest length.
+        progress: None, True (a bar) or fn(done, total) after each cell, in tokens
+        (each cell counts its length, as the CLI's line)."""
         if haystack is None:
             with open(GPL3, encoding="utf-8") as f:
                 haystack = f.read()
@@ -509,30 +532,35 @@ class Model:
         L, H, A = c.n_layer, c.n_head, int(max_answer)
         retrieval = np.zeros((L, H), dtype=np.float64)
         sysb = None if system is None else system.encode("utf-8")
-        cells = []
-        for length in lengths:
-            for depth in depths:
-                pids, pos, nlen, _ = self._c.needle_prompt(hay, needle.encode("utf-8"), question.encode("utf-8"),
-                                                            sysb, A, length, float(depth))
-                ids = np.frombuffer(pids, dtype=np.int32).copy()
-                reply = np.empty(A, dtype=np.int32)
-                mass = np.zeros((2, L), dtype=np.float64)
-                step = np.zeros((2, A, L), dtype=np.float64)
-                k = self._c.needle_run(reply, mass, step, retrieval, ids, pos, nlen)
-                reply = reply[:k]
-                raw = self._c.detokenize(reply, True)
-                text = raw.decode("utf-8", "replace")
-                at = raw.lower().find(answer.encode("utf-8").lower())  # bytes: ASCII folding, byte offsets
-                cell = dict(length=length, depth=depth, tokens=len(ids), needle_pos=pos, needle_tokens=nlen,
-                            correct=at >= 0, answer=text, needle_mass_max=float(mass[0].max()),
-                            needle_mass_mean=float(mass[1].mean()), needle_mass_by_layer=mass[0],
-                            needle_mass_mean_by_layer=mass[1], answer_step=None, answer_mass_max=None,
-                            answer_mass_mean=None, answer_mass_by_layer=None)
-                if at >= 0:
-                    s = self._answer_step(reply, at)
-                    cell.update(answer_step=s, answer_mass_max=float(step[0, s].max()),
-                                answer_mass_mean=float(step[1, s].mean()), answer_mass_by_layer=step[0, s])
-                cells.append(cell)
+        cells, done = [], 0
+        total = sum(lengths) * len(depths)
+        with _progress.Progress(progress, "needle", "tokens", total) as pr:
+            for length in lengths:
+                for depth in depths:
+                    pr.stage(f"needle {length} tokens, depth {depth}% ({len(cells) + 1}/{len(lengths) * len(depths)})")
+                    pids, pos, nlen, _ = self._c.needle_prompt(hay, needle.encode("utf-8"), question.encode("utf-8"),
+                                                                sysb, A, length, float(depth))
+                    ids = np.frombuffer(pids, dtype=np.int32).copy()
+                    reply = np.empty(A, dtype=np.int32)
+                    mass = np.zeros((2, L), dtype=np.float64)
+                    step = np.zeros((2, A, L), dtype=np.float64)
+                    k = self._c.needle_run(reply, mass, step, retrieval, ids, pos, nlen)
+                    reply = reply[:k]
+                    raw = self._c.detokenize(reply, True)
+                    text = raw.decode("utf-8", "replace")
+                    at = raw.lower().find(answer.encode("utf-8").lower())  # bytes: ASCII folding, byte offsets
+                    cell = dict(length=length, depth=depth, tokens=len(ids), needle_pos=pos, needle_tokens=nlen,
+                                correct=at >= 0, answer=text, needle_mass_max=float(mass[0].max()),
+                                needle_mass_mean=float(mass[1].mean()), needle_mass_by_layer=mass[0],
+                                needle_mass_mean_by_layer=mass[1], answer_step=None, answer_mass_max=None,
+                                answer_mass_mean=None, answer_mass_by_layer=None)
+                    if at >= 0:
+                        s = self._answer_step(reply, at)
+                        cell.update(answer_step=s, answer_mass_max=float(step[0, s].max()),
+                                    answer_mass_mean=float(step[1, s].mean()), answer_mass_by_layer=step[0, s])
+                    cells.append(cell)
+                    done += length
+                    pr.report(done, total)
         retrieval /= len(cells)
         order = sorted(range(L * H), key=lambda i: -retrieval.flat[i])  # stable: ties by (layer, head)
         heads = [dict(layer=i // H, head=i % H, score=float(retrieval.flat[i])) for i in order]

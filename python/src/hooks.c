@@ -24,7 +24,7 @@
 
 /* A hook's exception leaves the error indicator while the forward stops,
  * and is put back when it has returned. */
-static void exc_save(pyq_exc *e) {
+void pyq_exc_save(pyq_exc *e) {
 #if PY_VERSION_HEX >= 0x030C0000
     e->type = e->tb = NULL;
     e->value = PyErr_GetRaisedException();
@@ -34,7 +34,7 @@ static void exc_save(pyq_exc *e) {
 #endif
 }
 
-static void exc_restore(pyq_exc *e) {
+void pyq_exc_restore(pyq_exc *e) {
 #if PY_VERSION_HEX >= 0x030C0000
     PyErr_SetRaisedException(e->value);
 #else
@@ -43,7 +43,7 @@ static void exc_restore(pyq_exc *e) {
     e->type = e->value = e->tb = NULL;
 }
 
-static void exc_clear(pyq_exc *e) {
+void pyq_exc_clear(pyq_exc *e) {
     Py_CLEAR(e->type);
     Py_CLEAR(e->value);
     Py_CLEAR(e->tb);
@@ -112,7 +112,7 @@ static qkv_status hook_trampoline(void *user, const qkv_activation *a, qkv_error
     }
     if (!st && !r) {
         /* only the first exception is kept: the forward stops at it */
-        if (!h->raised->type && !h->raised->value) exc_save(h->raised);
+        if (!h->raised->type && !h->raised->value) pyq_exc_save(h->raised);
         else PyErr_Clear();
         st = err->status = QKV_ERR_INVALID;
         snprintf(err->msg, sizeof err->msg, "the Python hook at %s raised", name);
@@ -186,7 +186,7 @@ void pyq_forward_free(pyq_forward *f) {
     free(f->hooks);
     free(f->calls);
     free(f->zero);
-    exc_clear(&f->raised);
+    pyq_exc_clear(&f->raised);
     memset(f, 0, sizeof *f);
 }
 
@@ -194,7 +194,7 @@ PyObject *pyq_forward_done(pyq_forward *f, qkv_status st, const qkv_error *err) 
     const int raised = f->raised.type || f->raised.value;
     if (raised) {
         PyErr_Clear(); /* the hook's own exception explains the failure better than any other */
-        exc_restore(&f->raised);
+        pyq_exc_restore(&f->raised);
     }
     pyq_forward_free(f);
     if (raised || PyErr_Occurred()) return NULL;

@@ -4,8 +4,9 @@
  * embedded render/inspect_page.html) and the figure of --png (render/png.c,
  * the same defaults: linear colours, the panel sizes of qkv_png_params' 0),
  * both fed by the inspect hook row by row in one forward pass:
- *   inspect_maps(path, ids, layers, heads, title, subtitle) -> figure
+ *   inspect_maps(path, ids, layers, heads, title, subtitle, progress=None) -> figure
  *     ids [n] int32; layers [nl], heads [nh] int32 (layers increasing);
+ *     progress: None or fn(done, total) after each layer (progress.c);
  *     the page is written at path; the figure is a capsule holding the maps
  *     max-pooled to the PNG's panels (qkv_png_maps), drawn only when saved.
  *   png_save(figure, path)     encodes it and writes path whole or not at all
@@ -38,7 +39,7 @@ static int page_row(void *user, int li, int hi, int row, const float *w, int n_k
  * failure in *err (*png NULL then). Runs without the GIL. */
 static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokenizer *tok, const char *path,
                              const int32_t *ids, int n, const int *layers, int nl, const int *heads, int nh,
-                             const char *title, const char *subtitle, qkv_error *err) {
+                             const char *title, const char *subtitle, pyq_progress *pr, qkv_error *err) {
     *png = NULL;
     const char **pieces = malloc((size_t)n * sizeof *pieces);
     size_t *lens = malloc((size_t)n * sizeof *lens);
@@ -66,7 +67,7 @@ static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokeniz
     if ((st = qkv_inspect_init(&in, qkv_model_get_config(m), &ip, err))) goto done;
     if ((st = qkv_png_maps_init(&sink.png, &info, NULL, err))) goto done;
     if ((st = qkv_html_open(&sink.html, path, &info, err))) goto done;
-    if ((st = pyq_pattern_pass(m, ids, n, qkv_inspect_hook, in, err))) {
+    if ((st = pyq_pattern_pass(m, ids, n, qkv_inspect_hook, in, pr, err))) {
         if (sink.err.msg[0]) *err = sink.err; /* the page's writer failed: its own error, not the hook's */
         goto done;
     }
@@ -86,13 +87,15 @@ done:
 static void figure_free(PyObject *capsule) { qkv_png_maps_free(PyCapsule_GetPointer(capsule, FIGURE)); }
 
 PyObject *pyq_inspect_maps(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
-    PyObject *path_obj, *ids_obj, *layers_obj, *heads_obj;
+    PyObject *path_obj, *ids_obj, *layers_obj, *heads_obj, *progress = NULL;
     const char *title, *subtitle;
-    if (!PyArg_ParseTuple(args, "O&OOOss", PyUnicode_FSConverter, &path_obj, &ids_obj, &layers_obj, &heads_obj,
-                          &title, &subtitle))
+    if (!PyArg_ParseTuple(args, "O&OOOss|O", PyUnicode_FSConverter, &path_obj, &ids_obj, &layers_obj, &heads_obj,
+                          &title, &subtitle, &progress))
         return NULL;
     Py_buffer bi = {0}, bl = {0}, bh = {0};
     PyObject *r = NULL;
+    pyq_progress pr;
+    if (pyq_progress_init(&pr, progress, qkv_model_get_config(m)->n_layer) < 0) goto fail;
     if (PyObject_GetBuffer(ids_obj, &bi, PyBUF_C_CONTIGUOUS) < 0) goto fail;
     Py_ssize_t n = bi.len / 4;
     PyBuffer_Release(&bi);
@@ -114,11 +117,12 @@ PyObject *pyq_inspect_maps(qkv_model *m, const qkv_tokenizer *tok, PyObject *arg
     qkv_png_maps *png = NULL;
     const char *path = PyBytes_AS_STRING(path_obj);
     Py_BEGIN_ALLOW_THREADS
-    st = write_page(&png, m, tok, path, bi.buf, (int)n, bl.buf, (int)nl, bh.buf, (int)nh, title, subtitle, &err);
+    st = write_page(&png, m, tok, path, bi.buf, (int)n, bl.buf, (int)nl, bh.buf, (int)nh, title, subtitle, &pr, &err);
     Py_END_ALLOW_THREADS
     if (st) pyq_raise(&err);
     else if (!(r = PyCapsule_New(png, FIGURE, figure_free))) qkv_png_maps_free(png);
 fail:
+    if (pyq_progress_done(&pr) < 0) Py_CLEAR(r);
     if (bi.obj) PyBuffer_Release(&bi);
     if (bl.obj) PyBuffer_Release(&bl);
     if (bh.obj) PyBuffer_Release(&bh);

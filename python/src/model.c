@@ -5,13 +5,16 @@
  *   forward(logits, ids, all, hooks=None, zero_heads=None):  ids [n] int32;
  *       logits [n, V] (all) or [1, V] f32, or None; the call's hooks and
  *       zeroed heads (hooks.c)
- *   maps(out, ids, layers, heads, rows):  out [nl, nh, nr, n] f32 exact weights
- *   sinks(means, counts, ids, n_first, skip, every):  means [6, L, Hq] f64, counts [2, L, Hq] int64
+ *   maps(out, ids, layers, heads, rows, progress=None):  out [nl, nh, nr, n] f32 exact weights
+ *   sinks(means, counts, ids, n_first, skip, every, progress=None):  means [6, L, Hq] f64, counts [2, L, Hq] int64
  *   inspect_maps(path, ids, layers, heads, title, subtitle) -> figure:  the qkv inspect --html page
  *       at path and the --png figure's maps (inspect.c)
  *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
+ * progress (here and in the probes' files): None or fn(done, total), called
+ * after each layer (maps, sinks, inspect_maps) or forward call (ablate,
+ * stream); an exception it raises stops the call and comes out of it (progress.c).
  */
 #include "qkv_py.h"
 
@@ -243,9 +246,11 @@ static PyObject *model_pos(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------- maps */
 
-qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, qkv_error *err) {
-    const qkv_hook probe = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = fn, .user = user};
-    const qkv_forward_opts o = {.hooks = &probe, .n_hooks = 1};
+qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, pyq_progress *pr,
+                            qkv_error *err) {
+    const qkv_hook hooks[2] = {{.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = fn, .user = user},
+                               {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = pyq_progress_layer, .user = pr}};
+    const qkv_forward_opts o = {.hooks = hooks, .n_hooks = pr && pr->fn ? 2 : 1};
     qkv_status st = qkv_model_rewind(m, 0, err);
     if (st == QKV_OK) st = qkv_model_forward(m, NULL, ids, n, 0, &o, err);
     qkv_model_rewind(m, 0, NULL);
@@ -267,13 +272,18 @@ static int maps_row(void *user, int li, int hi, int row, const float *w, int n_k
 }
 
 static PyObject *model_maps(PyObject *self, PyObject *args) {
-    PyObject *out_obj, *ids_obj, *layers_obj, *heads_obj, *rows_obj;
-    if (!PyArg_ParseTuple(args, "OOOOO", &out_obj, &ids_obj, &layers_obj, &heads_obj, &rows_obj)) return NULL;
+    PyObject *out_obj, *ids_obj, *layers_obj, *heads_obj, *rows_obj, *progress = NULL;
+    if (!PyArg_ParseTuple(args, "OOOOO|O", &out_obj, &ids_obj, &layers_obj, &heads_obj, &rows_obj, &progress))
+        return NULL;
+    model_object *o = (model_object *)self;
+    if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
+    pyq_progress pr;
+    if (pyq_progress_init(&pr, progress, qkv_model_get_config(o->m)->n_layer) < 0) return NULL;
     Py_buffer bo = {0}, bi = {0}, bla = {0}, bhe = {0}, bro = {0};
     Py_ssize_t n, nl, nh, nr;
     PyObject *r = NULL;
     int *slot = NULL;
-    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (int32_list(&bi, ids_obj, &n, "ids") < 0) goto done;
     if (int32_list(&bla, layers_obj, &nl, "layers") < 0) goto done;
     if (int32_list(&bhe, heads_obj, &nh, "heads") < 0) goto done;
     if (int32_list(&bro, rows_obj, &nr, "rows") < 0) goto done;
@@ -296,8 +306,7 @@ static PyObject *model_maps(PyObject *self, PyObject *args) {
         }
         slot[row] = (int)i;
     }
-    model_object *o = model_enter(self);
-    if (!o) goto done;
+    if (!model_enter(self)) goto done;
     maps_sink sink = {bo.buf, slot, (int)nh, (int)nr, (int)n};
     memset(bo.buf, 0, (size_t)bo.len);
     qkv_inspect_params ip = {.layers = bla.buf, .n_layers = (int)nl, .heads = bhe.buf, .n_heads = (int)nh,
@@ -307,13 +316,14 @@ static PyObject *model_maps(PyObject *self, PyObject *args) {
     qkv_status st;
     Py_BEGIN_ALLOW_THREADS
     st = qkv_inspect_init(&in, qkv_model_get_config(o->m), &ip, &err);
-    if (st == QKV_OK) st = pyq_pattern_pass(o->m, bi.buf, (int)n, qkv_inspect_hook, in, &err);
+    if (st == QKV_OK) st = pyq_pattern_pass(o->m, bi.buf, (int)n, qkv_inspect_hook, in, &pr, &err);
     qkv_inspect_free(in);
     Py_END_ALLOW_THREADS
     pyq_leave(&o->busy);
     if (st) pyq_raise(&err);
     else r = Py_None, Py_INCREF(r);
 done:
+    if (pyq_progress_done(&pr) < 0) Py_CLEAR(r);
     free(slot);
     Py_buffer *all[] = {&bo, &bi, &bla, &bhe, &bro};
     for (size_t i = 0; i < 5; i++)
@@ -324,9 +334,10 @@ done:
 /* --------------------------------------------------------------- sinks */
 
 static PyObject *model_sinks(PyObject *self, PyObject *args) {
-    PyObject *means_obj, *counts_obj, *ids_obj;
+    PyObject *means_obj, *counts_obj, *ids_obj, *progress = NULL;
     qkv_sinks_params sp = qkv_sinks_params_default();
-    if (!PyArg_ParseTuple(args, "OOOiii", &means_obj, &counts_obj, &ids_obj, &sp.n_first, &sp.skip, &sp.every))
+    if (!PyArg_ParseTuple(args, "OOOiii|O", &means_obj, &counts_obj, &ids_obj, &sp.n_first, &sp.skip, &sp.every,
+                          &progress))
         return NULL;
     model_object *o = (model_object *)self;
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
@@ -339,6 +350,9 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     if (pyq_buffer(&bm, means_obj, PYQ_F64, 6 * LH, 1, "means") < 0) return PyBuffer_Release(&bi), NULL;
     if (pyq_buffer(&bc, counts_obj, PYQ_I64, 2 * LH, 1, "counts") < 0)
         return PyBuffer_Release(&bi), PyBuffer_Release(&bm), NULL;
+    pyq_progress pr;
+    if (pyq_progress_init(&pr, progress, cfg->n_layer) < 0)
+        return PyBuffer_Release(&bi), PyBuffer_Release(&bm), PyBuffer_Release(&bc), NULL;
     qkv_error err = {0};
     qkv_status st = QKV_OK;
     if (model_enter(self)) {
@@ -347,7 +361,7 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
         qkv_sinks *s = NULL;
         Py_BEGIN_ALLOW_THREADS
         st = qkv_sinks_init(&s, cfg, &sp, &err);
-        if (st == QKV_OK) st = pyq_pattern_pass(o->m, bi.buf, (int)n, qkv_sinks_hook, s, &err);
+        if (st == QKV_OK) st = pyq_pattern_pass(o->m, bi.buf, (int)n, qkv_sinks_hook, s, &pr, &err);
         for (Py_ssize_t i = 0; st == QKV_OK && i < LH; i++) {
             const qkv_sinks_head *h = qkv_sinks_get(s, (int)(i / cfg->n_head), (int)(i % cfg->n_head));
             const double v[6] = {h->sink, h->first, h->top_other, h->top_other_dist, h->sink_top, h->entropy};
@@ -362,7 +376,7 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     PyBuffer_Release(&bi);
     PyBuffer_Release(&bm);
     PyBuffer_Release(&bc);
-    if (PyErr_Occurred()) return NULL;
+    if (pyq_progress_done(&pr) < 0 || PyErr_Occurred()) return NULL;
     if (st) return pyq_raise(&err);
     Py_RETURN_NONE;
 }
@@ -426,16 +440,18 @@ static PyMethodDef model_methods[] = {
      "forward(logits or None, ids, all_logits, hooks=None, zero_heads=None): appends to the cache."},
     {"rewind", model_rewind, METH_VARARGS, "rewind(pos)."},
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
-    {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows): exact attention weights."},
-    {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every)."},
-    {"ablate_positions", model_ablate_positions, METH_VARARGS, "ablate_positions(values, top, ids, scope, layer, head, target)."},
-    {"ablate_heads", model_ablate_heads, METH_VARARGS, "ablate_heads(values, top, ids, target)."},
-    {"stream_score", model_stream_score, METH_VARARGS, "stream_score(nll, ids, policy, cache, window, sinks, chunk) -> max_rows."},
+    {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows, progress=None): exact attention weights."},
+    {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every, progress=None)."},
+    {"ablate_positions", model_ablate_positions, METH_VARARGS,
+     "ablate_positions(values, top, ids, scope, layer, head, target, progress=None)."},
+    {"ablate_heads", model_ablate_heads, METH_VARARGS, "ablate_heads(values, top, ids, target, progress=None)."},
+    {"stream_score", model_stream_score, METH_VARARGS,
+     "stream_score(nll, ids, policy, cache, window, sinks, chunk, progress=None) -> max_rows."},
     {"needle_prompt", model_needle_prompt, METH_VARARGS,
      "needle_prompt(hay, needle, question, system, max_answer, length, depth) -> (ids, needle_pos, needle_len, hay_tokens)."},
     {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
     {"inspect_maps", model_inspect_maps, METH_VARARGS,
-     "inspect_maps(path, ids, layers, heads, title, subtitle) -> the PNG figure (a capsule)."},
+     "inspect_maps(path, ids, layers, heads, title, subtitle, progress=None) -> the PNG figure (a capsule)."},
     {NULL, NULL, 0, NULL},
 };
 

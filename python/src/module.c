@@ -11,6 +11,7 @@ PyObject *pyq_raise(const qkv_error *e) {
     PyObject *type = PyExc_ValueError;
     if (e->status == QKV_ERR_IO) type = PyExc_OSError;
     if (e->status == QKV_ERR_NOMEM) type = PyExc_MemoryError;
+    if (e->status == QKV_ERR_CANCELLED) type = PyExc_RuntimeError; /* a callback that raised re-raises its own */
     PyErr_SetString(type, e->msg[0] ? e->msg : qkv_status_str(e->status));
     return NULL;
 }
@@ -122,6 +123,7 @@ PyMODINIT_FUNC PyInit__qkv(void) {
     if (!m) return NULL;
     if (PyModule_AddFunctions(m, module_methods) < 0 || PyModule_AddFunctions(m, pyq_attention_methods) < 0 ||
         PyModule_AddFunctions(m, pyq_inspect_methods) < 0 || PyModule_AddFunctions(m, pyq_hook_methods) < 0 ||
+        PyModule_AddFunctions(m, pyq_stream_methods) < 0 ||
         pyq_add_kv_cache(m) < 0 || pyq_add_model(m) < 0 || pyq_add_sampler(m) < 0) {
         Py_DECREF(m);
         return NULL;

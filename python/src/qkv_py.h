@@ -20,7 +20,8 @@
 typedef enum { PYQ_F32 = 0, PYQ_F16 = 1, PYQ_U16 = 2, PYQ_I32 = 3, PYQ_I64 = 4, PYQ_F64 = 5 } pyq_elem;
 
 /* Raises the exception for e->status (QKV_ERR_IO: OSError, QKV_ERR_NOMEM:
- * MemoryError, anything else: ValueError) with e->msg; returns NULL. */
+ * MemoryError, QKV_ERR_CANCELLED: RuntimeError, anything else: ValueError)
+ * with e->msg; returns NULL. */
 PyObject *pyq_raise(const qkv_error *e);
 
 /* Gets a C-contiguous buffer of exactly count elements of kind elem from obj
@@ -45,6 +46,16 @@ static inline void pyq_leave(int *busy) { *busy = 0; }
  * None) is held in *ex until PyBuffer_Release (ex->obj NULL if none). */
 int pyq_mask(qkv_mask *m, Py_buffer *ex, int kind, int window, int sinks, PyObject *exclude);
 
+/* A Python exception taken out of the error indicator while C code that
+ * cannot pass it on runs (a hook, a progress callback), and put back when
+ * that code has returned (hooks.c). save and restore need the GIL. */
+typedef struct {
+    PyObject *type, *value, *tb; /* 3.12+: value only */
+} pyq_exc;
+void pyq_exc_save(pyq_exc *e);    /* e <- the error indicator, which is cleared */
+void pyq_exc_restore(pyq_exc *e); /* the error indicator <- e, which is emptied */
+void pyq_exc_clear(pyq_exc *e);   /* drops e's exception */
+
 /* One forward call's options from Python (hooks.c): hooks [(name, fn)] as
  * qkv_hooks calling fn with the GIL, zero_heads an int32 [k, 2] buffer of
  * (layer, head); either may be NULL or None. Build with the GIL held (-1 with
@@ -52,9 +63,6 @@ int pyq_mask(qkv_mask *m, Py_buffer *ex, int kind, int window, int sinks, PyObje
  * then pyq_forward_done: it frees f and returns None, or NULL with the
  * exception a hook raised (re-raised as it was), else the forward's error. */
 struct pyq_hook;
-typedef struct {
-    PyObject *type, *value, *tb; /* a Python exception out of the error indicator (3.12+: value only) */
-} pyq_exc;
 typedef struct {
     qkv_forward_opts opts;
     qkv_hook *hooks;         /* [opts.n_hooks] */
@@ -66,14 +74,42 @@ int pyq_forward_init(pyq_forward *f, PyObject *hooks, PyObject *zero_heads);
 void pyq_forward_free(pyq_forward *f);
 PyObject *pyq_forward_done(pyq_forward *f, qkv_status st, const qkv_error *err);
 
+/* A long call's progress= (progress.c): fn(done, total) called with the GIL
+ * taken back (PyGILState_Ensure) on the thread that runs the probe, which
+ * holds a thread state: the probes report on their calling thread, and
+ * llama.c calls hooks there too. fn's return value is ignored; an exception
+ * it raises (KeyboardInterrupt included: pending signals are checked after
+ * each call) is kept and cancels the probe. Init with the GIL (-1 with
+ * TypeError if fn is neither None nor callable), run the probe with
+ * progress_fn (NULL when fn is None) and &p as its user, then
+ * pyq_progress_done: -1 with the kept exception restored as it was raised,
+ * or 0 (nothing raised); it drops fn either way. */
+typedef struct {
+    PyObject *fn;   /* a strong reference, or NULL: nothing reported */
+    int n_layer;    /* the layer hook's total */
+    pyq_exc raised; /* the first exception fn raised */
+} pyq_progress;
+int pyq_progress_init(pyq_progress *p, PyObject *fn, int n_layer);
+int pyq_progress_done(pyq_progress *p);
+/* The qkv_progress_fn of qkv_ablate_params / qkv_stream_params: fn(done,
+ * total); nonzero once fn has raised. NULL when p has no fn. */
+qkv_progress_fn pyq_progress_fn(const pyq_progress *p);
+/* The per-layer report of one long forward call: a hook for
+ * QKV_HOOK_RESID_POST, layer QKV_ALL, user a pyq_progress: fn(layer + 1,
+ * n_layer); QKV_ERR_CANCELLED once fn has raised. */
+qkv_status pyq_progress_layer(void *user, const qkv_activation *a, qkv_error *err);
+
 /* One pass of ids from an empty cache with fn on hook_pattern of every layer
- * (the probes' hook: qkv_inspect_hook, qkv_sinks_hook); the cache is empty
- * again on return. Runs without the GIL (model.c). */
-qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, qkv_error *err);
+ * (the probes' hook: qkv_inspect_hook, qkv_sinks_hook) and pr's per-layer
+ * report (pr NULL or without fn: none); the cache is empty again on return.
+ * Runs without the GIL (model.c). */
+qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, pyq_progress *pr,
+                            qkv_error *err);
 
 /* Per-file registration, called by the module's init. */
 extern PyMethodDef pyq_attention_methods[];
 extern PyMethodDef pyq_hook_methods[];
+extern PyMethodDef pyq_stream_methods[];
 int pyq_add_kv_cache(PyObject *module);
 int pyq_add_model(PyObject *module);
 int pyq_add_sampler(PyObject *module);
@@ -89,7 +125,7 @@ PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args);
 PyObject *pyq_ablate_heads(qkv_model *m, PyObject *args);
 
 /* Model.stream_score (stream.c) and needle_prompt / needle_run (needle.c),
- * on an open model the caller holds. */
+ * on an open model the caller holds; the module's stream_steps (stream.c). */
 PyObject *pyq_stream_score(qkv_model *m, PyObject *args);
 PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
 PyObject *pyq_needle_run(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
