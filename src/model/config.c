@@ -1,12 +1,15 @@
 /*
- * config.c — a Llama model's hyper-parameters from GGUF metadata
+ * config.c — a model's hyper-parameters from GGUF metadata
  * (<arch>.block_count, .embedding_length, .attention.head_count ...), the one
- * reader qkv_model_open and `qkv cost --model` share. Reads metadata only:
- * no weight is touched, so a metadata-only file is enough.
+ * reader qkv_model_open and `qkv cost --model` share, and each family's
+ * rules where the file says nothing (llama.cpp's load_hparams: Gemma's
+ * sliding pattern and query scale, Gemma 3's local RoPE base). Reads
+ * metadata only: no weight is touched, so a metadata-only file is enough.
  */
 #include "qkv.h"
 #include "util/error.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,14 +51,53 @@ static qkv_status meta_float(float *out, const qkv_gguf *g, const char *arch, co
     return QKV_OK;
 }
 
+/* The families, in llama.cpp's names. */
+typedef enum { FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_GEMMA2, FAMILY_GEMMA3, FAMILY_COUNT } family;
+static const char *const family_names[FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3"};
+
+/* What each family adds to the llama block, before the file's keys. */
+static void family_defaults(qkv_model_config *c, family f) {
+    c->rope.pairing = f == FAMILY_LLAMA ? QKV_ROPE_INTERLEAVED : QKV_ROPE_HALF; /* only llama's converter permutes q/k */
+    c->qkv_bias = f == FAMILY_QWEN2;
+    c->qk_norm = f == FAMILY_QWEN3 || f == FAMILY_GEMMA3;
+    const int gemma = f == FAMILY_GEMMA2 || f == FAMILY_GEMMA3;
+    c->post_norms = gemma;
+    c->ffn_act = gemma ? QKV_FFN_GELU_TANH : QKV_FFN_SILU;
+    c->embd_scale = gemma ? sqrtf((float)c->n_embd) : 1.0f;
+    c->swa_period = f == FAMILY_GEMMA2 ? 2 : f == FAMILY_GEMMA3 ? 6 : 1;
+    c->window = f == FAMILY_GEMMA2 ? 4096 : 0; /* gemma2's defaults when the keys are absent */
+    c->attn_softcap = f == FAMILY_GEMMA2 ? 50.0f : 0;
+    c->final_softcap = f == FAMILY_GEMMA2 ? 30.0f : 0;
+    /* Gemma's 27B models scale by the residual width per head, the others by the head size */
+    const int big_gemma = (f == FAMILY_GEMMA2 && c->n_layer == 46) || (f == FAMILY_GEMMA3 && c->n_layer == 62);
+    c->attn_scale = 1.0f / sqrtf((float)(big_gemma ? c->n_embd / c->n_head : c->head_dim));
+}
+
+/* <arch>.<suffix> as a float > 0 (absent: *out unchanged). */
+static qkv_status meta_positive(float *out, const qkv_gguf *g, const char *arch, const char *suffix, qkv_error *err) {
+    return meta_float(out, g, arch, suffix, *out, 0, 1e30, err);
+}
+
+void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c, int layer) {
+    const int sliding = c->window > 0 && layer % c->swa_period < c->swa_period - 1;
+    *out = (qkv_layer_attn){.n_head = c->n_head, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
+                            .scale = c->attn_scale, .window = sliding ? c->window : 0, .softcap = c->attn_softcap,
+                            .rope = c->rope, .qk_norm = c->qk_norm, .qkv_bias = c->qkv_bias};
+    if (sliding) out->rope.theta = c->rope_theta_swa;
+}
+
 qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_error *err) {
     if (!c || !g) return qkv_fail(err, QKV_ERR_INVALID, "model config: NULL argument");
     memset(c, 0, sizeof *c);
     const char *arch;
     qkv_status st = qkv_gguf_get_string(&arch, NULL, g, "general.architecture", err);
     if (st) return st;
-    if (strcmp(arch, "llama"))
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (only llama)",
+    family fam = FAMILY_COUNT;
+    for (int f = 0; f < FAMILY_COUNT; f++)
+        if (!strcmp(arch, family_names[f])) fam = (family)f;
+    if (fam == FAMILY_COUNT)
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED,
+                        "%s: general.architecture '%.40s' is not supported (llama, qwen2, qwen3, gemma2, gemma3)",
                         qkv_gguf_path(g), arch);
     snprintf(c->arch, sizeof c->arch, "%s", arch);
     if ((st = meta_int(&c->n_layer, g, arch, "block_count", 1, 0, QKV_MODEL_MAX_LAYERS, err)) ||
@@ -77,6 +119,11 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
                         c->n_head, c->n_kv_head);
     if (c->head_dim < QKV_HEAD_DIM_MIN || c->head_dim > QKV_HEAD_DIM_MAX || c->head_dim % 2)
         return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: head_dim %d is not supported", qkv_gguf_path(g), c->head_dim);
+    int value_dim;
+    if ((st = meta_int(&value_dim, g, arch, "attention.value_length", 0, c->head_dim, QKV_HEAD_DIM_MAX, err))) return st;
+    if (value_dim != c->head_dim)
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: %s.attention.value_length %d differs from key_length %d",
+                        qkv_gguf_path(g), arch, value_dim, c->head_dim);
     int rope_dims;
     if ((st = meta_int(&rope_dims, g, arch, "rope.dimension_count", 0, c->head_dim, QKV_HEAD_DIM_MAX, err))) return st;
     if (rope_dims != c->head_dim)
@@ -91,8 +138,24 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
             return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: rope scaling '%s' is not supported", qkv_gguf_path(g), type);
     }
     c->rope = qkv_rope_default();
-    c->rope.pairing = QKV_ROPE_INTERLEAVED;
+    family_defaults(c, fam);
     if ((st = meta_float(&c->rope.theta, g, arch, "rope.freq_base", 10000.0f, 1, 1e30, err))) return st;
+    c->rope_theta_swa = fam == FAMILY_GEMMA3 ? 10000.0f : c->rope.theta;
+    if ((st = meta_float(&c->rope_theta_swa, g, arch, "rope.freq_base_swa", c->rope_theta_swa, 1, 1e30, err)) ||
+        (st = meta_positive(&c->attn_scale, g, arch, "attention.scale", err)))
+        return st;
+    if (fam == FAMILY_GEMMA2 || fam == FAMILY_GEMMA3) {
+        if ((st = meta_int(&c->window, g, arch, "attention.sliding_window", 0, c->window, QKV_MODEL_MAX_CTX, err)) ||
+            (st = meta_int(&c->swa_period, g, arch, "attention.sliding_window_pattern", 0, c->swa_period,
+                           QKV_MODEL_MAX_LAYERS, err)) ||
+            (st = meta_positive(&c->final_softcap, g, arch, "final_logit_softcapping", err)))
+            return st;
+        if (fam == FAMILY_GEMMA2 && (st = meta_positive(&c->attn_softcap, g, arch, "attn_logit_softcapping", err)))
+            return st;
+        if (c->window && c->swa_period < 2 && c->n_layer > 0)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s.attention.sliding_window_pattern %d names no global layer",
+                            qkv_gguf_path(g), arch, c->swa_period);
+    }
     /* the vocabulary: rows of the embedding, else the tokenizer's list (a
      * metadata-only file); qkv_model_open checks the weights against it */
     int64_t tid = qkv_gguf_find_tensor(g, "token_embd.weight"), tok = qkv_gguf_find_key(g, "tokenizer.ggml.tokens");

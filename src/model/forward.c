@@ -1,0 +1,290 @@
+/*
+ * forward.c — one forward pass over a GGUF model, top to bottom, every
+ * family in one block (config.c says which parts a family has):
+ *   x = embed(tokens) * embd_scale                              [n, E]
+ *   per layer:  h = rmsnorm(x) ; q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)
+ *               q, k = rmsnorm per head (QK-norm) ; rope(q, k) at the layer's base
+ *               cache <- k, v ; o = attention(q, cache)  (libqkv: causal or the
+ *               layer's window, soft-capped scores)
+ *               x += post_norm(o Wo)
+ *               h = rmsnorm(x) ; x += post_norm((act(h Wgate) * (h Wup)) Wdown)
+ *   logits = softcap(rmsnorm(x) Wout)                           [n, V]
+ * post_norm is Gemma's sandwich norm (identity elsewhere), act SiLU or GELU
+ * (tanh). The run state is allocated at open (model.c): forward never
+ * allocates, tests/test_alloc.c counts. What one call changes (masks,
+ * exclusions, zeroed heads, hooks at the named activation points) comes with
+ * that call (qkv_forward_opts, forward_opts.c) and is never kept.
+ *
+ * RoPE pairing: llama.cpp's converter permutes the rows of llama's q and k
+ * weights so that ggml's "normal" rope, which rotates adjacent pairs (2i,
+ * 2i+1), equals HF's rotate-half on the original weights; the other
+ * families are stored as trained and run rotate-half ("neox").
+ */
+#include "model/state.h"
+#include "util/error.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- forward */
+
+/* dst[H, n, D] <- src[n, H*D] */
+static void to_head_major(float *dst, const float *src, int n, int H, int D) {
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < H; h++)
+            memcpy(dst + ((size_t)h * n + t) * D, src + ((size_t)t * H + h) * D, (size_t)D * sizeof(float));
+}
+
+/* dst[n, H*D] <- src[H, n, D] */
+static void to_token_major(float *dst, const float *src, int n, int H, int D) {
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < n; t++)
+            memcpy(dst + ((size_t)t * H + h) * D, src + ((size_t)h * n + t) * D, (size_t)D * sizeof(float));
+}
+
+
+/* x[n, width] += b[width] on every row */
+static void add_bias(float *x, const float *b, int n, int width) {
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < width; i++) x[(size_t)t * width + i] += b[i];
+}
+
+/* QK-norm: every D-vector of x[n_vec, D] RMS-normed in place, weight w[D] */
+static void norm_heads(float *x, const float *w, int n_vec, int D, float eps) {
+    for (int v = 0; v < n_vec; v++) model_rmsnorm(x + (size_t)v * D, x + (size_t)v * D, w, D, eps);
+}
+
+/* x[n, E] RMS-normed in place with w[E] (Gemma's post-sublayer norm) */
+static void norm_rows(float *x, const float *w, int n, int E, float eps) {
+    norm_heads(x, w, n, E, eps);
+}
+
+/* GELU, tanh approximation (Gemma's gelu_pytorch_tanh), in float as transformers computes it */
+static float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+/* One forward call: the model, its options (never NULL here) and its rows. */
+typedef struct {
+    qkv_model *m;
+    const qkv_forward_opts *o;
+    int n, pos0;
+} fwd_call;
+
+/* Calls the hooks at (point, layer) on x, if any is installed there.
+ *   x: shaped as listed at qkv_hook_point (shape[0..ndim)) */
+static qkv_status hook_at(const fwd_call *f, qkv_hook_point point, int layer, float *x, int ndim, int64_t d0,
+                          int64_t d1, int64_t d2, qkv_error *err) {
+    if (!f->o->n_hooks || !forward_opts_hooked(f->o, point, layer)) return QKV_OK;
+    const qkv_activation a = {.point = point, .layer = qkv_hook_point_per_layer(point) ? layer : -1,
+                              .pos0 = f->pos0, .data = x, .ndim = ndim, .shape = {d0, d1, d2}};
+    return forward_opts_call(f->o, &a, err);
+}
+
+/* The rotated heads [H, n, D] as hook_rot_q / hook_rot_k see them, [n, H, D]:
+ * through tmp ([n, H*D]) and back. */
+static qkv_status hook_rotated(const fwd_call *f, qkv_hook_point point, int l, float *heads, float *tmp, int H,
+                               qkv_error *err) {
+    const int n = f->n, D = f->m->cfg.head_dim;
+    if (!f->o->n_hooks || !forward_opts_hooked(f->o, point, l)) return QKV_OK;
+    to_token_major(tmp, heads, n, H, D);
+    qkv_status st = hook_at(f, point, l, tmp, 3, n, H, D, err);
+    if (!st) to_head_major(heads, tmp, n, H, D);
+    return st;
+}
+
+/* The interventions on single heads of layer l after its attention call
+ * (desc: that call): a head-scoped exclusion reruns that head's rows with
+ * its keys hidden, over its own KV head; a zeroed head gets O = 0 (before
+ * Wo) for every row. */
+static qkv_status intervene_heads(const fwd_call *f, int l, const qkv_attn_desc *desc, qkv_error *err) {
+    qkv_model *m = f->m;
+    const qkv_forward_opts *o = f->o;
+    const int n = f->n, D = m->cfg.head_dim, Hq = m->cfg.n_head;
+    const qkv_kv_cache *c = m->cache[l];
+    for (int h = 0; h < Hq && o->n_exclude; h++) {
+        if (!forward_opts_head_excluded(o, l, h)) continue;
+        const size_t es = qkv_dtype_size(qkv_kv_cache_dtype(c));
+        const int kvh = h / (Hq / m->cfg.n_kv_head);
+        qkv_attn_desc one = *desc;
+        one.n_q_head = one.n_kv_head = 1;
+        one.mask.exclude = m->excl_head;
+        one.mask.n_exclude = forward_opts_exclusions(m->excl_head, m->excl_mark, o, l, h, desc->kv_len);
+        const char *k = (const char *)qkv_kv_cache_k(c) + (size_t)kvh * desc->kv_head_stride * es;
+        const char *v = (const char *)qkv_kv_cache_v(c) + (size_t)kvh * desc->kv_head_stride * es;
+        qkv_status st = qkv_attn_run(m->plan, m->att + (size_t)h * n * D, m->lse + (size_t)h * n,
+                                     m->qt + (size_t)h * n * D, k, v, &one, err);
+        if (st) return st;
+    }
+    for (int i = 0; i < o->n_zero_heads; i++)
+        if (o->zero_heads[i].layer == l)
+            memset(m->att + (size_t)o->zero_heads[i].head * n * D, 0, (size_t)n * D * sizeof(float));
+    return QKV_OK;
+}
+
+/* The mask of a layer's call: the layer's own (causal, or its sliding
+ * window), unless the call's options override it. An override applies to
+ * the global layers; a sliding layer keeps its window unless the override is
+ * a narrower window (it never sees further than it was trained to). */
+static qkv_mask layer_mask(const qkv_forward_opts *o, const qkv_layer_attn *a) {
+    const qkv_mask own = a->window ? (qkv_mask){.kind = QKV_MASK_WINDOW, .window = a->window}
+                                   : (qkv_mask){.kind = QKV_MASK_CAUSAL};
+    if (o->mask == QKV_MASK_NONE || o->mask == QKV_MASK_CAUSAL) return own;
+    if (!a->window || (o->mask == QKV_MASK_WINDOW && o->window < a->window))
+        return (qkv_mask){.kind = o->mask, .window = o->window, .sinks = o->sinks};
+    return own;
+}
+
+/* x += attention(rmsnorm(x)) Wo, with the hooks from resid_pre to resid_mid. */
+static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
+    qkv_model *m = f->m;
+    const qkv_forward_opts *o = f->o;
+    const qkv_model_config *c = &m->cfg;
+    const qkv_layer_attn *a = &m->attn[l];
+    const int E = c->n_embd, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim, n = f->n, pos0 = f->pos0;
+    const float *norm = m->norm_w + (size_t)(2 * l) * E;
+    const layer_weights *w = &m->layers[l];
+    qkv_status st;
+    if ((st = hook_at(f, QKV_HOOK_RESID_PRE, l, m->x, 2, n, E, 0, err))) return st;
+    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    const model_mm_out qkv[3] = {{m->q, w->wq}, {m->k, w->wk}, {m->v, w->wv}};
+    model_matmul_group(qkv, 3, m->h, n, m->scratch, m->n_threads);
+    if (m->bias) {
+        const float *b = m->bias + (size_t)l * (Hq + 2 * Hkv) * D;
+        add_bias(m->q, b, n, Hq * D);
+        add_bias(m->k, b + Hq * D, n, Hkv * D);
+        add_bias(m->v, b + (Hq + Hkv) * D, n, Hkv * D);
+    }
+    if ((st = hook_at(f, QKV_HOOK_Q, l, m->q, 3, n, Hq, D, err)) ||
+        (st = hook_at(f, QKV_HOOK_K, l, m->k, 3, n, Hkv, D, err)) ||
+        (st = hook_at(f, QKV_HOOK_V, l, m->v, 3, n, Hkv, D, err)))
+        return st;
+    if (m->qk_norm_w) {
+        norm_heads(m->q, m->qk_norm_w + (size_t)(2 * l) * D, n * Hq, D, c->norm_eps);
+        norm_heads(m->k, m->qk_norm_w + (size_t)(2 * l + 1) * D, n * Hkv, D, c->norm_eps);
+    }
+    to_head_major(m->qt, m->q, n, Hq, D);
+    to_head_major(m->kt, m->k, n, Hkv, D);
+    to_head_major(m->vt, m->v, n, Hkv, D);
+    if ((st = qkv_rope_apply(m->qt, m->positions, &a->rope, Hq, n, D, err)) ||
+        (st = qkv_rope_apply(m->kt, m->positions, &a->rope, Hkv, n, D, err)) ||
+        (st = hook_rotated(f, QKV_HOOK_ROT_Q, l, m->qt, m->q, Hq, err)) ||
+        (st = hook_rotated(f, QKV_HOOK_ROT_K, l, m->kt, m->k, Hkv, err)) ||
+        (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
+        return st;
+    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
+                          .scale = a->scale, .mask = layer_mask(o, a),
+                          .kv_dtype = qkv_kv_cache_dtype(m->cache[l]),
+                          .kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D,
+                          .n_threads = m->n_threads};
+    if (o->n_exclude) {
+        desc.mask.n_exclude = forward_opts_exclusions(m->excl_layer, m->excl_mark, o, l, QKV_ALL, desc.kv_len);
+        desc.mask.exclude = m->excl_layer;
+    }
+    if (o->replace)
+        st = o->replace(o->replace_user, l, m->att, m->lse, m->qt, n, m->cache[l], &desc, err);
+    else
+        st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err);
+    if (st || (st = intervene_heads(f, l, &desc, err))) return st;
+    if (o->n_hooks && forward_opts_hooked(o, QKV_HOOK_PATTERN, l)) {
+        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .desc = desc, .opts = o,
+                                    .head_excl = m->excl_head, .mark = m->excl_mark};
+        const qkv_activation pattern = {.point = QKV_HOOK_PATTERN, .layer = l, .pos0 = pos0, .ndim = 3,
+                                        .shape = {Hq, n, pos0 + n}, .attn = &view};
+        if ((st = forward_opts_call(o, &pattern, err))) return st;
+    }
+    to_token_major(m->o, m->att, n, Hq, D);
+    if ((st = hook_at(f, QKV_HOOK_Z, l, m->o, 3, n, Hq, D, err))) return st;
+    model_matmul(m->h, m->o, w->wo, n, m->scratch, m->n_threads); /* h <- o Wo^T */
+    if (m->post_norm_w) norm_rows(m->h, m->post_norm_w + (size_t)(2 * l) * E, n, E, c->norm_eps);
+    if ((st = hook_at(f, QKV_HOOK_ATTN_OUT, l, m->h, 2, n, E, 0, err))) return st;
+    for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
+    return hook_at(f, QKV_HOOK_RESID_MID, l, m->x, 2, n, E, 0, err);
+}
+
+/* x += post_norm(act(rmsnorm(x) Wgate) * (rmsnorm(x) Wup)) Wdown), with the hooks mlp_out and resid_post. */
+static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
+    qkv_model *m = f->m;
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd, F = c->n_ff, n = f->n;
+    const float *norm = m->norm_w + (size_t)(2 * l + 1) * E;
+    const layer_weights *w = &m->layers[l];
+    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    const model_mm_out gate_up[2] = {{m->gate, w->w_gate}, {m->up, w->w_up}};
+    model_matmul_group(gate_up, 2, m->h, n, m->scratch, m->n_threads);
+    if (c->ffn_act == QKV_FFN_GELU_TANH)
+        for (size_t i = 0; i < (size_t)n * F; i++) m->gate[i] = gelu_tanh(m->gate[i]) * m->up[i];
+    else
+        for (size_t i = 0; i < (size_t)n * F; i++) {
+            float g = m->gate[i];
+            m->gate[i] = g / (1.0f + expf(-g)) * m->up[i]; /* SiLU(gate) * up */
+        }
+    model_matmul(m->h, m->gate, w->w_down, n, m->scratch, m->n_threads);
+    if (m->post_norm_w) norm_rows(m->h, m->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
+    qkv_status st = hook_at(f, QKV_HOOK_MLP_OUT, l, m->h, 2, n, E, 0, err);
+    if (st) return st;
+    for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
+    return hook_at(f, QKV_HOOK_RESID_POST, l, m->x, 2, n, E, 0, err);
+}
+
+/* Embedding, the layers and the final norm; logits as qkv_model_forward. */
+static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t *tokens, int all_logits,
+                                 qkv_error *err) {
+    qkv_model *m = f->m;
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd, n = f->n;
+    const size_t emb_row = qkv_ggml_row_size(m->tok_embd->type, E);
+    for (int t = 0; t < n; t++) {
+        qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)m->tok_embd->data + (size_t)tokens[t] * emb_row,
+                                       m->tok_embd->type, E, err);
+        if (st) return st;
+        if (c->embd_scale != 1.0f)
+            for (int i = 0; i < E; i++) m->x[(size_t)t * E + i] *= c->embd_scale;
+        m->positions[t] = (int64_t)f->pos0 + m->rope_offset + f->o->rope_offset + t;
+    }
+    qkv_status st = hook_at(f, QKV_HOOK_EMBED, -1, m->x, 2, n, E, 0, err);
+    for (int l = 0; l < c->n_layer && !st; l++)
+        if (!(st = attention_layer(f, l, err))) st = ffn_layer(f, l, err);
+    if (st) return st;
+    const float *norm = m->norm_w + (size_t)(2 * c->n_layer) * E;
+    const int hooked = f->o->n_hooks && forward_opts_hooked(f->o, QKV_HOOK_LN_FINAL, -1);
+    if (!logits && !hooked) return QKV_OK;
+    /* rows first .. n-1 are normed into h (all of them when a hook reads them:
+     * it sees them before the weight, as TransformerLens's RMSNorm) */
+    const int first = all_logits || hooked ? 0 : n - 1, out0 = all_logits ? 0 : n - 1;
+    if (hooked) {
+        for (int t = 0; t < n; t++) model_rms_normalize(m->h + (size_t)t * E, m->x + (size_t)t * E, E, c->norm_eps);
+        if ((st = hook_at(f, QKV_HOOK_LN_FINAL, -1, m->h, 2, n, E, 0, err))) return st;
+        for (int t = out0; t < n && logits; t++)
+            for (int i = 0; i < E; i++) m->h[(size_t)t * E + i] *= norm[i];
+    } else {
+        for (int t = first; t < n; t++)
+            model_rmsnorm(m->h + (size_t)(t - first) * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    }
+    if (!logits) return QKV_OK;
+    model_matmul(logits, m->h + (size_t)(out0 - first) * E, m->output, n - out0, m->scratch, m->n_threads);
+    if (c->final_softcap > 0) { /* Gemma 2: c tanh(x / c), as transformers divides, tanh, multiplies */
+        const float cap = c->final_softcap;
+        for (size_t i = 0; i < (size_t)(n - out0) * c->n_vocab; i++) logits[i] = tanhf(logits[i] / cap) * cap;
+    }
+    return QKV_OK;
+}
+
+qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
+                             const qkv_forward_opts *opts, qkv_error *err) {
+    const qkv_forward_opts plain = {0}; /* zero is the plain forward */
+    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = n, .pos0 = qkv_model_pos(m)};
+    if (n < 1 || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "forward: no tokens");
+    if (n > m->n_ctx - f.pos0)
+        return qkv_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
+                        m->n_ctx);
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
+            return qkv_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
+    qkv_status st = forward_opts_check(f.o, &m->cfg, err);
+    if (st) return st;
+    if ((st = forward_layers(&f, logits, tokens, all_logits, err)))
+        for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], f.pos0, NULL);
+    return st;
+}

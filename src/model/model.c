@@ -1,0 +1,271 @@
+/*
+ * model.c — opening a model: its config (config.c), every weight found and
+ * checked in the GGUF mapping (the matrices stay there in their types; the
+ * norms, QK-norms and biases are dequantised once), and the run state and
+ * KV caches allocated once for n_ctx positions; the sequence state (rewind,
+ * evict). The pass itself is forward.c.
+ */
+#include "model/state.h"
+#include "util/error.h"
+#include "util/parallel.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------- loading */
+
+/* Finds a tensor and checks its shape [d0, d1] (d1 = 0: 1-D [d0]) and type. */
+static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, const char *name, int64_t d0,
+                              int64_t d1, int optional, qkv_error *err) {
+    int64_t id = qkv_gguf_find_tensor(g, name);
+    *out = NULL;
+    if (id < 0) {
+        if (optional) return QKV_OK;
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing tensor %s", qkv_gguf_path(g), name);
+    }
+    const qkv_gguf_tensor *t = qkv_gguf_tensor_info(g, id);
+    int ok = d1 ? (t->n_dims == 2 && t->shape[0] == d0 && t->shape[1] == d1) : (t->n_elements == d0);
+    if (!ok) {
+        if (d1)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]",
+                            qkv_gguf_path(g), name, (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 1),
+                            (long long)d0, (long long)d1);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has %lld elements, expected %lld", qkv_gguf_path(g), name,
+                        (long long)t->n_elements, (long long)d0);
+    }
+    if (!qkv_dequantize_supported(t->type))
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: tensor %s has unsupported type %s", qkv_gguf_path(g), name,
+                        qkv_ggml_type_name(t->type));
+    *out = t;
+    return QKV_OK;
+}
+
+/* dst[n] <- tensor name, every element finite (and > 0 if positive). */
+static qkv_status load_checked(float *dst, const qkv_gguf *g, const char *name, int n, int positive, qkv_error *err) {
+    const qkv_gguf_tensor *t;
+    qkv_status st = find_weight(&t, g, name, n, 0, 0, err);
+    if (st || (st = qkv_dequantize(dst, t->data, t->type, n, err))) return st;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(dst[i]) || (positive && !(dst[i] > 0)))
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s[%d] = %g is not %s", qkv_gguf_path(g), name, i,
+                            (double)dst[i], positive ? "finite and > 0" : "finite");
+    return QKV_OK;
+}
+
+static qkv_status load_norm(float *dst, const qkv_gguf *g, const char *name, int n, qkv_error *err) {
+    return load_checked(dst, g, name, n, 0, err);
+}
+
+/* dst + l * stride <- blk.<l>.<suffix> [n] for every layer l, each element finite. */
+static qkv_status load_per_layer(float *dst, size_t stride, const qkv_gguf *g, const char *suffix, int n, int L,
+                                 qkv_error *err) {
+    for (int l = 0; l < L; l++) {
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.%s", l, suffix);
+        qkv_status st = load_norm(dst + (size_t)l * stride, g, name, n, err);
+        if (st) return st;
+    }
+    return QKV_OK;
+}
+
+static qkv_status load_weights(qkv_model *m, qkv_error *err) {
+    const qkv_gguf *g = m->gguf;
+    const qkv_model_config *c = &m->cfg;
+    const int E = c->n_embd, L = c->n_layer, D = c->head_dim, QD = c->n_head * D, KD = c->n_kv_head * D, F = c->n_ff;
+    qkv_status st;
+    if ((st = find_weight(&m->tok_embd, g, "token_embd.weight", c->n_vocab, E, 0, err))) return st;
+    if ((st = find_weight(&m->output, g, "output.weight", c->n_vocab, E, 1, err))) return st;
+    if (!m->output) m->output = m->tok_embd;
+    m->layers = calloc((size_t)L, sizeof *m->layers);
+    m->attn = calloc((size_t)L, sizeof *m->attn);
+    if (!m->layers || !m->attn) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    /* every matrix is found before the small tensors' buffers are sized from the metadata */
+    for (int l = 0; l < L; l++) {
+        layer_weights *w = &m->layers[l];
+        qkv_model_layer_attn(&m->attn[l], c, l);
+        char name[96];
+#define WEIGHT(field, suffix, d0, d1)                                           \
+    snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                        \
+    if ((st = find_weight(&w->field, g, name, d0, d1, 0, err))) return st;
+        WEIGHT(wq, "attn_q.weight", QD, E)
+        WEIGHT(wk, "attn_k.weight", KD, E)
+        WEIGHT(wv, "attn_v.weight", KD, E)
+        WEIGHT(wo, "attn_output.weight", E, QD)
+        WEIGHT(w_gate, "ffn_gate.weight", F, E)
+        WEIGHT(w_up, "ffn_up.weight", F, E)
+        WEIGHT(w_down, "ffn_down.weight", E, F)
+#undef WEIGHT
+    }
+    m->norm_w = malloc((size_t)(2 * L + 1) * E * sizeof(float));
+    if (!m->norm_w) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    if ((st = load_per_layer(m->norm_w, 2 * (size_t)E, g, "attn_norm.weight", E, L, err)) ||
+        (st = load_per_layer(m->norm_w + E, 2 * (size_t)E, g, "ffn_norm.weight", E, L, err)) ||
+        (st = load_norm(m->norm_w + (size_t)(2 * L) * E, g, "output_norm.weight", E, err)))
+        return st;
+    if (c->post_norms) {
+        if (!(m->post_norm_w = malloc((size_t)2 * L * E * sizeof(float))))
+            return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+        if ((st = load_per_layer(m->post_norm_w, 2 * (size_t)E, g, "post_attention_norm.weight", E, L, err)) ||
+            (st = load_per_layer(m->post_norm_w + E, 2 * (size_t)E, g, "post_ffw_norm.weight", E, L, err)))
+            return st;
+    }
+    if (c->qk_norm) {
+        if (!(m->qk_norm_w = malloc((size_t)2 * L * D * sizeof(float))))
+            return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+        if ((st = load_per_layer(m->qk_norm_w, 2 * (size_t)D, g, "attn_q_norm.weight", D, L, err)) ||
+            (st = load_per_layer(m->qk_norm_w + D, 2 * (size_t)D, g, "attn_k_norm.weight", D, L, err)))
+            return st;
+    }
+    if (c->qkv_bias) {
+        const size_t row = (size_t)QD + 2 * KD;
+        if (!(m->bias = malloc((size_t)L * row * sizeof(float))))
+            return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+        if ((st = load_per_layer(m->bias, row, g, "attn_q.bias", QD, L, err)) ||
+            (st = load_per_layer(m->bias + QD, row, g, "attn_k.bias", KD, L, err)) ||
+            (st = load_per_layer(m->bias + QD + KD, row, g, "attn_v.bias", KD, L, err)))
+            return st;
+    }
+    /* Llama-3.1 scaling: each frequency is divided by its factor */
+    if (qkv_gguf_find_tensor(g, "rope_freqs.weight") >= 0) {
+        m->rope_factors = malloc((size_t)(D / 2) * sizeof(float));
+        if (!m->rope_factors) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+        if ((st = load_checked(m->rope_factors, g, "rope_freqs.weight", D / 2, 1, err))) return st;
+        m->cfg.rope.freq_factors = m->rope_factors;
+        for (int l = 0; l < L; l++) m->attn[l].rope.freq_factors = m->rope_factors;
+    }
+    return QKV_OK;
+}
+
+/* The memory an allocation may take: physical memory, or less under
+ * RLIMIT_AS / RLIMIT_DATA (ulimit -v, -d). */
+static double memory_bytes(void) {
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    static const int limits[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        struct rlimit r;
+        if (getrlimit(limits[i], &r) == 0 && r.rlim_cur != RLIM_INFINITY && (double)r.rlim_cur < have)
+            have = (double)r.rlim_cur;
+    }
+    return have;
+}
+
+static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error *err) {
+    const qkv_model_config *c = &m->cfg;
+    const size_t N = (size_t)m->n_ctx, E = (size_t)c->n_embd, QD = (size_t)c->n_head * c->head_dim,
+                 KD = (size_t)c->n_kv_head * c->head_dim, F = (size_t)c->n_ff;
+    size_t max_cols = E > QD ? E : QD;
+    if (F > max_cols) max_cols = F;
+    /* what the buffers below and the KV cache take, checked before any of them
+     * is allocated (in doubles: no size_t product can wrap here) */
+    const double need = 4.0 * N * (2.0 * E + 4.0 * QD + 4.0 * KD + c->n_head + 2.0 * F) + 17.0 * N +
+                        4.0 * m->n_threads * MATMUL_ROWS * max_cols +
+                        2.0 * c->n_layer * N * KD * qkv_dtype_size(p->kv_dtype);
+    const double have = memory_bytes();
+    if (need > have)
+        return qkv_fail(err, QKV_ERR_TOO_LARGE,
+                        "model: a context of %d positions needs %.0f bytes (%.1f GiB) of run state and KV cache, "
+                        "more than the %.1f GiB of memory there is",
+                        m->n_ctx, need, need / (1 << 30), have / (1 << 30));
+    m->x = malloc(N * E * 4);
+    m->h = malloc(N * E * 4);
+    m->q = malloc(N * QD * 4);
+    m->k = malloc(N * KD * 4);
+    m->v = malloc(N * KD * 4);
+    m->qt = malloc(N * QD * 4);
+    m->kt = malloc(N * KD * 4);
+    m->vt = malloc(N * KD * 4);
+    m->att = malloc(N * QD * 4);
+    m->lse = malloc(N * (size_t)c->n_head * 4);
+    m->o = malloc(N * QD * 4);
+    m->gate = malloc(N * F * 4);
+    m->up = malloc(N * F * 4);
+    m->scratch = malloc((size_t)m->n_threads * MATMUL_ROWS * max_cols * 4);
+    m->positions = malloc(N * sizeof(int64_t));
+    m->excl_layer = malloc(N * sizeof(int));
+    m->excl_head = malloc(N * sizeof(int));
+    m->excl_mark = calloc(N, 1);
+    m->cache = calloc((size_t)c->n_layer, sizeof *m->cache);
+    if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->qt || !m->kt || !m->vt || !m->att || !m->lse || !m->o ||
+        !m->gate || !m->up || !m->scratch || !m->positions || !m->excl_layer || !m->excl_head || !m->excl_mark ||
+        !m->cache)
+        return qkv_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_ctx);
+    for (int l = 0; l < c->n_layer; l++) {
+        qkv_status st = qkv_kv_cache_init(&m->cache[l], c->n_kv_head, c->head_dim, m->n_ctx, p->kv_dtype, err);
+        if (st) return st;
+    }
+    /* a forward call of n tokens at pos attends n rows to pos + n <= n_ctx keys */
+    const qkv_attn_desc max = {.n_q_head = c->n_head, .n_kv_head = c->n_kv_head, .q_len = m->n_ctx,
+                               .kv_len = m->n_ctx, .head_dim = c->head_dim, .kv_dtype = p->kv_dtype};
+    return qkv_attn_plan_init(&m->plan, &max, QKV_KERNEL_AUTO, m->n_threads, err);
+}
+
+qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err) {
+    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "model: out is NULL");
+    *out = NULL;
+    const qkv_model_params defaults = {0}; /* zero is every field's default */
+    if (!p) p = &defaults;
+    if (p->n_ctx < 0 || p->n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx or n_threads");
+    qkv_model *m = calloc(1, sizeof *m);
+    if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    qkv_status st = qkv_gguf_open(&m->gguf, path, err);
+    if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
+    if (!st) st = load_weights(m, err);
+    if (!st) {
+        m->n_threads = p->n_threads > 0 ? p->n_threads : qkv_cpu_count();
+        m->n_ctx = p->n_ctx > 0 ? p->n_ctx
+                                : (m->cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? m->cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX);
+        st = alloc_state(m, p, err);
+    }
+    if (st) {
+        qkv_model_close(m);
+        return st;
+    }
+    *out = m;
+    return QKV_OK;
+}
+
+void qkv_model_close(qkv_model *m) {
+    if (!m) return;
+    if (m->cache)
+        for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_free(m->cache[l]);
+    free(m->cache);
+    qkv_attn_plan_free(m->plan);
+    free(m->layers); free(m->attn); free(m->norm_w); free(m->post_norm_w); free(m->qk_norm_w); free(m->bias);
+    free(m->rope_factors);
+    free(m->x); free(m->h); free(m->q); free(m->k); free(m->v); free(m->qt); free(m->kt); free(m->vt);
+    free(m->att); free(m->lse); free(m->o); free(m->gate); free(m->up); free(m->scratch); free(m->positions);
+    free(m->excl_layer); free(m->excl_head); free(m->excl_mark);
+    qkv_gguf_close(m->gguf);
+    free(m);
+}
+
+const qkv_model_config *qkv_model_get_config(const qkv_model *m) { return &m->cfg; }
+const qkv_gguf *qkv_model_gguf(const qkv_model *m) { return m->gguf; }
+int qkv_model_n_ctx(const qkv_model *m) { return m->n_ctx; }
+int qkv_model_pos(const qkv_model *m) { return qkv_kv_cache_len(m->cache[0]); }
+
+qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err) {
+    if (pos < 0 || pos > qkv_model_pos(m))
+        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot rewind to %d (at %d)", pos, qkv_model_pos(m));
+    for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], pos, NULL);
+    if (pos == 0) m->rope_offset = 0;
+    return QKV_OK;
+}
+
+int qkv_model_rope_pos(const qkv_model *m) { return qkv_model_pos(m) + m->rope_offset; }
+
+qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err) {
+    const int len = qkv_model_pos(m);
+    if (from < 0 || n < 0 || n > len - from)
+        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot evict [%d, %d) of %d cached positions", from, from + n, len);
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        qkv_status st = qkv_kv_cache_shift(m->cache[l], from, n, shift ? &m->cfg.rope : NULL, err);
+        if (st) return st;
+    }
+    if (!shift) m->rope_offset += n;
+    return QKV_OK;
+}
