@@ -16,7 +16,7 @@ aligned bottom-right (query row i sits at key position Lk - Lq + i).
 """
 from ._attention import KVCache, attention, attention_reference, rope
 from ._hooks import ActivationCache, Hook
-from ._model import Config, Inspection, Model
+from ._model import Config, Inspection, LayerAttention, Model
 from . import _qkv
 
 __version__ = _qkv.version()
@@ -27,5 +27,5 @@ def isa():
     return _qkv.isa()
 
 
-__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "Inspection", "ActivationCache",
+__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "LayerAttention", "Inspection", "ActivationCache",
            "Hook", "isa", "__version__"]

@@ -26,8 +26,25 @@ ANSWER = "4817"
 
 
 @dataclasses.dataclass(frozen=True)
+class LayerAttention:
+    """One layer's attention as the model runs it (qkv_layer_attn): window 0 is
+    causal over every earlier key, W the last W keys; softcap 0 is none."""
+    n_head: int
+    n_kv_head: int
+    head_dim: int
+    scale: float
+    window: int
+    softcap: float
+    rope_theta: float
+    qk_norm: bool
+    qkv_bias: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
-    """What the GGUF says about the model (qkv_model_config), plus the open context."""
+    """What the GGUF says about the model (qkv_model_config), plus the open context.
+    arch names the family (llama, qwen2, qwen3, gemma2, gemma3); layers holds
+    each layer's attention spec (LayerAttention)."""
     arch: str
     n_layer: int
     n_embd: int
@@ -50,6 +67,15 @@ class Config:
     bos: int
     eos: int
     path: str
+    layers: tuple
+    ffn_act: str
+    post_norms: bool
+    embd_scale: float
+    final_softcap: float
+    attn_scale: float
+    window: int
+    swa_period: int
+    rope_theta_swa: float
 
 
 class Inspection:
@@ -110,7 +136,9 @@ class Model:
         if ctx is not None and int(ctx) < 1:
             raise ValueError(f"ctx must be >= 1, got {ctx}")
         self._c = _qkv.Model(os.fspath(path), 0 if ctx is None else int(ctx), kv_dtype, int(threads))
-        self.config = Config(**self._c.config())
+        raw = self._c.config()
+        raw["layers"] = tuple(LayerAttention(**a) for a in raw["layers"])
+        self.config = Config(**raw)
         self._generating = False  # a generate() iterator holds the KV cache
         self._kv_elem = {"f32": 4, "bf16": 2, "f16": 2}.get(kv_dtype, 4)  # bytes per cached K or V element
 

@@ -103,6 +103,29 @@ static PyObject *model_config(PyObject *self, PyObject *args) {
         r->original_max_position, "tied_embeddings", c->tied_embeddings ? Py_True : Py_False, "n_ctx",
         qkv_model_n_ctx(o->m), "bos", qkv_tokenizer_bos(o->tok), "eos", qkv_tokenizer_eos(o->tok), "path",
         qkv_gguf_path(qkv_model_gguf(o->m)));
+    /* the family's parts, and every layer's attention spec */
+    PyObject *layers = d ? PyList_New(c->n_layer) : NULL;
+    for (int l = 0; layers && l < c->n_layer; l++) {
+        qkv_layer_attn a;
+        qkv_model_layer_attn(&a, c, l);
+        PyObject *one = Py_BuildValue("{s:i,s:i,s:i,s:f,s:i,s:f,s:f,s:O,s:O}", "n_head", a.n_head, "n_kv_head",
+                                      a.n_kv_head, "head_dim", a.head_dim, "scale", (double)a.scale, "window",
+                                      a.window, "softcap", (double)a.softcap, "rope_theta", (double)a.rope.theta,
+                                      "qk_norm", a.qk_norm ? Py_True : Py_False, "qkv_bias",
+                                      a.qkv_bias ? Py_True : Py_False);
+        if (!one) Py_CLEAR(layers);
+        else PyList_SET_ITEM(layers, l, one);
+    }
+    PyObject *family = layers ? Py_BuildValue("{s:N,s:s,s:O,s:f,s:f,s:f,s:i,s:i,s:f}", "layers", layers, "ffn_act",
+                                              c->ffn_act == QKV_FFN_GELU_TANH ? "gelu_tanh" : "silu", "post_norms",
+                                              c->post_norms ? Py_True : Py_False, "embd_scale",
+                                              (double)c->embd_scale, "final_softcap", (double)c->final_softcap,
+                                              "attn_scale", (double)c->attn_scale, "window", c->window,
+                                              "swa_period", c->swa_period, "rope_theta_swa",
+                                              (double)c->rope_theta_swa)
+                              : NULL;
+    if (!family || PyDict_Update(d, family) < 0) Py_CLEAR(d);
+    Py_XDECREF(family);
     pyq_leave(&o->busy);
     return d;
 }
