@@ -309,7 +309,7 @@ int cmd_inspect(int argc, char **argv) {
     const double t0 = cli_now_s();
     qkv_error err = {0};
     qkv_model *m = NULL;
-    int *layers = NULL, *heads = NULL, nl = 0, nh = 0;
+    int *layers = NULL, *heads = NULL, *windows = NULL, nl = 0, nh = 0;
     inspect_out o = {.n = pr.n, .n_first = a.n_first};
     /* the model's context is the prompt: its run state and KV cache are O(n) */
     const qkv_model_params mp = {.n_ctx = pr.n, .n_threads = a.threads};
@@ -339,8 +339,19 @@ int cmd_inspect(int argc, char **argv) {
     snprintf(subtitle, sizeof subtitle,
              "qkv %s inspect; weights recomputed from q, K and the kernel's LSE: w = exp(q\xC2\xB7k/\xE2\x88\x9A%d - lse)",
              QKV_VERSION, cfg->head_dim);
+    windows = malloc((size_t)nl * sizeof(int));
+    if (!windows) {
+        rc = cli_fail("out of memory");
+        goto done;
+    }
+    for (int i = 0; i < nl; i++) {
+        qkv_layer_attn la;
+        qkv_model_layer_attn(&la, cfg, layers[i]);
+        windows[i] = la.window;
+    }
     const qkv_maps_info info = {.title = title, .subtitle = subtitle, .n_tok = n, .labels = (const char *const *)pr.labels,
-                                .ids = pr.ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh};
+                                .ids = pr.ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh,
+                                .windows = windows};
     if ((rc = open_outputs(&o, &a, &info, &pr, npy_tmp, html_tmp)) || (rc = compute(&o, m, &pr))) goto done;
     const double t1 = cli_now_s();
     if ((rc = close_outputs(&o, png_tmp))) goto done;
@@ -353,6 +364,7 @@ done:
     qkv_model_close(m);
     free(layers);
     free(heads);
+    free(windows);
     cli_prompt_free(&pr);
     return cli_outputs_finish(rc);
 }

@@ -145,6 +145,8 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
     qkv_json_string(f, info->subtitle, 1);
     fprintf(f, ", \"n\": %d, \"lmin\": %.1f,\n\"layers\": [", n, LMIN);
     for (int i = 0; i < nl; i++) fprintf(f, "%s%d", i ? ", " : "", info->layers[i]);
+    fputs("], \"windows\": [", f);
+    for (int i = 0; i < nl; i++) fprintf(f, "%s%d", i ? ", " : "", info->windows ? info->windows[i] : 0);
     fputs("], \"heads\": [", f);
     for (int i = 0; i < nh; i++) fprintf(f, "%s%d", i ? ", " : "", info->heads[i]);
     fputs("],\n\"labels\": [", f);

@@ -57,6 +57,7 @@ typedef struct {
     int n_layers;
     const int *heads;           /* [n_heads] head number of each column of maps */
     int n_heads;
+    const int *windows;         /* [n_layers] each row's sliding window W (0: a global layer); NULL: all global */
 } qkv_maps_info;
 
 /* One self-contained HTML page (no network: works from file://): a grid of

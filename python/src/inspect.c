@@ -44,10 +44,11 @@ static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokeniz
     const char **pieces = malloc((size_t)n * sizeof *pieces);
     size_t *lens = malloc((size_t)n * sizeof *lens);
     char **labels = calloc((size_t)n, sizeof *labels);
+    int *windows = malloc((size_t)nl * sizeof *windows); /* [nl] each layer's sliding window, 0: global */
     qkv_inspect *in = NULL;
     page_sink sink = {0};
     qkv_status st = QKV_OK;
-    if (!pieces || !lens || !labels) {
+    if (!pieces || !lens || !labels || !windows) {
         snprintf(err->msg, sizeof err->msg, "inspect: out of memory");
         st = err->status = QKV_ERR_NOMEM;
         goto done;
@@ -60,8 +61,14 @@ static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokeniz
             goto done;
         }
     if ((st = qkv_token_labels(labels, pieces, lens, n, err))) goto done;
+    for (int i = 0; i < nl; i++) {
+        qkv_layer_attn la;
+        qkv_model_layer_attn(&la, qkv_model_get_config(m), layers[i]);
+        windows[i] = la.window;
+    }
     qkv_maps_info info = {.title = title, .subtitle = subtitle, .n_tok = n, .labels = (const char *const *)labels,
-                          .ids = ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh};
+                          .ids = ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh,
+                          .windows = windows};
     qkv_inspect_params ip = {.layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh, .row = page_row,
                              .user = &sink};
     if ((st = qkv_inspect_init(&in, qkv_model_get_config(m), &ip, err))) goto done;
@@ -81,6 +88,7 @@ done:
     if (labels) qkv_token_labels_free(labels, n);
     free(pieces);
     free(lens);
+    free(windows);
     return st;
 }
 
