@@ -48,6 +48,9 @@ typedef struct {
     const char *model;  /* model id, or "custom" */
     int hq, hkv, d, lq, lk, window, causal, threads, cold;
     int layers;         /* separate K/V per layer, one run = every layer once (a token) */
+    int swa_window, swa_period; /* > 0: layers follow a preset's pattern (layer l slides iff l % period <
+                                   period - 1): a sliding layer has a window mask and K/V of the last
+                                   min(lk, W - 1 + lq) rows only, as a sliding-window cache holds */
     qkv_dtype dt;
     qkv_kernel kernel;  /* resolved (never AUTO) */
     int runs;           /* timed runs done */
@@ -86,6 +89,22 @@ static double visible_pairs(const qkv_mask *m, int lq, int lk) {
         n += c;
     }
     return n;
+}
+
+/* Layer l's mask and key count: r's own, or on a sliding layer of the preset's
+ * pattern a window of W over the rows a sliding-window cache keeps. */
+static int layer_slides(const bench_result *r, int l) {
+    return r->swa_window > 0 && l % r->swa_period < r->swa_period - 1;
+}
+
+static void layer_shape(qkv_mask *mask, int *lk, const bench_result *r, int l) {
+    *mask = (qkv_mask){.kind = r->window ? QKV_MASK_WINDOW : r->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE,
+                       .window = r->window};
+    *lk = r->lk;
+    if (!layer_slides(r, l)) return;
+    *mask = (qkv_mask){.kind = QKV_MASK_WINDOW, .window = r->swa_window};
+    const int keep = r->swa_window - 1 + r->lq;
+    if (keep < *lk) *lk = keep;
 }
 
 /* ---------------------------------------------------------- memory (RSS) */
@@ -140,21 +159,34 @@ static void flush_caches(void) {
  * decode step of a whole model). Returns 0, or 2 after printing one line
  * (allocation failure, refused shape). */
 static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline *roof) {
-    const qkv_mask mask = {.kind = r->window ? QKV_MASK_WINDOW : r->causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE,
-                           .window = r->window};
-    qkv_attn_desc desc = {.n_q_head = r->hq, .n_kv_head = r->hkv, .q_len = r->lq, .kv_len = r->lk, .head_dim = r->d,
+    const int L = r->layers > 1 ? r->layers : 1;
+    qkv_mask mask;
+    int lk0;
+    layer_shape(&mask, &lk0, r, 0);
+    qkv_attn_desc desc = {.n_q_head = r->hq, .n_kv_head = r->hkv, .q_len = r->lq, .kv_len = lk0, .head_dim = r->d,
                           .mask = mask, .kv_dtype = r->dt, .n_threads = r->threads};
     qkv_error err = {0};
     if (qkv_attn_check(&desc, &err)) return cli_fail("%s", err.msg);
     if (r->kernel == QKV_KERNEL_AUTO) r->kernel = qkv_attn_pick(&desc);
-    const int L = r->layers > 1 ? r->layers : 1;
+    /* every layer's (query, key) pairs and K/V elements */
+    double pairs = 0, kv_elems = 0;
+    for (int l = 0; l < L; l++) {
+        int lk;
+        layer_shape(&desc.mask, &lk, r, l);
+        desc.kv_len = lk;
+        if (qkv_attn_check(&desc, &err)) return cli_fail("layer %d: %s", l, err.msg);
+        pairs += visible_pairs(&desc.mask, r->lq, lk);
+        kv_elems += 2.0 * r->hkv * lk * r->d;
+    }
     int can_reset = rss_reset_peak();
-    size_t nq = (size_t)r->hq * r->lq * r->d, nkv = (size_t)r->hkv * r->lk * r->d;
-    size_t es = qkv_dtype_size(r->dt);
+    size_t nq = (size_t)r->hq * r->lq * r->d, es = qkv_dtype_size(r->dt);
     float *q = malloc(nq * 4), *out = malloc(nq * 4), *lse = malloc((size_t)r->hq * r->lq * 4);
     void **k = calloc((size_t)L, sizeof *k), **v = calloc((size_t)L, sizeof *v);
     int ok = q && out && lse && k && v;
     for (int l = 0; ok && l < L; l++) {
+        int lk;
+        layer_shape(&desc.mask, &lk, r, l);
+        size_t nkv = (size_t)r->hkv * lk * r->d; /* K, V: [Hkv, lk, D] */
         k[l] = qkv_kv_alloc(nkv * es); /* as qkv_kv_cache allocates: huge pages where offered */
         v[l] = qkv_kv_alloc(nkv * es);
         ok = k[l] && v[l];
@@ -167,7 +199,7 @@ static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline 
     double *secs = malloc((size_t)o->repeat * sizeof *secs);
     if (!ok || !secs) {
         status = cli_fail("bench: out of memory for the inputs of lq=%d lk=%d (%d layers, %.1f GiB of K/V)", r->lq,
-                          r->lk, L, 2.0 * L * (double)nkv * (double)es / (1 << 30));
+                          r->lk, L, kv_elems * (double)es / (1 << 30));
         goto done;
     }
     fill_f32(q, nq, 2654435761u, 0, 2001);
@@ -181,8 +213,10 @@ static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline 
     for (int it = -1; it < o->repeat; it++) {
         if (r->cold) flush_caches();
         double t0 = cli_now_s();
-        for (int l = 0; l < L && !status; l++)
+        for (int l = 0; l < L && !status; l++) {
+            layer_shape(&desc.mask, &desc.kv_len, r, l);
             if (qkv_attention(out, lse, q, k[l], v[l], &desc, r->kernel, &err)) status = cli_fail("%s", err.msg);
+        }
         double dt = cli_now_s() - t0;
         if (status) break;
         spent += dt;
@@ -196,8 +230,8 @@ static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline 
         r->med = n % 2 ? secs[n / 2] : 0.5 * (secs[n / 2 - 1] + secs[n / 2]);
         r->min = secs[0];
         r->max = secs[n - 1];
-        r->gflops = 4.0 * r->d * r->hq * visible_pairs(&mask, r->lq, r->lk) * L / r->med * 1e-9;
-        r->kv_gbs = 2.0 * (double)nkv * (double)es * L / r->med * 1e-9;
+        r->gflops = 4.0 * r->d * r->hq * pairs / r->med * 1e-9;
+        r->kv_gbs = kv_elems * (double)es / r->med * 1e-9;
         r->peak_frac = -1;
         if (roof && r->kernel == QKV_KERNEL_DECODE && roof->dram_gbs > 0) r->peak_frac = r->kv_gbs / roof->dram_gbs;
         else if (roof && r->kernel == QKV_KERNEL_FLASH_BF16 && roof->bf16_gflops > 0)
@@ -267,6 +301,9 @@ static void print_result_json(const bench_result *r) {
            r->window ? "window" : r->causal ? "causal" : "none", r->threads, r->cold ? "true" : "false",
            r->layers > 1 ? r->layers : 1, r->runs,
            r->med, r->min, r->max, 100.0 * (r->max - r->min) / r->med, r->gflops, r->kv_gbs);
+    int sliding = 0;
+    for (int l = 0; l < (r->layers > 1 ? r->layers : 1); l++) sliding += layer_slides(r, l);
+    printf("\"sliding_layers\": %d, \"sliding_window\": %d, ", sliding, sliding ? r->swa_window : 0);
     if (r->peak_frac >= 0) printf("\"peak_fraction\": %.4f, ", r->peak_frac);
     else printf("\"peak_fraction\": null, ");
     printf("\"peak_rss_mib\": %.1f, ", r->rss_mib);
@@ -564,7 +601,7 @@ int cmd_bench(int argc, char **argv) {
         {.name = "--preset", .kind = CLI_STRING, .dest = &preset, .metavar = "ID",
          .help = "heads of a `qkv cost` preset (llama-3.1-8b, smollm2-135m, ...)"},
         {.name = "--layers", .kind = CLI_STRING, .dest = &layers_s, .metavar = "N|all",
-         .help = "N layers, each with its own K/V; a run is every layer once\n" "(with --preset and --lq 1: a decode step of the whole model,\n" "printed beside the cost model's prediction)"},
+         .help = "N layers, each with its own K/V; a run is every layer once\n" "(with --preset and --lq 1: a decode step of the whole model,\n" "printed beside the cost model's prediction; a preset's sliding\n" "layers get its window and only the rows a sliding-window cache keeps)"},
         {.name = "--roofline", .kind = CLI_BOOL, .dest = &want_roof,
          .help = "also measure the machine's peaks and report the fraction"},
         CLI_FLAG_CHOICE("--sweep", CLI_CHOICES, &sweeps, sweep_names, "sweeps to run, comma separated (below)"),
@@ -630,6 +667,11 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (hq % hkv) return cli_fail("bench: --hq %d is not a multiple of --hkv %d", hq, hkv);
+    /* a whole model's layers follow its sliding pattern */
+    const int pattern = preset && layers_s && model.window > 0;
+    if (pattern && (window || no_causal))
+        return cli_fail("bench: --preset %s with --layers sets each layer's mask (window %d on its sliding layers, "
+                        "causal on the others); drop --window and --no-causal", preset, model.window);
 
     o.repeat = repeat > 0 ? repeat : 3;
     o.budget_s = 1e9; /* one shape: exactly --repeat runs */
@@ -649,6 +691,7 @@ int cmd_bench(int argc, char **argv) {
     r.kernel = (qkv_kernel)kernel;
     r.cold = cold;
     r.layers = layers;
+    if (pattern) r.swa_window = model.window, r.swa_period = model.swa_period;
     int rc = run_shape(&r, &o, roof);
     if (rc) return rc;
     if (o.json) {
@@ -668,15 +711,27 @@ int cmd_bench(int argc, char **argv) {
     if (layers > 1)
         printf("layers=%d: one run = every layer once; time per run %.3f ms, %.1f GiB of K/V read per run\n", layers,
                r.med * 1e3, r.kv_gbs * r.med * 1e9 / (1 << 30));
+    if (pattern) {
+        int sliding = 0, rows;
+        qkv_mask m;
+        for (int l = 0; l < layers; l++) sliding += layer_slides(&r, l);
+        layer_shape(&m, &rows, &r, 0);
+        printf("sliding layers: %d of %d (l mod %d < %d) see the last %d keys, each holding %d rows of K/V "
+               "(min(lk, W - 1 + lq), a sliding-window cache)\n",
+               sliding, layers, r.swa_period, r.swa_period - 1, r.swa_window, rows);
+    }
     if (roof)
         printf("roofline fma_GFLOP/s=%.1f bf16_GFLOP/s=%.1f dram_GB/s=%.1f  peak_fraction=%.3f (%s)\n", roof->fma_gflops,
                roof->bf16_gflops, roof->dram_gbs, r.peak_frac,
                r.kernel == QKV_KERNEL_DECODE ? "of DRAM" : r.kernel == QKV_KERNEL_FLASH_BF16 ? "of bf16 dot" : "of FMA");
     if (preset && lq == 1) { /* the cost model's decode step at context lk, beside the measurement */
+        /* the first `layers` layers, as they ran: the preset's pattern, or all global */
         qkv_cost c;
-        if (qkv_cost_eval(&c, &model, lk, qkv_dtype_size((qkv_dtype)dt), &err)) return cli_fail("%s", err.msg);
-        double frac = (double)layers / model.n_layer;
-        double flops = c.attn_flops_per_token * frac, bytes = c.kv_cache_bytes * frac;
+        qkv_cost_config part = model;
+        part.n_layer = layers;
+        if (!pattern) part.window = 0;
+        if (qkv_cost_eval(&c, &part, lk, qkv_dtype_size((qkv_dtype)dt), &err)) return cli_fail("%s", err.msg);
+        double flops = c.attn_flops_per_token, bytes = c.kv_read_bytes_per_token;
         printf("cost model (%s, %d of %d layers, context %d, %s K/V): %.2f GFLOPs and %.2f GiB of KV per token", model.name,
                layers, model.n_layer, lk, qkv_dtype_name((qkv_dtype)dt), flops * 1e-9, bytes / (1 << 30));
         if (roof) {

@@ -2,8 +2,10 @@
  * cmd_cost.c — `qkv cost`: the article's cost accounting for a model
  * configuration (a preset, a GGUF file's metadata, or sizes by hand), at each
  * context length: attention FLOPs per token against the weight matmuls, the
- * prefill share, the bytes of a materialised score table and of the KV cache.
- * Every figure comes from qkv_cost_eval; nothing is typed in.
+ * prefill share, the bytes of a materialised score table and of the KV cache
+ * (for a model with sliding layers also a sliding-window cache and llama.cpp's
+ * beside the full one). Every figure comes from qkv_cost_eval; nothing is
+ * typed in.
  */
 #include "cli.h"
 
@@ -148,7 +150,9 @@ static int load_gguf(qkv_cost_config *c, const char *path) {
     }
     *c = (qkv_cost_config){.n_layer = m.n_layer, .hidden = m.n_embd, .n_head = m.n_head, .n_kv_head = m.n_kv_head,
                            .head_dim = m.head_dim, .ffn = m.n_ff, .vocab = m.n_vocab,
-                           .tied_embeddings = m.tied_embeddings};
+                           .tied_embeddings = m.tied_embeddings, .window = m.window,
+                           .swa_period = m.window ? m.swa_period : 0, .qk_norm = m.qk_norm,
+                           .post_norms = m.post_norms, .qkv_bias = m.qkv_bias};
     const char *name = NULL;
     if (qkv_gguf_find_key(g, "general.name") >= 0 &&
         qkv_gguf_get_string(&name, NULL, g, "general.name", &err) == QKV_OK && name && *name)
@@ -168,9 +172,11 @@ static void print_json(const qkv_cost_config *c, const char *source, const char 
     printf(", \"source\": ");
     cli_json_string(stdout, source);
     printf(", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
-           "\"ffn\": %d, \"vocab\": %d, \"tied_embeddings\": %s},\n",
+           "\"ffn\": %d, \"vocab\": %d, \"tied_embeddings\": %s, \"window\": %d, \"swa_period\": %d, "
+           "\"sliding_layers\": %d},\n",
            c->n_layer, c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->ffn, c->vocab,
-           c->tied_embeddings ? "true" : "false");
+           c->tied_embeddings ? "true" : "false", c->window, c->window ? c->swa_period : 0, r[0].n_sliding);
+    printf("  \"chunk_tokens\": %d,\n", r[0].chunk);
     printf("  \"dtype\": \"%s\",\n  \"elem_bytes\": %zu,\n", dtype, r[0].elem_bytes);
     printf("  \"params_total\": %.0f,\n  \"params_matmul\": %.0f,\n", r[0].params_total,
            r[0].params_matmul);
@@ -184,10 +190,12 @@ static void print_json(const qkv_cost_config *c, const char *source, const char 
         printf("    {\"ctx_tokens\": %lld, ", (long long)x->ctx);
         printf("\"attn_flops_per_token\": %.0f, \"attn_gflops_per_token\": %.4f, ",
                x->attn_flops_per_token, x->attn_flops_per_token / 1e9);
+        printf("\"attn_flops_per_token_if_global\": %.0f, ", x->attn_flops_per_token_global);
         printf("\"attn_share_of_token_flops\": %.6f, ",
                x->attn_flops_per_token / (x->attn_flops_per_token + x->weight_flops_per_token));
         printf("\"prefill_attn_flops\": %.0f, \"prefill_attn_tflops\": %.4f, ",
                x->prefill_attn_flops, x->prefill_attn_flops / 1e12);
+        printf("\"prefill_attn_flops_if_global\": %.0f, ", x->prefill_attn_flops_global);
         printf("\"prefill_fixed_flops\": %.0f, \"prefill_fixed_tflops\": %.4f, ",
                x->prefill_fixed_flops, x->prefill_fixed_flops / 1e12);
         printf("\"prefill_attn_ratio\": %.6f, \"prefill_attn_percent\": %.4f, ",
@@ -198,7 +206,12 @@ static void print_json(const qkv_cost_config *c, const char *source, const char 
                x->flash_bytes_per_layer, x->flash_bytes_per_layer / 1048576.0);
         printf("\"flash_saves_bytes_per_layer\": %.0f, ",
                x->score_table_bytes_per_layer - x->flash_bytes_per_layer);
-        printf("\"kv_cache_bytes\": %.0f, \"kv_cache_gib\": %.6f", x->kv_cache_bytes, x->kv_cache_bytes / 1073741824.0);
+        printf("\"kv_cache_bytes\": %.0f, \"kv_cache_gib\": %.6f, ", x->kv_cache_bytes, x->kv_cache_bytes / 1073741824.0);
+        printf("\"kv_cache_swa_bytes\": %.0f, \"kv_cache_swa_gib\": %.6f, ", x->kv_cache_bytes_swa,
+               x->kv_cache_bytes_swa / 1073741824.0);
+        printf("\"kv_cache_llama_cpp_bytes\": %.0f, \"kv_cache_llama_cpp_gib\": %.6f, ", x->kv_cache_bytes_llama_cpp,
+               x->kv_cache_bytes_llama_cpp / 1073741824.0);
+        printf("\"kv_read_bytes_per_token\": %.0f", x->kv_read_bytes_per_token);
         if (ring) {
             const qkv_ring_cost *y = &rc[i];
             printf(", \"ring\": {\"ranks\": %d, \"link_gbs\": %g, \"rank_gflops\": %g, \"tokens_per_rank\": %.1f, "
@@ -243,6 +256,11 @@ static void c_pre_ratio(char *b, size_t n, const qkv_cost *x) { fmt_ratio(b, n, 
 static void c_table(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->score_table_bytes_per_layer); }
 static void c_flash(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->flash_bytes_per_layer); }
 static void c_kv(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->kv_cache_bytes); }
+static void c_attn_tok_g(char *b, size_t n, const qkv_cost *x) { fmt_flops(b, n, x->attn_flops_per_token_global); }
+static void c_pre_attn_g(char *b, size_t n, const qkv_cost *x) { fmt_flops(b, n, x->prefill_attn_flops_global); }
+static void c_kv_swa(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->kv_cache_bytes_swa); }
+static void c_kv_llama(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->kv_cache_bytes_llama_cpp); }
+static void c_kv_read(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->kv_read_bytes_per_token); }
 
 static void print_text(const qkv_cost_config *c, const char *source, const char *dtype,
                        const qkv_cost *r, int n) {
@@ -250,9 +268,13 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
     printf("%s (%s)\n", c->name, source);
     printf("  %d layers, hidden %d, ffn %d, vocab %d%s\n", c->n_layer, c->hidden, c->ffn, c->vocab,
            c->tied_embeddings ? ", tied embeddings" : "");
-    printf("  %d query heads x %d dims, %d KV heads", c->n_head, c->head_dim, c->n_kv_head);
+    printf("  %d query heads x %d dims, %d KV head%s", c->n_head, c->head_dim, c->n_kv_head, c->n_kv_head > 1 ? "s" : "");
     if (c->n_kv_head < c->n_head) printf(" (GQA: %d query heads share each)", c->n_head / c->n_kv_head);
     putchar('\n');
+    const int slide = r[0].n_sliding;
+    if (slide)
+        printf("  %d of %d layers slide (layer l iff l mod %d < %d): each sees the last %d keys, the other %d all n\n",
+               slide, c->n_layer, c->swa_period, c->swa_period - 1, c->window, c->n_layer - slide);
     double lm = (double)c->hidden * c->vocab;
     fmt_params(a, sizeof a, r[0].params_total);
     fmt_params(b, sizeof b, r[0].params_matmul);
@@ -270,13 +292,15 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
         cli_put_cell(a, COL_W, 1);
     }
     printf("\n\n  one token at position n (decode)\n");
-    row("  attention  4·n·Hq·D·L", r, n, c_attn_tok);
+    row(slide ? "  attention  4·Hq·D·Σ keys" : "  attention  4·n·Hq·D·L", r, n, c_attn_tok);
+    if (slide) row("  ... were every layer global", r, n, c_attn_tok_g);
     fmt_params(b, sizeof b, r[0].params_matmul);
     snprintf(a, sizeof a, "  weight matmuls  2 x %s", b);
     row(a, r, n, c_weight_tok);
     row("  attention's share", r, n, c_attn_share);
     printf("\n  prefill of all n tokens\n");
-    row("  attention  2·n²·Hq·D·L", r, n, c_pre_attn);
+    row(slide ? "  attention  4·Hq·D·Σ rows' keys" : "  attention  2·n(n+1)·Hq·D·L", r, n, c_pre_attn);
+    if (slide) row("  ... were every layer global", r, n, c_pre_attn_g);
     row("  fixed part  n x weight matmuls", r, n, c_pre_fixed);
     row("  attention / fixed part", r, n, c_pre_ratio);
     printf("\n  memory\n");
@@ -284,6 +308,12 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
     row(a, r, n, c_table);
     row("  FlashAttention per layer (f32 LSE)", r, n, c_flash);
     row("  KV cache, all layers", r, n, c_kv);
+    if (slide) {
+        snprintf(a, sizeof a, "  sliding-window cache, C = %d", r[0].chunk);
+        row(a, r, n, c_kv_swa);
+        row("  llama.cpp's cache (iSWA)", r, n, c_kv_llama);
+        row("  KV read by one decode token", r, n, c_kv_read);
+    }
 
     const qkv_cost *last = &r[n - 1];
     fmt_bytes(a, sizeof a, last->score_table_bytes_per_layer);
@@ -294,6 +324,12 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
            "%s per layer and keeps %s of per-row statistics instead. What still grows\n"
            "with n and is read at every step is the KV cache.\n",
            d, a, b);
+    if (slide)
+        printf("\nA sliding layer's cache keeps its last W - 1 + C rows: the W - 1 keys the first\n"
+               "token of the next chunk of C still sees, plus the chunk. llama.cpp keeps\n"
+               "min(n, W + n_ubatch) cells padded to 256 (llama-kv-cache-iswa.cpp; n_ubatch = C,\n"
+               "one sequence, its tools' default without --swa-full) and pads n to 256 for\n"
+               "the global layers.\n");
 }
 
 /* Seconds as "12.3 ms", "4.5 s", "2.1 h". */
@@ -339,15 +375,16 @@ static void print_ring_text(const qkv_ring_params *ring, const qkv_ring_cost *rc
 int cmd_cost(int argc, char **argv) {
     const char *preset = NULL, *model = NULL;
     elem_type elem = {2, "bf16"};
-    int json = 0, tied = -1;
+    int json = 0, tied = -1, window = 0, swa_period = 0, chunk = 0;
     ctx_list ctx = {{8192, 32768, 131072}, 3};
     qkv_ring_params ring = {.ranks = 0, .link_gbs = 12.5, .rank_gflops = 200};
     enum { L_, HID, HEADS, KVH, HD, FFN, VOC, NSZ };
     int size[NSZ] = {0};
-    char presets[256] = "";
+    char presets[512] = ""; /* six ids a line */
     for (int i = 0; qkv_cost_preset_id(i); i++)
-        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", i ? ", " : "", qkv_cost_preset_id(i));
-    char preset_help[400];
+        snprintf(presets + strlen(presets), sizeof presets - strlen(presets), "%s%s", !i ? "" : i % 6 ? ", " : ",\n",
+                 qkv_cost_preset_id(i));
+    char preset_help[640];
     snprintf(preset_help, sizeof preset_help, "built-in configuration (default llama-3.1-8b); one of:\n%s", presets);
     cli_flag flags[] = {
         {.name = "--preset", .kind = CLI_STRING, .dest = &preset, .metavar = "ID", .help = preset_help},
@@ -369,6 +406,12 @@ int cmd_cost(int argc, char **argv) {
          .help = "vocabulary size"},
         {.name = "--tied", .kind = CLI_BOOL, .dest = &tied,
          .help = "lm_head shares the embedding matrix (parameter count only)"},
+        {.name = "--window", .kind = CLI_INT, .dest = &window, .lo = 0, .hi = 1 << 30, .metavar = "W",
+         .help = "sliding layers see the last W keys (0: every layer global)"},
+        {.name = "--swa-period", .kind = CLI_INT, .dest = &swa_period, .lo = 0, .hi = 1 << 30, .metavar = "P",
+         .help = "with --window: layer l slides iff l mod P < P - 1 (gemma2 2,\ngemma3 6)"},
+        {.name = "--chunk", .kind = CLI_INT, .dest = &chunk, .lo = 1, .hi = 1 << 30, .metavar = "C",
+         .help = "tokens a forward call adds at most: sizes the sliding-window\ncaches (default 512, llama.cpp's n_ubatch)"},
         CLI_FLAG_FN("--ctx", &ctx, parse_ctx_list, "LIST", "context lengths, comma separated, K = 1024 (default 8K,32K,128K)"),
         CLI_FLAG_FN("--dtype", &elem, parse_dtype, "T", "storage of scores and K/V: f32, bf16, f16, fp8 (default bf16)"),
         CLI_FLAG_JSON(&json, "the same figures as JSON, units in the key names"),
@@ -380,7 +423,7 @@ int cmd_cost(int argc, char **argv) {
          .help = "with --ranks: attention GFLOP/s of one rank (default 200: qkv's\n" "flash prefill on 2 Ice Lake cores, BENCHMARKS.md)"},
         {0},
     };
-    const cli_command cmd = {.name = "cost", .usage = "[--preset ID | --model FILE.gguf] [sizes] [--ctx LIST] [--dtype T] [--ranks N [--link-gbs X]] [--json]",
+    const cli_command cmd = {.name = "cost", .usage = "[--preset ID | --model FILE.gguf] [sizes] [--window W --swa-period P] [--chunk C] [--ctx LIST] [--dtype T] [--ranks N [--link-gbs X]] [--json]",
                              .about = "What attention costs next to the weight matmuls, from a model configuration.",
                              .notes = "Weight matmuls per token = 2 x the weights a token is multiplied by: per layer\n"
                              "q,k,v,o and gate,up,down, plus the lm_head (the embedding is a lookup). For\n"
@@ -398,6 +441,7 @@ int cmd_cost(int argc, char **argv) {
     char source[300];
     int any_size = 0;
     for (int k = 0; k < NSZ; k++) any_size |= sz[k].given;
+    const int modified = any_size || cli_given(&cmd, "--window") || cli_given(&cmd, "--swa-period");
     if (model) {
         if (load_gguf(&c, model)) return CLI_EXIT_BAD_INPUT;
         snprintf(source, sizeof source, "GGUF %s", model);
@@ -412,7 +456,7 @@ int cmd_cost(int argc, char **argv) {
         snprintf(c.name, sizeof c.name, "custom model");
         snprintf(source, sizeof source, "sizes by hand");
     }
-    if (any_size && (model || preset)) {
+    if (modified && (model || preset)) {
         size_t len = strlen(source);
         snprintf(source + len, sizeof source - len, ", sizes changed by hand");
         snprintf(c.name + strlen(c.name), sizeof c.name - strlen(c.name), " (modified)");
@@ -427,6 +471,9 @@ int cmd_cost(int argc, char **argv) {
         c.head_dim = c.hidden / c.n_head;
     }
     if (tied >= 0) c.tied_embeddings = tied;
+    if (cli_given(&cmd, "--window")) c.window = window;
+    if (cli_given(&cmd, "--swa-period")) c.swa_period = swa_period;
+    if (chunk) c.chunk = chunk;
 
     qkv_cost r[MAX_CTX];
     qkv_ring_cost rc[MAX_CTX];

@@ -2,7 +2,8 @@
  * test_bench_cli.c — `qkv bench` end to end: the one-shape mode keeps its two
  * lines (README and BENCHMARKS.md quote them), --json carries every figure a
  * machine needs (roofline, timings, rates, peak fraction, RSS), the quick
- * sweep covers every sweep and writes an SVG, and bad flags get one line on
+ * sweep covers every sweep and writes an SVG, a preset's sliding layers keep
+ * their window in a whole-model decode step, and bad flags get one line on
  * stderr and exit status 2. Timings themselves are not checked: the machines
  * are shared; only that they are positive and finite.
  */
@@ -151,6 +152,41 @@ TEST(bench_cli_whole_model_decode_step_beside_the_cost_model) {
     CHECK(strstr(out, "cost model (SmolLM2-135M, 30 of 30 layers, context 2048, bf16 K/V)"), "cost model line: %s", out);
     free(out);
     free(err);
+}
+
+/* Gemma 3 270M: 4 heads of 256 sharing one KV head; a whole decode step runs
+ * its 15 sliding layers with the window of 512 over the 512 rows a
+ * sliding-window cache keeps, its 3 global layers over all lk. */
+TEST(bench_cli_gemma3_preset_follows_the_sliding_pattern) {
+    const char *one[] = {"bench", "--preset", "gemma-3-270m", "--n", "256", "--threads", "2", "--repeat", "1", NULL};
+    char *out = NULL, *err = NULL;
+    int rc = run(one, &out, &err);
+    CHECK(rc == 0, "exit %d: %s", rc, err);
+    CHECK(!strncmp(out, "kernel=flash hq=4 hkv=1 d=256 lq=256 lk=256 kv=f32 mask=causal", 62), "first line: %s", out);
+    CHECK(!strstr(out, "sliding layers"), "one layer without --layers has the preset's heads only: %s", out);
+    free(out);
+    free(err);
+    const char *all[] = {"bench", "--preset", "gemma-3-270m", "--lq", "1", "--lk", "4096", "--kv-dtype", "f16",
+                         "--layers", "all", "--threads", "2", "--repeat", "1", NULL};
+    rc = run(all, &out, &err);
+    CHECK(rc == 0, "exit %d: %s", rc, err);
+    CHECK(strstr(out, "layers=18: one run = every layer once"), "layers line: %s", out);
+    CHECK(strstr(out, "sliding layers: 15 of 18 (l mod 6 < 5) see the last 512 keys, each holding 512 rows"),
+          "sliding line: %s", out);
+    /* 4 Hq D (3 x 4096 + 15 x 512) = 81.8 MFLOPs; K/V read (3 x 4096 + 15 x 512) x 2 x 256 x 2 B = 19.5 MiB */
+    CHECK(strstr(out, "cost model (Gemma-3-270M, 18 of 18 layers, context 4096, f16 K/V): 0.08 GFLOPs and 0.02 GiB"),
+          "cost model line: %s", out);
+    free(out);
+    free(err);
+    const char *json[] = {"bench", "--preset", "gemma-3-270m", "--lq", "1", "--lk", "2048", "--layers", "7",
+                          "--threads", "2", "--repeat", "1", "--json", NULL};
+    rc = run(json, &out, &err);
+    CHECK(rc == 0 && strstr(out, "\"layers\": 7") && strstr(out, "\"sliding_layers\": 6, \"sliding_window\": 512"),
+          "JSON (layers 0-4 and 6 slide): %s", out);
+    free(out);
+    free(err);
+    const char *win[] = {"bench", "--preset", "gemma-3-270m", "--layers", "all", "--window", "64", NULL};
+    CHECK_BAD_CLI(win, "sets each layer's mask");
 }
 
 TEST(bench_cli_rejects_bad_flags) {

@@ -1,10 +1,11 @@
 /*
- * cost.c — what attention costs next to the rest of a Llama-family model,
- * computed from the configuration alone: FLOPs per token, prefill FLOPs, the
- * bytes of a materialised score table and of the KV cache. Counts multiply-adds
- * as 2 FLOPs and ignores everything that is not a matmul (norms, RoPE, softmax,
- * SwiGLU's elementwise product): they are O(n * hidden), far below the rest.
- * No timings, no hardware: that is `qkv bench`.
+ * cost.c — what attention costs next to the rest of a decoder model (llama,
+ * qwen2, qwen3, gemma2, gemma3 shapes), computed from the configuration alone:
+ * FLOPs per token, prefill FLOPs, the bytes of a materialised score table and
+ * of the KV cache: full, sliding-window, and llama.cpp's. Counts multiply-adds
+ * as 2 FLOPs and ignores everything that is not a matmul (norms, RoPE,
+ * softmax, the FFN's elementwise product, biases): they are O(n * hidden), far
+ * below the rest. No timings, no hardware: that is `qkv bench`.
  */
 #include "util/error.h"
 
@@ -17,14 +18,33 @@ typedef struct {
     qkv_cost_config c;
 } preset;
 
-/* Values from each model's config.json on the Hugging Face hub. */
+/* Values from each model's config.json on the Hugging Face hub (the repository
+ * in the comment); window and period as llama.cpp's GGUF metadata has them
+ * (<arch>.attention.sliding_window, set_swa_pattern). */
 static const preset presets[] = {
-    {"llama-3.1-8b", {"Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, 0}},
-    {"llama-3.1-70b", {"Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256, 0}},
-    {"llama-3.2-1b", {"Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 1}},
-    {"llama-3.2-3b", {"Llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 1}},
-    {"llama-2-7b", {"Llama-2-7B", 32, 4096, 32, 32, 128, 11008, 32000, 0}},
-    {"smollm2-135m", {"SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 1}},
+    /* meta-llama/Llama-3.1-8B, -70B, Llama-3.2-1B, -3B, Llama-2-7b-hf */
+    {"llama-3.1-8b", {"Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, 0, .window = 0}},
+    {"llama-3.1-70b", {"Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256, 0, .window = 0}},
+    {"llama-3.2-1b", {"Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 1, .window = 0}},
+    {"llama-3.2-3b", {"Llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 1, .window = 0}},
+    {"llama-2-7b", {"Llama-2-7B", 32, 4096, 32, 32, 128, 11008, 32000, 0, .window = 0}},
+    /* HuggingFaceTB/SmolLM2-135M */
+    {"smollm2-135m", {"SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 1, .window = 0}},
+    /* mistralai/Mistral-7B-v0.3: sliding_window null (v0.1's 4096 is gone) */
+    {"mistral-7b", {"Mistral-7B-v0.3", 32, 4096, 32, 8, 128, 14336, 32768, 0, .window = 0}},
+    /* Qwen/Qwen2.5-0.5B: biases on q, k, v */
+    {"qwen2.5-0.5b", {"Qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, 1, .qkv_bias = 1}},
+    /* Qwen/Qwen3-0.6B: head_dim 128, not 1024 / 16 */
+    {"qwen3-0.6b", {"Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 1, .qk_norm = 1}},
+    /* google/gemma-2-2b: sliding_window 4096, every other layer (llama.cpp: pattern 2) */
+    {"gemma-2-2b", {"Gemma-2-2B", 26, 2304, 8, 4, 256, 9216, 256000, 1, .window = 4096, .swa_period = 2,
+                    .post_norms = 1}},
+    /* google/gemma-3-270m, google/gemma-3-1b-pt: sliding_window 512, five sliding
+     * layers to a global one (llama.cpp: pattern 6) */
+    {"gemma-3-270m", {"Gemma-3-270M", 18, 640, 4, 1, 256, 2048, 262144, 1, .window = 512, .swa_period = 6,
+                      .qk_norm = 1, .post_norms = 1}},
+    {"gemma-3-1b", {"Gemma-3-1B", 26, 1152, 4, 1, 256, 6912, 262144, 1, .window = 512, .swa_period = 6,
+                    .qk_norm = 1, .post_norms = 1}},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
@@ -38,7 +58,7 @@ qkv_status qkv_cost_preset(qkv_cost_config *out, const char *id, qkv_error *err)
             *out = presets[i].c;
             return QKV_OK;
         }
-    char list[256] = "";
+    char list[512] = "";
     for (size_t i = 0; i < N_PRESETS; i++) {
         size_t len = strlen(list);
         snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", presets[i].id);
@@ -59,6 +79,14 @@ qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err) {
     if (c->n_head % c->n_kv_head)
         return qkv_fail(err, QKV_ERR_INVALID, "heads (%d) must be a multiple of kv-heads (%d)",
                         c->n_head, c->n_kv_head);
+    if (c->window < 0) return qkv_fail(err, QKV_ERR_INVALID, "window must be >= 0 (0: no sliding layer), got %d", c->window);
+    if (c->swa_period < 0) return qkv_fail(err, QKV_ERR_INVALID, "swa-period must be >= 0, got %d", c->swa_period);
+    if (c->window > 0 && c->swa_period < 2)
+        return qkv_fail(err, QKV_ERR_INVALID,
+                        "window %d needs swa-period >= 2 (a global layer every period), got %d", c->window,
+                        c->swa_period);
+    if (c->chunk < 0) return qkv_fail(err, QKV_ERR_INVALID, "chunk must be >= 0 (0: %d), got %d",
+                                      QKV_COST_DEFAULT_CHUNK, c->chunk);
     return QKV_OK;
 }
 
@@ -72,6 +100,23 @@ static double matmul_params(const qkv_cost_config *c) {
     return c->n_layer * layer + h * c->vocab;
 }
 
+/* Layers l < L that slide: l % P < P - 1 (qkv_model_layer_attn's rule). */
+static int sliding_layers(const qkv_cost_config *c) {
+    if (c->window <= 0) return 0;
+    const int P = c->swa_period;
+    return c->n_layer / P * (P - 1) + (c->n_layer % P < P - 1 ? c->n_layer % P : P - 1);
+}
+
+/* Keys a causal prefill of n rows sees through a window of W keys:
+ * sum over t = 0..n-1 of min(t + 1, W); W >= n is the whole triangle. */
+static double window_pairs(double n, double W) {
+    if (n <= W) return n * (n + 1) / 2;
+    return W * (W + 1) / 2 + (n - W) * W;
+}
+
+/* x rounded up to a multiple of 256, llama.cpp's padding of both caches. */
+static double pad256(double x) { return ceil(x / 256) * 256; }
+
 qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
                          qkv_error *err) {
     qkv_status s = qkv_cost_check(c, err);
@@ -80,28 +125,48 @@ qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, s
     if (elem_bytes < 1 || elem_bytes > 8)
         return qkv_fail(err, QKV_ERR_INVALID, "element size must be 1..8 bytes, got %zu", elem_bytes);
     memset(out, 0, sizeof *out);
-    double n = (double)ctx, L = c->n_layer, h = c->hidden, e = (double)elem_bytes;
-    double qdim = (double)c->n_head * c->head_dim;
-    double norms = L * 2 * h + h; /* RMSNorm weights: two per layer, one final */
+    const int Ls = sliding_layers(c);
+    const double n = (double)ctx, L = c->n_layer, h = c->hidden, e = (double)elem_bytes, D = c->head_dim;
+    const double Lg = L - Ls, W = c->window, C = c->chunk ? c->chunk : QKV_COST_DEFAULT_CHUNK;
+    const double qdim = (double)c->n_head * D, kvdim = (double)c->n_kv_head * D;
+    /* RMSNorm weights: two per layer (four with sandwich norms) and one final;
+     * QK-norm adds one of D for q and one for k per layer */
+    const double norms = L * ((c->post_norms ? 4 : 2) * h + (c->qk_norm ? 2 * D : 0)) + h;
+    const double biases = c->qkv_bias ? L * (qdim + 2 * kvdim) : 0;
 
     out->ctx = ctx;
     out->elem_bytes = elem_bytes;
+    out->n_sliding = Ls;
+    out->chunk = (int)C;
     out->params_matmul = matmul_params(c);
     out->params_total = out->params_matmul - h * c->vocab /* lm_head counted below */
-                        + (c->tied_embeddings ? 1 : 2) * h * c->vocab + norms;
+                        + (c->tied_embeddings ? 1 : 2) * h * c->vocab + norms + biases;
     out->weight_flops_per_token = 2 * out->params_matmul;
-    /* One token at position n: q.k against n keys and the weighted sum of n
-     * values, 2 * n * D FLOPs each, for every query head of every layer. */
-    out->attn_flops_per_token = 4 * n * qdim * L;
-    /* A causal prefill of n tokens: token t sees t keys, n/2 on average. */
-    out->prefill_attn_flops = 2 * n * n * qdim * L;
+    /* One token at position n: q.k against the keys it sees and the weighted
+     * sum of as many values, 2 D FLOPs each per key, for every query head:
+     * n keys in a global layer, min(n, W) in a sliding one. */
+    const double keys = Lg * n + Ls * fmin(n, W);
+    out->attn_flops_per_token = 4 * qdim * keys;
+    out->attn_flops_per_token_global = 4 * qdim * n * L;
+    /* A causal prefill of n tokens: row t sees t + 1 keys, or min(t + 1, W). */
+    out->prefill_attn_flops = 4 * qdim * (Lg * window_pairs(n, n) + Ls * window_pairs(n, W));
+    out->prefill_attn_flops_global = 4 * qdim * L * window_pairs(n, n);
     out->prefill_fixed_flops = n * out->weight_flops_per_token;
     out->prefill_attn_ratio = out->prefill_attn_flops / out->prefill_fixed_flops;
     out->score_table_bytes_per_layer = (double)c->n_head * n * n * e;
     /* FlashAttention keeps one f32 log-sum-exp per query row and head. */
     out->flash_bytes_per_layer = (double)c->n_head * n * 4;
-    out->kv_bytes_per_token = 2 * L * c->n_kv_head * c->head_dim * e;
+    const double row = 2 * kvdim * e; /* one layer's K and V of one token */
+    out->kv_bytes_per_token = L * row;
     out->kv_cache_bytes = n * out->kv_bytes_per_token;
+    out->kv_read_bytes_per_token = keys * row;
+    /* A sliding layer's cache: before a chunk of C tokens at positions
+     * p..p+C-1 the first of them still needs keys p-W+1..p-1, so W - 1 rows
+     * carry over and the chunk adds C. */
+    out->kv_cache_bytes_swa = (Lg * n + Ls * fmin(n, W - 1 + C)) * row;
+    /* llama.cpp, one sequence: n_ctx padded to 256 for every global layer;
+     * the SWA cache min(n_ctx, n_swa + n_ubatch) cells, padded to 256. */
+    out->kv_cache_bytes_llama_cpp = (Lg * pad256(n) + Ls * pad256(fmin(pad256(n), W + C))) * row;
     return QKV_OK;
 }
 
@@ -130,6 +195,6 @@ qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, int64_t c
     out->min_tokens_per_rank = (double)c->n_kv_head * e * F / ((double)c->n_head * B);
     const double slow = out->step_compute_s > out->step_transfer_s ? out->step_compute_s : out->step_transfer_s;
     out->prefill_attn_s = L * (out->step_compute_s + (P - 1) * slow);
-    out->prefill_attn_one_s = one.prefill_attn_flops / F;
+    out->prefill_attn_one_s = L * 2 * n * n * qdim / F;
     return QKV_OK;
 }
