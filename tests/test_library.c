@@ -215,7 +215,7 @@ TEST(shared_library_exports_exactly_the_header) {
     while (fgets(line, sizeof line, p)) {
         char type = 0, sym[256] = {0};
         if (sscanf(line, "%*s %c %255s", &type, sym) != 2) continue;
-        if (type == 'T' && n_exp < 512) snprintf(exported[n_exp++], 64, "%s", sym);
+        if (type == 'T' && n_exp < 512) snprintf(exported[n_exp++], 64, "%.63s", sym);
         else if (type == 'D' || type == 'B' || type == 'R') {
             data++;
             printf("     exported data: %s", line);
