@@ -1,12 +1,12 @@
 /*
  * fuzz_gguf.c — a GGUF file from a stranger, as far as qkv reads one before
  * the first forward call: the reader (every key, every value and array
- * element, every tensor's last byte, small tensors dequantised), the model
- * configuration, the tokenizer (with its chat template), the chat formatter
- * and a tokenization of its output, and qkv_model_open (weights' shapes and
- * types, norm weights, RoPE factors, a run state of 4 positions). A crash, a
- * sanitizer report or a leak is a finding; a refusal must come with a
- * message and no handle.
+ * element, every tensor's last byte, small tensors dequantised and checked
+ * for non-finite values), the model configuration, the tokenizer (with its
+ * chat template), the chat formatter and a tokenization of its output, and
+ * qkv_model_open (weights' shapes and types, norm weights, RoPE factors, a
+ * run state of 4 positions). A crash, a sanitizer report or a leak is a
+ * finding; a refusal must come with a message and no handle.
  */
 #include "fuzz_file.h"
 #include "qkv.h"
@@ -45,6 +45,9 @@ static void touch_everything(const qkv_gguf *g) {
             float *y = malloc((size_t)t->n_elements * sizeof *y);
             if (y && qkv_dequantize(y, t->data, t->type, t->n_elements, NULL) == QKV_OK) h += y[0] == y[0];
             free(y);
+            int64_t bad;
+            float v;
+            if (qkv_dequantize_check(&bad, &v, t->data, t->type, t->n_elements, NULL) == QKV_OK) h += (uint64_t)bad;
         }
     }
     g_sink += h;

@@ -8,13 +8,16 @@ repository root:  python3 fuzz/make_corpus.py
   gguf       small valid GGUFs qkv reads whole: tiny Llama models (F32 and F16
              weights, SentencePiece and byte-level BPE vocabularies, ChatML and
              Llama-3 templates, rope_freqs), a metadata-only model, a
-             vocabulary-only file, and the small committed test fixtures
+             vocabulary-only file, two blocks of every quantised type
+             qkv_dequantize reads (the second with a NaN or inf scale), and
+             the small committed test fixtures
   npy        .npy files of every dtype and header version the loader takes
   tokenizer  flag byte (bit 0 vocabulary, bit 1 specials, bit 2 BOS/EOS) + text
   chat       TEMPLATE \\0 SYSTEM \\0 USER
   flags      argv[1..] joined by NUL bytes
 """
 import os
+import random
 import shutil
 import struct
 
@@ -61,14 +64,18 @@ def kv(key, vtype, value):
 
 
 def gguf(kvs, tensors=()):
-    """kvs: [(key, type, value)]; tensors: [(name, shape outermost first, ggml type, values)]."""
+    """kvs: [(key, type, value)]; tensors: [(name, shape outermost first, ggml type, values: floats for
+    F32/F16, raw bytes for the block types)]."""
     head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs))
     body = b"".join(kv(*x) for x in kvs)
     infos, data = b"", b""
     for name, shape, gtype, values in tensors:
         infos += gstr(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", d) for d in reversed(shape))
         infos += struct.pack("<IQ", gtype, len(data))
-        data += struct.pack("<%d%s" % (len(values), "f" if gtype == GGML_F32 else "e"), *values)
+        if isinstance(values, bytes):
+            data += values
+        else:
+            data += struct.pack("<%d%s" % (len(values), "f" if gtype == GGML_F32 else "e"), *values)
         data += b"\0" * (-len(data) % 32)
     out = head + body + infos
     return out + b"\0" * (-len(out) % 32) + data
@@ -122,6 +129,25 @@ def tiny_llama(vocab, template, gtype=GGML_F32, rope_freqs=False, layers=1):
     return gguf(meta, ts)
 
 
+# name, ggml type, elements and bytes a block, byte offset of the scale d
+QUANT_TYPES = [("q8_0", 8, 32, 34, 0), ("q4_0", 2, 32, 18, 0), ("q4_1", 3, 32, 20, 0), ("q5_0", 6, 32, 22, 0),
+               ("q5_1", 7, 32, 24, 0), ("q2_K", 10, 256, 84, 80), ("q3_K", 11, 256, 110, 108),
+               ("q4_K", 12, 256, 144, 0), ("q5_K", 13, 256, 176, 0), ("q6_K", 14, 256, 210, 208)]
+
+
+def quant_blocks():
+    """[1, 2 * block] tensors of each block type: random bytes, then d = 0.25
+    in block 0 and d = NaN (f16 0x7e00) or inf (0x7c00) in block 1."""
+    rng = random.Random(6)
+    ts = []
+    for i, (name, gtype, elems, nbytes, d) in enumerate(QUANT_TYPES):
+        blocks = bytearray(rng.getrandbits(8) for _ in range(2 * nbytes))
+        blocks[d:d + 2] = struct.pack("<e", 0.25)
+        blocks[nbytes + d:nbytes + d + 2] = struct.pack("<H", 0x7e00 if i % 2 == 0 else 0x7c00)
+        ts.append((name, (1, 2 * elems), gtype, bytes(blocks)))
+    return gguf([("general.architecture", STRING, "llama")], ts)
+
+
 def gguf_seeds():
     seeds = {
         "tiny-spm-f32.gguf": tiny_llama(spm_vocab(16), CHATML_SYSTEM),
@@ -134,6 +160,7 @@ def gguf_seeds():
                                spm_vocab(16)),
         "vocab-only.gguf": gguf(bpe_vocab(16, "llama3") + [("tokenizer.chat_template", STRING, LLAMA3)]),
         "empty.gguf": gguf([]),
+        "quant-blocks.gguf": quant_blocks(),
     }
     for rel in ("tests/fixtures/gguf/meta.gguf", "tests/fixtures/tokenizer/llama_bpe.gguf",
                 "tests/fixtures/tokenizer/spm.gguf", "tests/fixtures/tokenizer/bad_merge.gguf",

@@ -567,8 +567,8 @@ QKV_API const qkv_gguf_tensor *qkv_gguf_tensor_info(const qkv_gguf *g, int64_t t
 
 /* ------------------------------------------------------------- dequantise */
 
-/* 1 if qkv_dequantize handles t: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K,
- * Q5_K, Q6_K. */
+/* 1 if qkv_dequantize handles t: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. */
 QKV_API int qkv_dequantize_supported(qkv_ggml_type t);
 
 /* out[n] f32 <- src, n consecutive elements of type t (whole blocks: n a
@@ -577,6 +577,18 @@ QKV_API int qkv_dequantize_supported(qkv_ggml_type t);
  * QKV_ERR_INVALID if n < 0 or not a whole number of blocks. */
 QKV_API qkv_status qkv_dequantize(float *out, const void *src, qkv_ggml_type t, int64_t n,
                                   qkv_error *err);
+
+/* The first of the n elements qkv_dequantize(out, src, t, n) would write
+ * whose value is not finite: *index (-1 when all are finite) and *value
+ * (nan, inf or -inf; 0 when none). qkv_dequantize passes inf and NaN scales
+ * through as the gguf package does; a loader that wants finite weights asks
+ * here first. Block types are judged by their f16 scales (d; m or dmin)
+ * without decoding: a finite scale gives finite elements, a non-finite one
+ * makes its whole block non-finite, so the index is a block's first
+ * element. Errors as qkv_dequantize's (QKV_ERR_INVALID also for NULL
+ * index or value). */
+QKV_API qkv_status qkv_dequantize_check(int64_t *index, float *value, const void *src, qkv_ggml_type t,
+                                        int64_t n, qkv_error *err);
 
 /* -------------------------------------------------------------- cost model */
 

@@ -33,7 +33,8 @@ static const char *const k_isas[] = {"avx512", "avx2", "scalar"};
 
 static const qkv_ggml_type k_types[] = {
     QKV_GGML_TYPE_F32,  QKV_GGML_TYPE_F16,  QKV_GGML_TYPE_BF16, QKV_GGML_TYPE_Q8_0, QKV_GGML_TYPE_Q4_0,
-    QKV_GGML_TYPE_Q4_1, QKV_GGML_TYPE_Q4_K, QKV_GGML_TYPE_Q5_K, QKV_GGML_TYPE_Q6_K,
+    QKV_GGML_TYPE_Q4_1, QKV_GGML_TYPE_Q5_0, QKV_GGML_TYPE_Q5_1, QKV_GGML_TYPE_Q2_K, QKV_GGML_TYPE_Q3_K,
+    QKV_GGML_TYPE_Q4_K, QKV_GGML_TYPE_Q5_K, QKV_GGML_TYPE_Q6_K,
 };
 
 static void put_f16(uint8_t *p, float f) {
@@ -71,8 +72,10 @@ static void fill_weights(uint8_t *buf, qkv_ggml_type t, int64_t rows, int64_t co
         float d = (float)(0.01 + 0.05 * test_rng_uniform(rng)) * (test_rng_uniform(rng) < 0.5 ? -1 : 1);
         float m = (float)(0.3 * test_rng_normal(rng));
         switch (t) {
-        case QKV_GGML_TYPE_Q8_0: case QKV_GGML_TYPE_Q4_0: put_f16(blk, d); break;
-        case QKV_GGML_TYPE_Q4_1: put_f16(blk, d); put_f16(blk + 2, m); break;
+        case QKV_GGML_TYPE_Q8_0: case QKV_GGML_TYPE_Q4_0: case QKV_GGML_TYPE_Q5_0: put_f16(blk, d); break;
+        case QKV_GGML_TYPE_Q4_1: case QKV_GGML_TYPE_Q5_1: put_f16(blk, d); put_f16(blk + 2, m); break;
+        case QKV_GGML_TYPE_Q2_K: put_f16(blk + 80, d * 0.1f); put_f16(blk + 82, m * 0.01f); break;
+        case QKV_GGML_TYPE_Q3_K: put_f16(blk + 108, d * 0.1f); break;
         case QKV_GGML_TYPE_Q4_K: case QKV_GGML_TYPE_Q5_K: put_f16(blk, d * 0.1f); put_f16(blk + 2, m * 0.01f); break;
         case QKV_GGML_TYPE_Q6_K: put_f16(blk + 208, d * 0.1f); break;
         default: break;
@@ -152,7 +155,7 @@ static double check_case(const model_mm_isa *isa, qkv_ggml_type t, int64_t rows,
 }
 
 static int is_block_type(qkv_ggml_type t) {
-    return t == QKV_GGML_TYPE_Q8_0 || t == QKV_GGML_TYPE_Q4_0 || t == QKV_GGML_TYPE_Q4_1;
+    return qkv_ggml_block_elems(t) == 32;
 }
 
 /* Column counts per type: float types any count (tails of 1..2VW-1 after
@@ -254,7 +257,7 @@ TEST(matmul_dequant_rows_match_qkv_dequantize) {
 TEST(matmul_group_equals_one_matmul_per_weight) {
     test_rng rng = {11};
     enum { K = MM_GROUP_MAX + 1 };
-    static const qkv_ggml_type types[K] = {QKV_GGML_TYPE_Q4_1, QKV_GGML_TYPE_Q6_K, QKV_GGML_TYPE_F16,
+    static const qkv_ggml_type types[K] = {QKV_GGML_TYPE_Q5_0, QKV_GGML_TYPE_Q6_K, QKV_GGML_TYPE_F16,
                                            QKV_GGML_TYPE_Q8_0};
     static const int64_t rows[K] = {37, 6, 1, 20};
     const int64_t cols = 256;

@@ -106,9 +106,10 @@ TEST(run_cli_rejects_bad_models_and_flags) {
                                      "gptx2", 5);
     const char *t2[] = {"run", "-m", arch, "--tokens", "1,2", NULL};
     CHECK_BAD_CLI(t2, "not supported");
-    /* blk.0.attn_q.weight's type F16 -> Q5_0 (smaller, so the file stays consistent):
+    /* blk.0.attn_q.weight's type F16 -> IQ4_NL, which qkv does not decode
+     * (smaller, so the file stays consistent):
      * tensor info = name, u32 n_dims (2), u64 ne[2], u32 type */
-    const char q5_0[4] = {6, 0, 0, 0};
+    const char iq4_nl[4] = {20, 0, 0, 0};
     char find[64];
     memcpy(find, "blk.0.attn_q.weight", 20);
     const char *qt = write_variant("qtype.gguf", tiny_path(), -1, NULL, NULL, 0);
@@ -119,13 +120,13 @@ TEST(run_cli_rejects_bad_models_and_flags) {
         for (size_t i = 0; i + 19 + 24 <= n; i++)
             if (!memcmp(head + i, find, 19) && head[i + 19] == 2) {
                 fseek(g, (long)(i + 19 + 4 + 16), SEEK_SET);
-                fwrite(q5_0, 1, 4, g);
+                fwrite(iq4_nl, 1, 4, g);
                 break;
             }
         fclose(g);
     }
     const char *t3[] = {"run", "-m", qt, "--tokens", "1,2", NULL};
-    CHECK_BAD_CLI(t3, "q5_0");
+    CHECK_BAD_CLI(t3, "iq4_nl");
     const char *ctx[] = {"run", "-m", tiny_path(), "--tokens", "1,2,3,4,5,6,7,8,9", "--ctx", "4", NULL};
     CHECK_BAD_CLI(ctx, "context");
     const char *badid[] = {"run", "-m", tiny_path(), "--tokens", "1,99999", NULL};

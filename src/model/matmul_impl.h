@@ -9,9 +9,10 @@
  * One call computes out[t, r] = sum_c x[t, c] * W[r, c] for the weight rows
  * r0 <= r < r1 of one thread's block and every token t < n, two ways:
  *   - fused (n <= MM_FUSED_MAX, decode; F32, F16, BF16, Q8_0, Q4_0, Q4_1,
- *     Q4_K, Q5_K, Q6_K): each (sub-)block of 32 weights is decoded in
- *     registers (codes unpacked, scaled) and multiplied into every token's
- *     accumulators; no f32 row is written, the weights are read once.
+ *     Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): each (sub-)block of 32
+ *     weights is decoded in registers (codes unpacked, scaled) and
+ *     multiplied into every token's accumulators; no f32 row is written, the
+ *     weights are read once.
  *   - tiled (larger n, or other types): the block's rows are dequantised once
  *     into scratch by the same decoding (F32 rows are read in place; types
  *     not listed above by qkv_dequantize), then a register-tiled
@@ -22,7 +23,8 @@
  * Decoded weights equal qkv_dequantize's bit for bit, even where d * q + m
  * becomes one fused multiply-add: an f16 scale (11 significant bits, times a
  * 6-bit K-quant scale at most) times a code of at most 8 bits is exact in
- * f32, so only the final operation rounds, once, either way.
+ * f32 (at most 25 bits: 11 + 6 + 8), so only the final operation rounds,
+ * once, either way.
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "model/internal.h"
@@ -193,12 +195,15 @@ INLINE float float_w_at(const uint8_t *row, qkv_ggml_type t, int64_t c) {
 
 /* ------------------------------------------------------- block types */
 
-/* Block types: Q8_0, Q4_0, Q4_1 (32 elements a block) and the K-quants Q4_K,
- * Q5_K, Q6_K (256 elements, 8 sub-blocks of 32). Byte layouts in dequant.c.
- * Each helper is a constant once t is (t is a literal in every caller). */
+/* Block types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 (32 elements a block) and the
+ * K-quants Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (256 elements, 8 sub-blocks of 32).
+ * Byte layouts in dequant.c. Each helper is a constant once t is (t is a
+ * literal in every caller). */
 static int is_block_type(qkv_ggml_type t) {
     return t == QKV_GGML_TYPE_Q8_0 || t == QKV_GGML_TYPE_Q4_0 || t == QKV_GGML_TYPE_Q4_1 ||
-           t == QKV_GGML_TYPE_Q4_K || t == QKV_GGML_TYPE_Q5_K || t == QKV_GGML_TYPE_Q6_K;
+           t == QKV_GGML_TYPE_Q5_0 || t == QKV_GGML_TYPE_Q5_1 || t == QKV_GGML_TYPE_Q2_K ||
+           t == QKV_GGML_TYPE_Q3_K || t == QKV_GGML_TYPE_Q4_K || t == QKV_GGML_TYPE_Q5_K ||
+           t == QKV_GGML_TYPE_Q6_K;
 }
 static int is_float_type(qkv_ggml_type t) {
     return t == QKV_GGML_TYPE_F32 || t == QKV_GGML_TYPE_F16 || t == QKV_GGML_TYPE_BF16;
@@ -208,13 +213,29 @@ INLINE size_t block_bytes(qkv_ggml_type t) {
     case QKV_GGML_TYPE_Q8_0: return 34;
     case QKV_GGML_TYPE_Q4_0: return 18;
     case QKV_GGML_TYPE_Q4_1: return 20;
+    case QKV_GGML_TYPE_Q5_0: return 22;
+    case QKV_GGML_TYPE_Q5_1: return 24;
+    case QKV_GGML_TYPE_Q2_K: return 84;
+    case QKV_GGML_TYPE_Q3_K: return 110;
     case QKV_GGML_TYPE_Q4_K: return 144;
     case QKV_GGML_TYPE_Q5_K: return 176;
     default: return 210; /* Q6_K */
     }
 }
 INLINE int block_subs(qkv_ggml_type t) { /* 32-element sub-blocks per block */
-    return t == QKV_GGML_TYPE_Q4_K || t == QKV_GGML_TYPE_Q5_K || t == QKV_GGML_TYPE_Q6_K ? 8 : 1;
+    return t == QKV_GGML_TYPE_Q2_K || t == QKV_GGML_TYPE_Q3_K || t == QKV_GGML_TYPE_Q4_K ||
+                   t == QKV_GGML_TYPE_Q5_K || t == QKV_GGML_TYPE_Q6_K
+               ? 8
+               : 1;
+}
+
+/* -1 in lane i where bit l + i of h is set, else 0 (hv: h in every lane):
+ * the fifth bits of Q5_0 and Q5_1 codes l .. l + VW - 1, each tested by a
+ * constant mask (no variable shifts: SSE2 has none). */
+INLINE vi fifth_bits(vu hv, int l) {
+    vu bit;
+    for (int i = 0; i < VW; i++) bit[i] = 1u << (l + i);
+    return (hv & bit) != 0;
 }
 
 #if VW == 16
@@ -232,12 +253,52 @@ INLINE vf table_lookup(vf table, vi q) {
     memcpy(&out, &r, sizeof out);
     return out;
 }
+/* 5-bit codes: the same over two tables of 16 (vpermt2ps: index bit 4
+ * picks hi). */
+INLINE vf table2_lookup(vf lo, vf hi, vi q) {
+    __m512 a, b, r;
+    __m512i i;
+    memcpy(&a, &lo, sizeof a);
+    memcpy(&b, &hi, sizeof b);
+    memcpy(&i, &q, sizeof i);
+    r = _mm512_permutex2var_ps(a, i, b);
+    vf out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
 static const vf k_iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+/* The f16 at p in every lane (one broadcast load and one conversion). */
+INLINE vf f16_splat(const uint8_t *p) {
+    __m512 f = _mm512_cvtph_ps(_mm256_set1_epi16((short)(p[0] | p[1] << 8)));
+    vf out;
+    memcpy(&out, &f, sizeof out);
+    return out;
+}
+/* A Q5 index for table2_lookup: bits 0..3 those of q, bit 4 bit l + i of
+ * h (hv: h in every lane, rotated right by l + i - 4 onto bit 4; the
+ * permutation ignores the bits above). */
+INLINE vi q5_index(vi q, vu hv, int l) {
+    static const vi k_rot = {-4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+    __m512i h, c, r;
+    memcpy(&h, &hv, sizeof h);
+    const vi counts = (k_rot + l) & 31;
+    memcpy(&c, &counts, sizeof c);
+    memcpy(&r, &q, sizeof r);
+    r = _mm512_ternarylogic_epi32(r, _mm512_rorv_epi32(h, c), _mm512_set1_epi32(15), 0xE4); /* 15 ? q : rot, bitwise */
+    vi out;
+    memcpy(&out, &r, sizeof out);
+    return out;
+}
 #endif
 
 /* The 32 weights of sub-block j of the block at blk as QV vectors:
  *   Q8_0 d * q;  Q4_0 d * (q - 8);  Q4_1 d * q + m  (q: element l < 16 the low
  *   nibble of qs[l], l + 16 its high nibble);
+ *   Q5_0 d * (q - 16);  Q5_1 d * q + m  (nibbles as Q4_0, fifth bit l of qh);
+ *   Q2_K (d * sc) * q - (dmin * m)  (q: 2 bits of qs[32 (j / 4) + l] at
+ *   2 (j % 4); sc, m per 16 elements);
+ *   Q3_K (d * (sc - 32)) * q  (low bits as Q2_K, minus 4 unless bit j of
+ *   hmask[l]; sc per 16 elements, k3_scale);
  *   Q4_K, Q5_K (d * sc) * q - (dmin * m)  (q: nibbles of qs[32 (j / 2) + l],
  *   low for even j; Q5_K's fifth bit is bit j of qh[l]);
  *   Q6_K (d * scale) * (q - 32)  (sub-block j = 4 half + k, see dequant.c). */
@@ -266,6 +327,49 @@ INLINE void decode_sub(vf *w, const uint8_t *blk, int j, qkv_ggml_type t) {
             else w[v] = to_float(q) * d + m;
         }
 #endif
+        return;
+    }
+    case QKV_GGML_TYPE_Q5_0:
+    case QKV_GGML_TYPE_Q5_1: {
+        const int q51 = t == QKV_GGML_TYPE_Q5_1;
+        const uint8_t *qs = blk + (q51 ? 8 : 6);
+        const vu hv = (vu){0} + u32_at(blk + (q51 ? 4 : 2)); /* the fifth bits in every lane */
+#if VW == 16
+        const vf d = f16_splat(blk), m = q51 ? f16_splat(blk + 2) : vset1(0);
+        const vf lo = q51 ? k_iota * d + m : (k_iota - 16) * d, hi = q51 ? (k_iota + 16) * d + m : k_iota * d;
+        const vi q = load_u8(qs);
+        w[0] = table2_lookup(lo, hi, q5_index(q, hv, 0));
+        w[1] = table2_lookup(lo, hi, q5_index(q >> 4, hv, 16));
+#else
+        const float d = f16_at(blk), m = q51 ? f16_at(blk + 2) : 0.0f;
+        for (int v = 0; v < QV; v++) {
+            const int l = v * VW; /* first element of this vector */
+            vi q = load_u8(qs + l % 16);
+            q = l < 16 ? q & 15 : q >> 4;
+            const vi set = fifth_bits(hv, l);
+            if (q51) w[v] = to_float(q | (set & 16)) * d + m;
+            else w[v] = to_float(q + (~set & -16)) * d; /* q - 16 unless the fifth bit is set */
+        }
+#endif
+        return;
+    }
+    case QKV_GGML_TYPE_Q2_K:
+    case QKV_GGML_TYPE_Q3_K: {
+        const int q3 = t == QKV_GGML_TYPE_Q3_K;
+        const uint8_t *qs = blk + (q3 ? 32 : 16) + 32 * (j / 4), *hmask = blk;
+        const int shift = 2 * (j % 4);
+        const float d = f16_at(blk + (q3 ? 108 : 80)), dmin = q3 ? 0.0f : f16_at(blk + 82);
+        for (int v = 0; v < QV; v++) {
+            const int l = v * VW; /* a vector lies within one 16-element scale group */
+            const int g = 2 * j + l / 16;
+            const vi q = (load_u8(qs + l) >> shift) & 3;
+            if (q3) {
+                const vi minus4 = ((~load_u8(hmask + l) >> j) & 1) << 2; /* 4 where bit j is clear */
+                w[v] = vset1(d * (float)(k3_scale(g, blk + 96) - 32)) * to_float(q - minus4);
+            } else {
+                w[v] = to_float(q) * (d * (float)(blk[g] & 15)) - dmin * (float)(blk[g] >> 4);
+            }
+        }
         return;
     }
     case QKV_GGML_TYPE_Q4_K:
@@ -334,6 +438,10 @@ void CAT(model_mm_dequant_, SUFFIX)(float *y, const void *src, qkv_ggml_type t, 
     case QKV_GGML_TYPE_Q8_0: dequant_blocks(y, s, QKV_GGML_TYPE_Q8_0, cols); break;
     case QKV_GGML_TYPE_Q4_0: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_0, cols); break;
     case QKV_GGML_TYPE_Q4_1: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_1, cols); break;
+    case QKV_GGML_TYPE_Q5_0: dequant_blocks(y, s, QKV_GGML_TYPE_Q5_0, cols); break;
+    case QKV_GGML_TYPE_Q5_1: dequant_blocks(y, s, QKV_GGML_TYPE_Q5_1, cols); break;
+    case QKV_GGML_TYPE_Q2_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q2_K, cols); break;
+    case QKV_GGML_TYPE_Q3_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q3_K, cols); break;
     case QKV_GGML_TYPE_Q4_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q4_K, cols); break;
     case QKV_GGML_TYPE_Q5_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q5_K, cols); break;
     case QKV_GGML_TYPE_Q6_K: dequant_blocks(y, s, QKV_GGML_TYPE_Q6_K, cols); break;
@@ -407,6 +515,10 @@ INLINE void fused_rows_nt(float *out, int64_t ldo, const float *x, int64_t ldx, 
         ROWS(QKV_GGML_TYPE_Q8_0, fused_row_blocks)
         ROWS(QKV_GGML_TYPE_Q4_0, fused_row_blocks)
         ROWS(QKV_GGML_TYPE_Q4_1, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q5_0, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q5_1, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q2_K, fused_row_blocks)
+        ROWS(QKV_GGML_TYPE_Q3_K, fused_row_blocks)
         ROWS(QKV_GGML_TYPE_Q4_K, fused_row_blocks)
         ROWS(QKV_GGML_TYPE_Q5_K, fused_row_blocks)
         ROWS(QKV_GGML_TYPE_Q6_K, fused_row_blocks)

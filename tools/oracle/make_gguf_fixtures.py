@@ -26,8 +26,10 @@ hard-code the metadata values below; keep them in step):
                 quantise K-quants, so their blocks are random bytes with
                 finite f16 super-scales (including negative and subnormal
                 ones) and the expected floats come from its dequantize.
-                Also "q5_0" and "q2_K" (random blocks, no .expected): types
-                the reader knows but qkv_dequantize does not support.
+                Also "q5_0" and "q2_K" (random blocks, no .expected): once
+                types the reader knew and qkv_dequantize did not; their
+                decoding is now checked with tests/fixtures/dequant/
+                (make_dequant_fixtures.py).
 
 Deterministic (seeded); re-running gives identical files.
 """
@@ -165,7 +167,7 @@ def write_quant(path):
         assert exp.shape == (rows, cols) and np.all(np.isfinite(exp))
         add(name, qt, raw, exp.astype(np.float32))
 
-    # known to the reader, not to qkv_dequantize
+    # no .expected (tests/fixtures/dequant/ has these types' decoded values)
     add("q5_0", Q.Q5_0, kquant_blocks(rng, Q.Q5_0, 2).reshape(1, -1), None)
     add("q2_K", Q.Q2_K, kquant_blocks(rng, Q.Q2_K, 1).reshape(1, -1), None)
     finish(w)
