@@ -120,7 +120,8 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
                 "worker threads (default: the CPUs this process may use; at most " CLI_STR(CLI_THREADS_PER_CPU) " per online CPU)")
 /* The arrays and the mask of an attention call, as `qkv attend` and
  * `qkv-mpi attend` both take them, into a struct with fields q, k, v, out,
- * lse (const char *), causal, window, sinks (int), exclude (cli_ints). */
+ * lse (const char *), causal, window, sinks (int), exclude (cli_ints),
+ * scale, softcap (float). */
 #define CLI_FLAGS_ATTEND_ARRAYS(a)                                                                           \
     {.name = "--q", .kind = CLI_STRING, .dest = &(a)->q, .metavar = "FILE", .help = "queries, float32 [Hq, Lq, D]"}, \
     {.name = "--k", .kind = CLI_STRING, .dest = &(a)->k, .metavar = "FILE", .help = "keys, float32 [Hkv, Lk, D]"}, \
@@ -138,7 +139,9 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
     {.name = "--exclude", .kind = CLI_INTS, .dest = &(a)->exclude, .lo = 0, .hi = 2147483647, .metavar = "i,j,...", \
      .help = "key indices no row may see (ablation)"},                                                            \
     {.name = "--scale", .kind = CLI_FLOAT, .dest = &(a)->scale, .lo = 1e-30, .hi = 1e30, .metavar = "X",          \
-     .help = "softmax scale (default 1/sqrt(D))"}
+     .help = "softmax scale (default 1/sqrt(D))"},                                                                 \
+    {.name = "--softcap", .kind = CLI_FLOAT, .dest = &(a)->softcap, .lo = 0, .hi = 1e30, .metavar = "C",          \
+     .help = "cap every score s to C*tanh(s/C) before the mask and softmax\n(Gemma 2: 50; default 0: none)"}
 /* -n, --temp, --top-k, --top-p, --seed of `qkv run` and `qkv-mpi run`, into
  * int *n_gen, float *temp, int *top_k, float *top_p, int64_t *seed */
 #define CLI_FLAGS_GENERATE(n_gen, temp, top_k, top_p, seed)                                        \

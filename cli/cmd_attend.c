@@ -18,7 +18,7 @@ typedef struct {
     int64_t pos_offset;
     qkv_mask_kind mask;
     cli_ints exclude;
-    float scale;
+    float scale, softcap;
     qkv_rope rope_params;
 } attend_args;
 
@@ -190,7 +190,7 @@ static int attend(attend_args *a) {
     qkv_convert_from_f32(kd, (qkv_dtype)a->kv_dtype, k.data, nkv);
     qkv_convert_from_f32(vd, (qkv_dtype)a->kv_dtype, v.data, nkv);
     qkv_attn_desc desc = {.n_q_head = (int)hq, .n_kv_head = (int)hkv, .q_len = (int)lq, .kv_len = (int)lk,
-                          .head_dim = (int)d, .scale = a->scale,
+                          .head_dim = (int)d, .scale = a->scale, .softcap = a->softcap,
                           .mask = {.kind = a->mask, .window = a->window, .sinks = a->sinks, .exclude = a->exclude.v,
                                    .n_exclude = a->exclude.n},
                           .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads};

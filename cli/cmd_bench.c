@@ -47,6 +47,7 @@ typedef struct {
     const char *sweep;  /* "shape", "prefill", "chunk", "decode", "ref" */
     const char *model;  /* model id, or "custom" */
     int hq, hkv, d, lq, lk, window, causal, threads, cold;
+    float softcap;      /* scores capped to c tanh(s / c) (qkv_attn_desc); 0: none, as in every sweep */
     int layers;         /* separate K/V per layer, one run = every layer once (a token) */
     int swa_window, swa_period; /* > 0: layers follow a preset's pattern (layer l slides iff l % period <
                                    period - 1): a sliding layer has a window mask and K/V of the last
@@ -164,7 +165,7 @@ static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline 
     int lk0;
     layer_shape(&mask, &lk0, r, 0);
     qkv_attn_desc desc = {.n_q_head = r->hq, .n_kv_head = r->hkv, .q_len = r->lq, .kv_len = lk0, .head_dim = r->d,
-                          .mask = mask, .kv_dtype = r->dt, .n_threads = r->threads};
+                          .softcap = r->softcap, .mask = mask, .kv_dtype = r->dt, .n_threads = r->threads};
     qkv_error err = {0};
     if (qkv_attn_check(&desc, &err)) return cli_fail("%s", err.msg);
     if (r->kernel == QKV_KERNEL_AUTO) r->kernel = qkv_attn_pick(&desc);
@@ -294,11 +295,11 @@ static void print_roofline_json(const bench_roofline *roof) {
 /* One result as a JSON object on one line, without a line end. */
 static void print_result_json(const bench_result *r) {
     printf("    {\"sweep\": \"%s\", \"model\": \"%s\", \"hq\": %d, \"hkv\": %d, \"d\": %d, \"lq\": %d, \"lk\": %d, "
-           "\"kv_dtype\": \"%s\", \"kernel\": \"%s\", \"mask\": \"%s\", \"threads\": %d, \"cold_cache\": %s, "
+           "\"kv_dtype\": \"%s\", \"kernel\": \"%s\", \"mask\": \"%s\", \"softcap\": %g, \"threads\": %d, \"cold_cache\": %s, "
            "\"layers\": %d, \"runs\": %d, \"time_s\": {\"median\": %.6g, \"min\": %.6g, \"max\": %.6g}, "
            "\"spread_pct\": %.1f, \"gflops\": %.3f, \"kv_gbs\": %.3f, ",
            r->sweep, r->model, r->hq, r->hkv, r->d, r->lq, r->lk, qkv_dtype_name(r->dt), qkv_kernel_name(r->kernel),
-           r->window ? "window" : r->causal ? "causal" : "none", r->threads, r->cold ? "true" : "false",
+           r->window ? "window" : r->causal ? "causal" : "none", (double)r->softcap, r->threads, r->cold ? "true" : "false",
            r->layers > 1 ? r->layers : 1, r->runs,
            r->med, r->min, r->max, 100.0 * (r->max - r->min) / r->med, r->gflops, r->kv_gbs);
     int sliding = 0;
@@ -570,6 +571,7 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
 int cmd_bench(int argc, char **argv) {
     static const char *const sweep_names[] = {"roofline", "prefill", "chunk", "decode", "ref", "all", NULL};
     static const char *const model_ids[] = {"llama", "smol", NULL};
+    float softcap = 0;
     int hq = 32, hkv = 8, d = 128, lq = 1024, lk = -1, repeat = -1, no_causal = 0, window = 0, sweeps = 0,
         want_roof = 0, cold = 0, layers = 1, kernel = QKV_KERNEL_AUTO, dt = QKV_DTYPE_F32, models = 3, dtypes = 7;
     const char *preset = NULL, *layers_s = NULL;
@@ -597,6 +599,8 @@ int cmd_bench(int argc, char **argv) {
         {.name = "--no-causal", .kind = CLI_BOOL, .dest = &no_causal, .help = "no mask (default causal)"},
         {.name = "--window", .kind = CLI_INT, .dest = &window, .lo = 1, .hi = 1 << 22, .metavar = "W",
          .help = "sliding-window mask of W keys"},
+        {.name = "--softcap", .kind = CLI_FLOAT, .dest = &softcap, .lo = 0, .hi = 1e30, .metavar = "C",
+         .help = "cap scores to C*tanh(s/C) (Gemma 2: 50; default 0: none)"},
         {.name = "--cold", .kind = CLI_BOOL, .dest = &cold, .help = "flush the caches before every run"},
         {.name = "--preset", .kind = CLI_STRING, .dest = &preset, .metavar = "ID",
          .help = "heads of a `qkv cost` preset (llama-3.1-8b, smollm2-135m, ...)"},
@@ -636,7 +640,7 @@ int cmd_bench(int argc, char **argv) {
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
     cli_progress_init(&pf); /* the sweeps report each shape */
     static const char *const shape_flags[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--kernel", "--kv-dtype",
-                                              "--no-causal", "--window", "--preset", "--layers", NULL};
+                                              "--no-causal", "--window", "--softcap", "--preset", "--layers", NULL};
     int shape_flag = 0, heads_given = cli_given(&cmd, "--hq") + cli_given(&cmd, "--hkv") + cli_given(&cmd, "--d");
     for (int k = 0; shape_flags[k]; k++) shape_flag |= cli_given(&cmd, shape_flags[k]);
     if (sweeps & 32) sweeps = SW_ALL; /* the bits of sweep_names are the SW_ values */
@@ -685,7 +689,7 @@ int cmd_bench(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     r.sweep = "shape";
     r.model = "custom";
-    r.hq = hq, r.hkv = hkv, r.d = d, r.lq = lq, r.lk = lk, r.window = window, r.causal = causal;
+    r.hq = hq, r.hkv = hkv, r.d = d, r.lq = lq, r.lk = lk, r.window = window, r.causal = causal, r.softcap = softcap;
     r.threads = o.threads; /* 0 = all, as the kernel is told */
     r.dt = (qkv_dtype)dt;
     r.kernel = (qkv_kernel)kernel;
@@ -704,8 +708,10 @@ int cmd_bench(int argc, char **argv) {
         printf("\n  ]\n}\n");
         return 0;
     }
-    printf("kernel=%s hq=%d hkv=%d d=%d lq=%d lk=%d kv=%s mask=%s threads=%d\n", qkv_kernel_name(r.kernel), hq, hkv, d,
-           lq, lk, qkv_dtype_name((qkv_dtype)dt), window ? "window" : causal ? "causal" : "none", threads);
+    printf("kernel=%s hq=%d hkv=%d d=%d lq=%d lk=%d kv=%s mask=%s", qkv_kernel_name(r.kernel), hq, hkv, d, lq, lk,
+           qkv_dtype_name((qkv_dtype)dt), window ? "window" : causal ? "causal" : "none");
+    if (softcap > 0) printf(" softcap=%g", (double)softcap);
+    printf(" threads=%d\n", threads);
     printf("time_s median=%.6f min=%.6f max=%.6f  GFLOP/s=%.2f  KV_GB/s=%.2f  peak_rss_MiB=%.1f\n", r.med, r.min, r.max,
            r.gflops, r.kv_gbs, r.rss_mib);
     if (layers > 1)

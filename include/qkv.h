@@ -152,10 +152,14 @@ QKV_API qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
 #define QKV_REFERENCE_MAX_SCORES ((int64_t)1 << 29)
 
 /* The shape fields (n_q_head .. head_dim) are required; every other field's
- * zero is its default (1/sqrt(D), no mask, f32, dense, all threads), so a
- * designated initialiser names only what it sets:
+ * zero is its default (1/sqrt(D), no soft-capping, no mask, f32, dense, all
+ * threads), so a designated initialiser names only what it sets:
  *   qkv_attn_desc d = {.n_q_head = 32, .n_kv_head = 8, .q_len = n, .kv_len = n,
- *                      .head_dim = 128, .mask = {.kind = QKV_MASK_CAUSAL}}; */
+ *                      .head_dim = 128, .mask = {.kind = QKV_MASK_CAUSAL}};
+ * Soft-capping (Gemma 2's attn_logit_softcapping) replaces each score
+ * s = scale * q.k by c * tanh(s / c) before the mask and the softmax, in
+ * every kernel; LSE is then the log-sum-exp of the capped scores, so weights
+ * recomputed from it (qkv_attn_weights) and LSE merges stay exact. */
 typedef struct {
     int n_q_head;          /* Hq */
     int n_kv_head;         /* Hkv, Hq % Hkv == 0 */
@@ -163,6 +167,7 @@ typedef struct {
     int kv_len;            /* Lk >= 1 */
     int head_dim;          /* D in [16, 256] */
     float scale;           /* 0 means 1/sqrt(D) */
+    float softcap;         /* c > 0: scores become c*tanh(s/c) before the softmax (Gemma 2); 0: none */
     qkv_mask mask;
     qkv_dtype kv_dtype;    /* element type of K and V */
     int64_t kv_head_stride;/* elements between KV heads; 0 means Lk * D (dense) */
@@ -189,6 +194,8 @@ QKV_API qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
  *     K) makes that row's O and LSE NaN. Large finite scores are exact.
  *   - A -inf score is a weight of 0; a row whose visible keys all score -inf
  *     has LSE = -inf and O = NaN (0 / 0).
+ *   - With softcap c, a score of +-inf is capped to +-c like any other (a
+ *     finite weight: the row stays finite); a NaN score stays NaN.
  *   - V: a NaN or inf in the V of a visible key reaches O (as weight x v:
  *     0 x inf is NaN); the V of a key hidden from a row never enters that
  *     row in the reference, and may in the tiled kernels (a hidden key in a
@@ -197,7 +204,8 @@ QKV_API qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
  */
 
 /*
- * O = softmax(scale * Q K^T + mask) V, per query head, K/V head chosen by GQA.
+ * O = softmax(cap(scale * Q K^T) + mask) V, per query head, K/V head chosen
+ * by GQA; cap(s) = c tanh(s / c) with c = d->softcap > 0, else s.
  *   o:   [Hq, Lq, D]   f32 output
  *   lse: [Hq, Lq]      f32 output, natural log; may be NULL
  *   q:   [Hq, Lq, D]   f32
@@ -1162,8 +1170,8 @@ QKV_API int qkv_token_ends_turn(const qkv_tokenizer *t, int32_t id);
  * engine that runs it. A probe holds no copy of the attention: it reads what
  * a layer's kernel was given (rotated q, the KV cache) and what it returned
  * (LSE) through a hook on blocks.L.attn.hook_pattern, and recomputes the
- * weight rows it is asked for:  w[i, j] = exp(scale * q_i . k_j - lse_i), 0
- * where masked.
+ * weight rows it is asked for:  w[i, j] = exp(cap(scale * q_i . k_j) - lse_i),
+ * 0 where masked (cap: the descriptor's softcap, qkv_attn_desc).
  */
 
 /* Weights of query head `head`: rows row0 .. row0+n_rows-1 against keys

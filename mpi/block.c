@@ -62,7 +62,7 @@ static qkv_status run(cp_block *b, int r0, int n, const void *k, const void *v, 
         q = b->q_tmp;
     }
     const qkv_attn_desc rd = {.n_q_head = hq, .n_kv_head = g->n_kv_head, .q_len = n, .kv_len = len, .head_dim = d,
-                              .scale = g->scale,
+                              .scale = g->scale, .softcap = g->softcap,
                               .mask = {.kind = kind, .window = window, .exclude = b->excl_tmp, .n_exclude = n_excl},
                               .kv_dtype = g->kv_dtype, .kv_head_stride = (int64_t)k_rows * d, .n_threads = g->n_threads};
     const char *kb = (const char *)k + (size_t)j0 * d * es, *vb = (const char *)v + (size_t)j0 * d * es;

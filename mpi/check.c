@@ -12,11 +12,11 @@
 #include <string.h>
 
 enum { F_FAIL_RANK, F_STATUS, F_HQ, F_HKV, F_LQ, F_LK, F_D, F_KIND, F_WINDOW, F_SINKS, F_DTYPE, F_SCALE,
-       F_N_EXCL, F_EXCL_SUM, F_EXTRA, F_MAX = F_EXTRA + 8 };
+       F_SOFTCAP, F_N_EXCL, F_EXCL_SUM, F_EXTRA, F_MAX = F_EXTRA + 8 };
 
 static const char *const field_names[F_EXTRA] = {
     "", "", "n_q_head", "n_kv_head", "q_len", "kv_len", "head_dim", "mask kind", "window", "sinks",
-    "kv_dtype", "scale", "the number of exclusions", "the excluded keys"};
+    "kv_dtype", "scale", "softcap", "the number of exclusions", "the excluded keys"};
 
 qkv_status cp_check_collective(qkv_status local_status, const qkv_attn_desc *d, const int *extra, int n_extra,
                                MPI_Comm comm, double timeout_s, qkv_error *err) {
@@ -32,6 +32,7 @@ qkv_status cp_check_collective(qkv_status local_status, const qkv_attn_desc *d, 
         v[F_D] = d->head_dim, v[F_KIND] = (int)d->mask.kind, v[F_WINDOW] = d->mask.window;
         v[F_SINKS] = d->mask.sinks, v[F_DTYPE] = (int)d->kv_dtype;
         memcpy(&v[F_SCALE], &d->scale, sizeof(float));
+        memcpy(&v[F_SOFTCAP], &d->softcap, sizeof(float));
         v[F_N_EXCL] = d->mask.n_exclude;
         unsigned sum = 0;
         for (int e = 0; d->mask.exclude && e < d->mask.n_exclude; e++) sum = sum * 31u + (unsigned)d->mask.exclude[e];

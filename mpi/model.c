@@ -49,7 +49,8 @@ static qkv_status replace_attention(void *user, int layer, float *att, float *ls
     (void)layer;
     const int len = qkv_kv_cache_len(cache), D = local->head_dim;
     qkv_attn_desc g = {.n_q_head = local->n_q_head, .n_kv_head = local->n_kv_head, .head_dim = D, .scale = local->scale,
-                       .mask = {.kind = QKV_MASK_CAUSAL}, .kv_dtype = local->kv_dtype, .n_threads = local->n_threads};
+                       .softcap = local->softcap, .mask = {.kind = QKV_MASK_CAUSAL}, .kv_dtype = local->kv_dtype,
+                       .n_threads = local->n_threads};
     if (!cm->decoding) {
         qkv_status st = dense_rows(cm, cache, len, g.n_kv_head, D, err);
         if (st) return st;

@@ -6,6 +6,9 @@
  */
 #include "testing.h"
 
+#include "qkv.h"
+#include "util/cpu.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -212,6 +215,17 @@ char *test_read_file(const char *path, size_t *len) {
 const char *test_fixture_dir(void) {
     const char *d = getenv("QKV_FIXTURES");
     return d ? d : "tests/fixtures";
+}
+
+void test_for_each_isa(void (*fn)(void)) {
+    const cpu_isa saved = cpu_isa_chosen();
+    for (int i = (int)saved; i >= 0; i--) {
+        if (!cpu_isa_supported((cpu_isa)i)) continue;
+        cpu_isa_limit((cpu_isa)i);
+        CHECK(!strcmp(qkv_attn_isa(), cpu_isa_name((cpu_isa)i)), "ISA %s not chosen", cpu_isa_name((cpu_isa)i));
+        fn();
+    }
+    cpu_isa_limit(saved);
 }
 
 static void make_tmpdir(const char *name) {

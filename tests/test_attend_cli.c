@@ -1,13 +1,15 @@
 /*
  * test_attend_cli.c — `qkv attend` end to end: a good run agrees with the
  * library, and bad input (missing file, truncated or non-float32 .npy,
- * mismatched shapes, Hq not a multiple of Hkv, bad flag values) gets one line
- * on stderr naming the problem, exit status 2 and no output file.
+ * mismatched shapes, Hq not a multiple of Hkv, bad flag values, a negative
+ * or NaN --softcap) gets one line on stderr naming the problem, exit status 2
+ * and no output file; --softcap caps the scores in every kernel.
  */
 #include "testing.h"
 
 #include "qkv.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +79,44 @@ TEST(attend_cli_matches_library_and_writes_outputs) {
     qkv_npy_free(&lse);
 }
 
+/* --softcap C: the reference (with --weights) and flash agree, the weights
+ * rows still sum to 1, and the output is not the uncapped one. */
+TEST(attend_cli_softcap) {
+    write_arrays(4, 2, 6, 50, 32);
+    const char *ref[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out",
+                         path_in_tmp(3, "o.npy"), "--weights", path_in_tmp(5, "w.npy"), "--kernel", "ref", "--causal",
+                         "--scale", "1", "--softcap", "2.5", NULL};
+    const char *flash[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out",
+                           path_in_tmp(6, "o2.npy"), "--kernel", "flash", "--causal", "--scale", "1", "--softcap", "2.5",
+                           NULL};
+    const char *plain[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out",
+                           path_in_tmp(7, "o3.npy"), "--causal", "--scale", "1", "--softcap", "0", NULL};
+    char *err = NULL;
+    int rc = test_run_cli(ref, NULL, NULL, &err);
+    CHECK(rc == 0, "ref: exit %d: %s", rc, err);
+    free(err);
+    CHECK(test_run_cli(flash, NULL, NULL, NULL) == 0 && test_run_cli(plain, NULL, NULL, NULL) == 0, "flash, plain runs");
+    qkv_npy o, o2, o3, w;
+    if (qkv_npy_load(&o, g_paths[3], NULL) || qkv_npy_load(&o2, g_paths[6], NULL) || qkv_npy_load(&o3, g_paths[7], NULL) ||
+        qkv_npy_load(&w, g_paths[5], NULL)) {
+        CHECK(0, "an output is missing");
+        return;
+    }
+    CHECK_CLOSE("softcap flash vs ref", o2.data, o.data, (size_t)o.count, 1e-5, 0);
+    double moved = 0;
+    for (int64_t i = 0; i < o.count; i++) moved = fmax(moved, fabs(((float *)o.data)[i] - ((float *)o3.data)[i]));
+    CHECK(moved > 1e-2, "capped and uncapped outputs differ by only %g", moved);
+    for (int row = 0; row < 4 * 6; row++) {
+        double s = 0;
+        for (int j = 0; j < 50; j++) s += ((float *)w.data)[row * 50 + j];
+        CHECK(fabs(s - 1) < 1e-5, "weights row %d sums to %g", row, s);
+    }
+    qkv_npy_free(&o);
+    qkv_npy_free(&o2);
+    qkv_npy_free(&o3);
+    qkv_npy_free(&w);
+}
+
 TEST(attend_cli_rejects_bad_input) {
     write_arrays(6, 4, 3, 10, 32); /* 6 query heads, 4 KV heads: not a multiple */
     const char *o = path_in_tmp(3, "o.npy");
@@ -118,27 +158,20 @@ TEST(attend_cli_rejects_bad_input) {
     const char *mism[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[0], "--out", o, NULL};
     expect_bad(mism, "differs");
 
-    const char *badflag[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
-                             "--window", "-3", NULL};
-    expect_bad(badflag, "--window");
-    const char *badkern[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
-                             "--kernel", "fast", NULL};
-    expect_bad(badkern, "--kernel");
-    const char *baddt[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
-                           "--kv-dtype", "f8", NULL};
-    expect_bad(baddt, "--kv-dtype");
-    const char *sinks[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
-                           "--sinks", "4", NULL};
-    expect_bad(sinks, "--window");
+    /* one flag with a bad value (or a flag without the one it needs): flag, value, what the line names */
+    static const char *const bad_flags[][3] = {
+        {"--window", "-3", "--window"}, {"--kernel", "fast", "--kernel"}, {"--kv-dtype", "f8", "--kv-dtype"},
+        {"--sinks", "4", "--window"},   {"--exclude", "1,x", "--exclude"}, {"--exclude", "99", "outside"},
+        {"--softcap", "-1", "--softcap"}, {"--softcap", "nan", "--softcap"}, {"--softcap", "inf", "--softcap"},
+    };
+    for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
+        const char *argv[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
+                              bad_flags[i][0], bad_flags[i][1], NULL};
+        expect_bad(argv, bad_flags[i][2]);
+    }
     const char *wts[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
                          "--weights", path_in_tmp(5, "w.npy"), "--kernel", "flash", NULL};
     expect_bad(wts, "--kernel ref");
-    const char *excl[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
-                          "--exclude", "1,x", NULL};
-    expect_bad(excl, "--exclude");
-    const char *excl2[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
-                           "--exclude", "99", NULL};
-    expect_bad(excl2, "outside");
     const char *rs[] = {"attend", "--q", g_paths[0], "--k", g_paths[1], "--v", g_paths[2], "--out", o,
                         "--rope", "half", "--rope-scaling", "llama3:factor=8,low=4,high=1", NULL};
     expect_bad(rs, "high");

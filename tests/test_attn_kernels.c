@@ -6,7 +6,8 @@
  * this CPU supports (QKV_ISA). Each fast path has its sweep: the block path
  * (prefill, R > VW/2 rows), the few-row path (decode, every R from 1 to 8),
  * flash-bf16 (against the exact attention of the inputs it rounds, bound
- * derived at check_bf16dot); plus qkv_kv_alloc.
+ * derived at check_bf16dot); soft-capped scores in each of them, and the
+ * vector tanh under it against double tanh; plus qkv_kv_alloc.
  *
  * Tolerance: max |O_kernel - O_ref| <= 1e-5 * max |O_ref| (+1e-7 absolute),
  * LSE within 1e-5 (+1e-6 relative). With bf16/f16 KV both kernels read the
@@ -18,7 +19,6 @@
 #include "testing.h"
 
 #include "attn/internal.h"
-#include "util/cpu.h"
 #include "qkv.h"
 
 #include <float.h>
@@ -33,6 +33,7 @@ typedef struct {
     int window, sinks, n_exclude;
     qkv_dtype dtype;
     float scale;
+    float softcap; /* 0: none */
 } shape;
 
 static float max_abs(const float *x, size_t n) {
@@ -59,7 +60,7 @@ static void check_shape(const shape *s, qkv_kernel kernel, test_rng *rng, float 
     int excl[16];
     for (int e = 0; e < s->n_exclude; e++) excl[e] = test_rng_int(rng, 0, s->lk - 1);
     qkv_attn_desc d = {.n_q_head = s->hq, .n_kv_head = s->hkv, .q_len = s->lq, .kv_len = s->lk, .head_dim = s->d,
-                       .scale = s->scale,
+                       .scale = s->scale, .softcap = s->softcap,
                        .mask = {.kind = s->mask, .window = s->window, .sinks = s->sinks, .exclude = excl,
                                 .n_exclude = s->n_exclude},
                        .kv_dtype = s->dtype, .n_threads = 2};
@@ -72,13 +73,13 @@ static void check_shape(const shape *s, qkv_kernel kernel, test_rng *rng, float 
     CHECK(st == QKV_OK, "%s failed: %s", qkv_kernel_name(kernel), err.msg);
     if (st == QKV_OK) {
         char what[200];
-        snprintf(what, sizeof what, "%s O hq=%d hkv=%d lq=%d lk=%d d=%d mask=%d w=%d s=%d ex=%d %s",
-                 qkv_kernel_name(kernel), s->hq, s->hkv, s->lq, s->lk, s->d, s->mask, s->window, s->sinks,
-                 s->n_exclude, qkv_dtype_name(s->dtype));
+        snprintf(what, sizeof what, "%s %s O hq=%d hkv=%d lq=%d lk=%d d=%d mask=%d w=%d s=%d ex=%d %s cap=%g",
+                 qkv_kernel_name(kernel), qkv_attn_isa(), s->hq, s->hkv, s->lq, s->lk, s->d, s->mask, s->window,
+                 s->sinks, s->n_exclude, qkv_dtype_name(s->dtype), s->softcap);
         float scale = max_abs(o_ref, nq);
         CHECK_CLOSE(what, o, o_ref, nq, 1e-5 * scale + 1e-7, 0);
-        snprintf(what, sizeof what, "%s LSE hq=%d lq=%d lk=%d d=%d mask=%d", qkv_kernel_name(kernel), s->hq,
-                 s->lq, s->lk, s->d, s->mask);
+        snprintf(what, sizeof what, "%s %s LSE hq=%d lq=%d lk=%d d=%d mask=%d cap=%g", qkv_kernel_name(kernel),
+                 qkv_attn_isa(), s->hq, s->lq, s->lk, s->d, s->mask, s->softcap);
         CHECK_CLOSE(what, lse, lse_ref, (size_t)s->hq * s->lq, 1e-5, 1e-6);
         for (size_t i = 0; i < nq; i++)
             if (isnan(o[i])) {
@@ -107,6 +108,7 @@ static shape random_shape(test_rng *r, int max_lq, int want_decode) {
     s.n_exclude = test_rng_int(r, 0, 2) == 0 ? test_rng_int(r, 1, 16) : 0;
     s.dtype = (qkv_dtype)test_rng_int(r, 0, 2);
     s.scale = test_rng_int(r, 0, 4) == 0 ? 0.05f : 0;
+    s.softcap = 0;
     return s;
 }
 
@@ -118,23 +120,11 @@ static void sweep(qkv_kernel kernel, int want_decode, uint64_t seed, int n) {
     }
 }
 
-/* fn under every ISA this CPU runs, each chosen as the process's ISA. */
-static void for_each_isa(void (*fn)(void)) {
-    const cpu_isa saved = cpu_isa_chosen();
-    for (int i = CPU_ISA_COUNT - 1; i >= 0; i--) {
-        if (!cpu_isa_supported((cpu_isa)i)) continue;
-        cpu_isa_limit((cpu_isa)i);
-        CHECK(!strcmp(qkv_attn_isa(), cpu_isa_name((cpu_isa)i)), "ISA %s not chosen", cpu_isa_name((cpu_isa)i));
-        fn();
-    }
-    cpu_isa_limit(saved);
-}
-
 static void flash_sweep(void) { sweep(QKV_KERNEL_FLASH, 0, 11, 60); }
 static void decode_sweep(void) { sweep(QKV_KERNEL_DECODE, 1, 12, 60); }
 
-TEST(flash_matches_reference_random_shapes) { for_each_isa(flash_sweep); }
-TEST(decode_matches_reference_random_shapes) { for_each_isa(decode_sweep); }
+TEST(flash_matches_reference_random_shapes) { test_for_each_isa(flash_sweep); }
+TEST(decode_matches_reference_random_shapes) { test_for_each_isa(decode_sweep); }
 
 /* The few-row path (decode, and flash blocks of at most VW/2 rows: R = query
  * heads per KV head x positions <= 8) for every row count, lengths around the
@@ -148,13 +138,13 @@ static void few_rows_sweep(void) {
         for (size_t b = 0; b < sizeof lks / sizeof lks[0]; b++, i++) {
             int hkv = 1 + i % 2, d = i % 3 == 0 ? 16 : i % 3 == 1 ? 64 : 128;
             shape s = {gl[a][0] * hkv, hkv, gl[a][1], lks[b], d, (qkv_mask_kind)(i % 4), 7, 2, i % 5 == 0 ? 3 : 0,
-                       (qkv_dtype)(i % 3), 0};
+                       (qkv_dtype)(i % 3), 0, 0};
             if (s.lq > s.lk) s.lq = s.lk;
             check_shape(&s, QKV_KERNEL_DECODE, &r, 1, 0);
             check_shape(&s, QKV_KERNEL_FLASH, &r, 1, 0);
         }
 }
-TEST(few_row_path_every_row_count) { for_each_isa(few_rows_sweep); }
+TEST(few_row_path_every_row_count) { test_for_each_isa(few_rows_sweep); }
 
 /* bf16 pairs as floats: what flash-bf16 rounds its inputs to. */
 static float bf16_of(float x) { return qkv_bf16_to_f32(qkv_f32_to_bf16(x)); }
@@ -182,7 +172,7 @@ static void check_bf16dot(const shape *s, test_rng *rng) {
     int excl[16];
     for (int e = 0; e < s->n_exclude; e++) excl[e] = test_rng_int(rng, 0, s->lk - 1);
     qkv_attn_desc d = {.n_q_head = s->hq, .n_kv_head = s->hkv, .q_len = s->lq, .kv_len = s->lk, .head_dim = s->d,
-                       .scale = s->scale,
+                       .scale = s->scale, .softcap = s->softcap,
                        .mask = {.kind = s->mask, .window = s->window, .sinks = s->sinks, .exclude = excl,
                                 .n_exclude = s->n_exclude},
                        .kv_dtype = s->dtype, .n_threads = 2};
@@ -227,13 +217,13 @@ static void bf16dot_sweep(void) {
     }
     /* Llama and SmolLM2 heads, several tiles, every dtype */
     for (int t = 0; t < 3; t++) {
-        shape a = {32, 8, 150, 333, 128, QKV_MASK_CAUSAL, 0, 0, 0, (qkv_dtype)t, 0};
-        shape b = {9, 3, 200, 200, 64, QKV_MASK_CAUSAL, 0, 0, 0, (qkv_dtype)t, 0};
+        shape a = {32, 8, 150, 333, 128, QKV_MASK_CAUSAL, 0, 0, 0, (qkv_dtype)t, 0, 0};
+        shape b = {9, 3, 200, 200, 64, QKV_MASK_CAUSAL, 0, 0, 0, (qkv_dtype)t, 0, 0};
         check_bf16dot(&a, &r);
         check_bf16dot(&b, &r);
     }
 }
-TEST(flash_bf16_matches_reference_of_rounded_inputs) { for_each_isa(bf16dot_sweep); }
+TEST(flash_bf16_matches_reference_of_rounded_inputs) { test_for_each_isa(bf16dot_sweep); }
 
 /* Wide blocks (attn_flash_block_rows: ATTN_MAX_ROWS rows where a block walks
  * K/V past the caches) on the shapes that take them: a whole wide block and
@@ -243,9 +233,9 @@ TEST(flash_bf16_matches_reference_of_rounded_inputs) { for_each_isa(bf16dot_swee
 static void wide_blocks_cases(void) {
     test_rng r = {31};
     const shape shapes[] = {
-        {4, 1, 40, 6200, 128, QKV_MASK_CAUSAL, 0, 0, 0, QKV_DTYPE_F32, 0},
-        {6, 2, 50, 12400, 64, QKV_MASK_SINK_WINDOW, 12300, 4, 5, QKV_DTYPE_F16, 0},
-        {8, 1, 20, 8300, 96, QKV_MASK_NONE, 0, 0, 0, QKV_DTYPE_BF16, 0},
+        {4, 1, 40, 6200, 128, QKV_MASK_CAUSAL, 0, 0, 0, QKV_DTYPE_F32, 0, 0},
+        {6, 2, 50, 12400, 64, QKV_MASK_SINK_WINDOW, 12300, 4, 5, QKV_DTYPE_F16, 0, 0},
+        {8, 1, 20, 8300, 96, QKV_MASK_NONE, 0, 0, 0, QKV_DTYPE_BF16, 0, 0},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const shape *s = &shapes[i];
@@ -261,7 +251,153 @@ static void wide_blocks_cases(void) {
         check_shape(s, QKV_KERNEL_FLASH, &r, 1, 0);
     }
 }
-TEST(flash_wide_blocks_match_reference) { for_each_isa(wide_blocks_cases); }
+TEST(flash_wide_blocks_match_reference) { test_for_each_isa(wide_blocks_cases); }
+
+/* ------------------------------------------------------------ soft-capping */
+
+/* Max error of x -> tanh x against double tanh, in units in the last place
+ * of the float nearest tanh x, over xs [n]; also whether it is odd
+ * (f(-x) = -f(x) bit for bit: f sees -x in the second half of xs). */
+static double tanh_ulps(const float *y, const float *xs, size_t n) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double t = tanh((double)xs[i]);
+        const float tf = fabsf((float)t);
+        const double ulp = (double)nextafterf(tf, INFINITY) - tf;
+        const double e = fabs(y[i] - t) / ulp;
+        worst = e > worst ? e : worst;
+    }
+    return worst;
+}
+
+/* Every 211th float in [2^-30, 20] (1.4M), then the same negated: both
+ * branches of the tanh, its split at 0.625, and where it rounds to 1. */
+static float *tanh_arguments(size_t *n_out) {
+    const uint32_t lo = 0x30800000u, hi = 0x41a00000u, step = 211; /* 2^-30, 20 */
+    const size_t n = (hi - lo) / step;
+    float *x = malloc(2 * n * sizeof *x);
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t b = lo + (uint32_t)i * step;
+        memcpy(&x[i], &b, sizeof b);
+        x[n + i] = -x[i];
+    }
+    *n_out = 2 * n;
+    return x;
+}
+
+/* The kernels' tanh (attn_isa.softcap with c = 1: c tanh(x / c) is then
+ * tanh x, computed as the kernels compute it) on the process's ISA against
+ * double tanh: at most 2.5 ulp (tools/tanh_poly.py predicts 2.0 with the
+ * kernels' exp2; measured 2.05 here on AVX-512, AVX2 and scalar, and over
+ * every 61st float 2.1, scalar 2.2: its polynomials round twice a step,
+ * without FMA), and odd, 0 at 0, exactly +-1 from |x| = 9 and at +-inf,
+ * NaN kept. */
+static void tanh_isa(void) {
+    size_t n;
+    float *x = tanh_arguments(&n), *y = malloc(n * sizeof *y);
+    memcpy(y, x, n * sizeof *y);
+    attn_isa_best()->softcap(y, (int)n, 1.0f);
+    const double err = tanh_ulps(y, x, n);
+    CHECK(err <= 2.5, "%s: vector tanh off by %.2f ulp", qkv_attn_isa(), err);
+    for (size_t i = 0; i < n / 2; i++)
+        if (y[n / 2 + i] != -y[i]) {
+            CHECK(0, "%s: tanh(-x) != -tanh(x) at x = %a", qkv_attn_isa(), x[i]);
+            break;
+        }
+    float edge[7] = {0.0f, -0.0f, 9.0f, -9.0f, INFINITY, -INFINITY, NAN};
+    attn_isa_best()->softcap(edge, 7, 1.0f); /* also a vector's tail, 7 % VW */
+    CHECK(edge[0] == 0 && edge[1] == 0 && edge[2] == 1 && edge[3] == -1 && edge[4] == 1 && edge[5] == -1 &&
+              isnan(edge[6]),
+          "%s: tanh of 0, -0, 9, -9, inf, -inf, NaN: %g %g %g %g %g %g %g", qkv_attn_isa(), edge[0], edge[1],
+          edge[2], edge[3], edge[4], edge[5], edge[6]);
+    if (getenv("QKV_TEST_VERBOSE")) fprintf(stderr, "  %-6s vector tanh: max %.2f ulp over %zu floats\n", qkv_attn_isa(), err, n);
+    free(x);
+    free(y);
+}
+
+/* The scalar twin (attn_tanhf, with libm's expf): at most 2.5 ulp too
+ * (measured 1.5), odd; libm's own tanhf, for scale, measured 2.1 (glibc). */
+TEST(softcap_tanh_within_2_5_ulp_on_every_isa) {
+    test_for_each_isa(tanh_isa);
+    size_t n;
+    float *x = tanh_arguments(&n), *y = malloc(n * sizeof *y), *z = malloc(n * sizeof *z);
+    for (size_t i = 0; i < n; i++) y[i] = attn_tanhf(x[i]), z[i] = tanhf(x[i]);
+    const double err = tanh_ulps(y, x, n), err_libm = tanh_ulps(z, x, n);
+    CHECK(err <= 2.5, "attn_tanhf off by %.2f ulp", err);
+    for (size_t i = 0; i < n / 2; i++)
+        if (y[n / 2 + i] != -y[i]) {
+            CHECK(0, "attn_tanhf(-x) != -attn_tanhf(x) at x = %a", x[i]);
+            break;
+        }
+    CHECK(isnan(attn_tanhf(NAN)) && attn_tanhf(INFINITY) == 1 && attn_tanhf(-INFINITY) == -1, "attn_tanhf edges");
+    if (getenv("QKV_TEST_VERBOSE"))
+        fprintf(stderr, "  attn_tanhf: max %.2f ulp, libm tanhf %.2f ulp, over %zu floats\n", err, err_libm, n);
+    free(x);
+    free(y);
+    free(z);
+}
+
+/*
+ * Soft-capping in every kernel against the reference's c tanh(s / c) in
+ * double, under the usual bounds: a capped score carries at most 2.5 ulp of
+ * the tanh times c, ~3e-7 |s'|, as little as the float score itself.
+ * Caps from saturating (0.5: every weight from a score near +-c) to Gemma
+ * 2's 50, queries at sd 1 and 3 (scores to ~+-15: both tanh branches), on
+ * the block path, the few-row path, decode's splits, wide blocks and
+ * flash-bf16 (against the exact attention of the inputs it rounds, as above).
+ */
+static void softcap_cases(void) {
+    static const float caps[] = {0.5f, 2, 8, 50};
+    test_rng r = {41};
+    for (int i = 0; i < 24 && test_failures() < 10; i++) {
+        shape s = random_shape(&r, 150, i % 2);
+        s.softcap = caps[i % 4];
+        check_shape(&s, i % 2 ? QKV_KERNEL_DECODE : QKV_KERNEL_FLASH, &r, i % 3 ? 1 : 3, 0);
+    }
+    static const int gl[][2] = {{1, 1}, {2, 1}, {1, 3}, {4, 1}, {2, 3}, {8, 1}}; /* R = G x Lq <= 8: the few-row path */
+    for (int i = 0; i < 6; i++) {
+        shape s = {gl[i][0], 1, gl[i][1], 300, 64, QKV_MASK_CAUSAL, 0, 0, 2, (qkv_dtype)(i % 3), 0, 2};
+        check_shape(&s, QKV_KERNEL_FLASH, &r, 3, 0);
+        check_shape(&s, QKV_KERNEL_DECODE, &r, 3, 0);
+    }
+    shape wide = {4, 1, 40, 6200, 128, QKV_MASK_CAUSAL, 0, 0, 0, QKV_DTYPE_BF16, 0, 5};
+    check_shape(&wide, QKV_KERNEL_FLASH, &r, 3, 0);
+    shape gemma = {8, 4, 70, 70, 256, QKV_MASK_SINK_WINDOW, 32, 1, 3, QKV_DTYPE_F32, 0, 50};
+    check_shape(&gemma, QKV_KERNEL_FLASH, &r, 3, 0);
+    for (int i = 0; i < 4; i++) {
+        shape s = random_shape(&r, 150, 0);
+        s.softcap = caps[i];
+        check_bf16dot(&s, &r);
+    }
+}
+TEST(softcap_matches_reference_in_every_kernel) { test_for_each_isa(softcap_cases); }
+
+/* A cap far above every score is no capping (c tanh(s / c) = s but for the
+ * rounding of s / c and back), in every kernel: the capped path against the
+ * plain one. */
+TEST(softcap_far_above_the_scores_changes_nothing) {
+    test_rng r = {8};
+    const int hq = 8, hkv = 2, lq = 37, lk = 90, dd = 64;
+    const size_t nq = (size_t)hq * lq * dd, nkv = (size_t)hkv * lk * dd;
+    float *q = malloc(nq * 4), *k = malloc(nkv * 4), *v = malloc(nkv * 4), *a = malloc(nq * 4), *b = malloc(nq * 4);
+    test_fill_normal(q, nq, &r, 2);
+    test_fill_normal(k, nkv, &r, 1);
+    test_fill_normal(v, nkv, &r, 1);
+    qkv_attn_desc d = {.n_q_head = hq, .n_kv_head = hkv, .q_len = lq, .kv_len = lk, .head_dim = dd,
+                       .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 1};
+    for (int kern = 1; kern <= 4; kern++) {
+        d.q_len = kern == QKV_KERNEL_DECODE ? 8 : lq;
+        d.softcap = 0;
+        qkv_error err = {0};
+        CHECK(qkv_attention(a, NULL, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
+        d.softcap = 1e30f;
+        CHECK(qkv_attention(b, NULL, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
+        char what[64];
+        snprintf(what, sizeof what, "%s softcap 1e30 vs 0", qkv_kernel_name((qkv_kernel)kern));
+        CHECK_CLOSE(what, b, a, (size_t)hq * d.q_len * dd, 1e-6, 0);
+    }
+    free(q); free(k); free(v); free(a); free(b);
+}
 
 TEST(flash_and_decode_edge_lengths) {
     test_rng r = {5};
@@ -270,7 +406,7 @@ TEST(flash_and_decode_edge_lengths) {
                            {5, 3}, {130, 129}};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         for (int m = 0; m < 4; m++) {
-            shape s = {8, 2, lens[i][0], lens[i][1], 72, (qkv_mask_kind)m, 7, 2, 0, QKV_DTYPE_F32, 0};
+            shape s = {8, 2, lens[i][0], lens[i][1], 72, (qkv_mask_kind)m, 7, 2, 0, QKV_DTYPE_F32, 0, 0};
             check_shape(&s, QKV_KERNEL_FLASH, &r, 1, 0);
             if (s.lq <= 8) check_shape(&s, QKV_KERNEL_DECODE, &r, 1, 0);
         }
@@ -280,9 +416,9 @@ TEST(extreme_scores_are_exact_and_finite) {
     /* integer q, k with |q.k| up to 3*3*128 and scale 8: scores to ~1e4 */
     test_rng r = {99};
     for (int m = 0; m < 4; m++) {
-        shape s = {8, 2, 33, 300, 128, (qkv_mask_kind)m, 50, 3, 0, QKV_DTYPE_F32, 8.0f};
+        shape s = {8, 2, 33, 300, 128, (qkv_mask_kind)m, 50, 3, 0, QKV_DTYPE_F32, 8.0f, 0};
         check_shape(&s, QKV_KERNEL_FLASH, &r, 1, 1);
-        shape t = {8, 2, 3, 1500, 128, (qkv_mask_kind)m, 50, 3, 0, QKV_DTYPE_F32, -0.0f};
+        shape t = {8, 2, 3, 1500, 128, (qkv_mask_kind)m, 50, 3, 0, QKV_DTYPE_F32, -0.0f, 0};
         t.scale = 8.0f;
         check_shape(&t, QKV_KERNEL_DECODE, &r, 1, 1);
     }
@@ -358,18 +494,22 @@ TEST(bad_descriptors_are_refused_with_a_message) {
     memset(x, 0, sizeof x);
     qkv_attn_desc good = {.n_q_head = 4, .n_kv_head = 2, .q_len = 2, .kv_len = 3, .head_dim = 16,
                           .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 1};
-    qkv_attn_desc bad[6];
-    for (int i = 0; i < 6; i++) bad[i] = good;
+    qkv_attn_desc bad[9];
+    for (int i = 0; i < 9; i++) bad[i] = good;
     bad[0].n_q_head = 3;          /* not a multiple of 2 */
     bad[1].head_dim = 8;          /* too small */
     bad[2].head_dim = 300;        /* too large */
     bad[3].q_len = 0;
     bad[4].mask.kind = QKV_MASK_WINDOW; /* window 0 */
     bad[5].scale = -1;
-    for (int i = 0; i < 6; i++) {
+    bad[6].softcap = -1;
+    bad[7].softcap = NAN;
+    bad[8].softcap = INFINITY;
+    for (int i = 0; i < 9; i++) {
         qkv_error err = {0};
         qkv_status st = qkv_attention(x, NULL, x, x, x, &bad[i], QKV_KERNEL_FLASH, &err);
         CHECK(st == QKV_ERR_INVALID && err.msg[0], "case %d: status %d msg '%s'", i, st, err.msg);
+        if (i >= 6) CHECK(strstr(err.msg, "softcap") != NULL, "case %d: '%s' does not name softcap", i, err.msg);
     }
     good.q_len = 9;
     qkv_error err = {0};
@@ -420,13 +560,14 @@ static row_class class_of(const float *o, float lse, int d) {
 enum { NF_HQ = 2, NF_HKV = 1, NF_L = 6, NF_D = 16 };
 
 /* Every kernel on q, k, v (causal, Lq = Lk = 6, 2 query heads on one KV
- * head, the given exclusions): each row in the class `want` says, finite
- * rows equal to the reference's within the usual bound. */
+ * head, the given exclusions, scores capped at softcap > 0): each row in the
+ * class `want` says, finite rows equal to the reference's within the usual
+ * bound. */
 static void check_non_finite(const char *what, const float *q, const float *k, const float *v, const int *excl,
-                             int n_excl, const row_class want[NF_HQ][NF_L]) {
+                             int n_excl, float softcap, const row_class want[NF_HQ][NF_L]) {
     const qkv_attn_desc d = {.n_q_head = NF_HQ, .n_kv_head = NF_HKV, .q_len = NF_L, .kv_len = NF_L,
-                             .head_dim = NF_D, .mask = {.kind = QKV_MASK_CAUSAL, .exclude = excl, .n_exclude = n_excl},
-                             .n_threads = 1};
+                             .head_dim = NF_D, .softcap = softcap,
+                             .mask = {.kind = QKV_MASK_CAUSAL, .exclude = excl, .n_exclude = n_excl}, .n_threads = 1};
     float o_ref[NF_HQ * NF_L * NF_D], lse_ref[NF_HQ * NF_L], o[NF_HQ * NF_L * NF_D], lse[NF_HQ * NF_L];
     qkv_error err = {0};
     CHECK(qkv_attention_reference(o_ref, lse_ref, NULL, q, k, v, &d, &err) == QKV_OK, "%s", err.msg);
@@ -491,7 +632,12 @@ static void non_finite_cases(void) {
     const row_class want_a[NF_HQ][NF_L] = {
         {ROW_MASKED, ROW_NAN, ROW_FINITE, ROW_FINITE, ROW_NAN, ROW_FINITE},
         {ROW_MASKED, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_NAN, ROW_FINITE}};
-    check_non_finite("NaN, 1e30, masked", q, k, v, excl, 1, want_a);
+    check_non_finite("NaN, 1e30, masked", q, k, v, excl, 1, 0, want_a);
+    /* capped, +-inf and huge scores are +-c: only the NaN and the masked row stay */
+    const row_class want_a_cap[NF_HQ][NF_L] = {
+        {ROW_MASKED, ROW_NAN, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE},
+        {ROW_MASKED, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE}};
+    check_non_finite("NaN, 1e30, masked, softcap 5", q, k, v, excl, 1, 5, want_a_cap);
     /* B: every key at -1e30 but key 4 at FLT_MAX: row 2 (q = 1e30) scores -inf on
      * every key it sees; row 5 (q = FLT_MAX) meets +inf; row 4 (q = 0) scores 0 */
     test_fill_normal(q, sizeof q / sizeof q[0], &r, 1);
@@ -500,9 +646,13 @@ static void non_finite_cases(void) {
     const row_class want_b[NF_HQ][NF_L] = {
         {ROW_FINITE, ROW_FINITE, ROW_NEG_INF, ROW_FINITE, ROW_FINITE, ROW_NAN},
         {ROW_FINITE, ROW_FINITE, ROW_NEG_INF, ROW_FINITE, ROW_FINITE, ROW_NAN}};
-    check_non_finite("-inf scores, FLT_MAX", q, k, v, NULL, 0, want_b);
+    check_non_finite("-inf scores, FLT_MAX", q, k, v, NULL, 0, 0, want_b);
+    const row_class want_b_cap[NF_HQ][NF_L] = {
+        {ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE},
+        {ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE, ROW_FINITE}};
+    check_non_finite("-inf scores, FLT_MAX, softcap 5", q, k, v, NULL, 0, 5, want_b_cap);
 #undef Q
 #undef K
 }
 
-TEST(non_finite_inputs_one_behaviour_in_every_kernel) { for_each_isa(non_finite_cases); }
+TEST(non_finite_inputs_one_behaviour_in_every_kernel) { test_for_each_isa(non_finite_cases); }

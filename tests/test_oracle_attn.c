@@ -1,14 +1,21 @@
 /*
- * test_oracle_attn.c — every kernel against golden O and LSE produced outside
- * this project by PyTorch's scaled_dot_product_attention (float64, explicit
- * boolean mask, K/V repeat_interleave'd for GQA): tests/fixtures/attn/, made
- * by tools/oracle/make_attn_fixtures.py. Manifest line per case:
+ * test_oracle_attn.c — every kernel, the tiled ones on every ISA this CPU
+ * runs (test_for_each_isa: QKV_ISA narrows the sweep), against golden O and
+ * LSE produced outside this project by PyTorch's scaled_dot_product_attention
+ * (float64, explicit boolean mask, K/V repeat_interleave'd for GQA), and for
+ * soft-capped scores by flex_attention with Gemma 2's score_mod
+ * c tanh(s / c): tests/fixtures/attn/, made by
+ * tools/oracle/make_attn_fixtures.py. Manifest line per case:
  *
- *     name hq hkv lq lk d mask window sinks exclude scale
+ *     name hq hkv lq lk d mask window sinks exclude scale softcap
  *
  * Tolerances: O within 1e-5 * max|O_golden| + 1e-7 (float32 accumulation over
  * up to 777 keys against a float64 oracle); LSE within 1e-5 + 1e-6 * |LSE|;
  * -inf (fully masked rows) must match exactly, and O there must be exactly 0.
+ * Soft-capped cases take the same bounds: the kernels' tanh is within 2 ulp
+ * (tests/test_attn_kernels.c), so a capped score s' carries at most ~3e-7 |s'|
+ * of error (|s'| < c <= 50 here: 1.5e-5 at the very worst, ~1e-6 typical),
+ * less than the float accumulation of the dot product under it.
  */
 #include "qkv.h"
 #include "testing.h"
@@ -28,7 +35,7 @@ typedef struct {
     int window, sinks;
     int exclude[MAX_EXCL];
     int n_exclude;
-    float scale;
+    float scale, softcap;
 } attn_case;
 
 static int parse_kind(qkv_mask_kind *k, const char *s) {
@@ -57,11 +64,11 @@ static int load_manifest(attn_case *cases, int max) {
         attn_case *c = &cases[n];
         memset(c, 0, sizeof *c);
         char kind[32], excl[512];
-        int got = sscanf(line, "%95s %d %d %d %d %d %31s %d %d %511s %f", c->name, &c->hq,
+        int got = sscanf(line, "%95s %d %d %d %d %d %31s %d %d %511s %f %f", c->name, &c->hq,
                          &c->hkv, &c->lq, &c->lk, &c->d, kind, &c->window, &c->sinks, excl,
-                         &c->scale);
-        CHECK(got == 11, "malformed manifest line: %s", line);
-        if (got != 11) continue;
+                         &c->scale, &c->softcap);
+        CHECK(got == 12, "malformed manifest line: %s", line);
+        if (got != 12) continue;
         CHECK(parse_kind(&c->kind, kind) == 0, "%s: unknown mask kind %s", c->name, kind);
         if (strcmp(excl, "-") != 0) {
             char *s2 = NULL;
@@ -99,6 +106,15 @@ static float *load_part(const attn_case *c, const char *part, int64_t count, int
     return data;
 }
 
+/* The case's descriptor (its exclusions point into c). */
+static qkv_attn_desc desc_of(const attn_case *c, int n_threads) {
+    return (qkv_attn_desc){.n_q_head = c->hq, .n_kv_head = c->hkv, .q_len = c->lq, .kv_len = c->lk,
+                           .head_dim = c->d, .scale = c->scale, .softcap = c->softcap,
+                           .mask = {.kind = c->kind, .window = c->window, .sinks = c->sinks,
+                                    .exclude = c->n_exclude ? c->exclude : NULL, .n_exclude = c->n_exclude},
+                           .kv_dtype = QKV_DTYPE_F32, .n_threads = n_threads};
+}
+
 /* Runs every case through one kernel; returns the number of cases run. */
 static int run_kernel(qkv_kernel kernel, int n_threads) {
     static attn_case cases[MAX_CASES];
@@ -117,35 +133,21 @@ static int run_kernel(qkv_kernel kernel, int n_threads) {
             /* poison the outputs so an unwritten element cannot pass */
             for (int64_t i = 0; i < nq; i++) o[i] = NAN;
             for (int64_t i = 0; i < nl; i++) lse[i] = NAN;
-            qkv_attn_desc d = {0};
-            d.n_q_head = c->hq;
-            d.n_kv_head = c->hkv;
-            d.q_len = c->lq;
-            d.kv_len = c->lk;
-            d.head_dim = c->d;
-            d.scale = c->scale;
-            d.mask.kind = c->kind;
-            d.mask.window = c->window;
-            d.mask.sinks = c->sinks;
-            d.mask.exclude = c->n_exclude ? c->exclude : NULL;
-            d.mask.n_exclude = c->n_exclude;
-            d.kv_dtype = QKV_DTYPE_F32;
-            d.kv_head_stride = 0;
-            d.n_threads = n_threads;
+            const qkv_attn_desc d = desc_of(c, n_threads);
             qkv_error err = {0};
             qkv_status st = qkv_attention(o, lse, q, k, v, &d, kernel, &err);
-            CHECK(st == QKV_OK, "%s [%s]: status %s: %s", c->name, qkv_kernel_name(kernel),
+            CHECK(st == QKV_OK, "%s [%s %s]: status %s: %s", c->name, qkv_kernel_name(kernel), qkv_attn_isa(),
                   qkv_status_str(st), err.msg);
             if (st == QKV_OK) {
                 double omax = 0;
                 for (int64_t i = 0; i < nq; i++)
                     if (fabs(o_want[i]) > omax) omax = fabs(o_want[i]);
                 char what[160];
-                snprintf(what, sizeof what, "%.95s [%.15s threads=%d] O", c->name,
-                         qkv_kernel_name(kernel), n_threads);
+                snprintf(what, sizeof what, "%.95s [%.15s %.8s threads=%d] O", c->name,
+                         qkv_kernel_name(kernel), qkv_attn_isa(), n_threads);
                 double od = CHECK_CLOSE(what, o, o_want, (size_t)nq, 1e-5 * omax + 1e-7, 0);
-                snprintf(what, sizeof what, "%.95s [%.15s threads=%d] LSE", c->name,
-                         qkv_kernel_name(kernel), n_threads);
+                snprintf(what, sizeof what, "%.95s [%.15s %.8s threads=%d] LSE", c->name,
+                         qkv_kernel_name(kernel), qkv_attn_isa(), n_threads);
                 double ld = CHECK_CLOSE(what, lse, lse_want, (size_t)nl, 1e-5, 1e-6);
                 /* fully masked rows: exactly -inf and exactly zero output */
                 for (int64_t r = 0; r < nl; r++) {
@@ -158,8 +160,8 @@ static int run_kernel(qkv_kernel kernel, int n_threads) {
                           qkv_kernel_name(kernel), (long long)r, lse[r]);
                 }
                 if (getenv("QKV_TEST_VERBOSE"))
-                    fprintf(stderr, "  %-32s %-9s max|dO| %.3g (max|O| %.3g)  max|dLSE| %.3g\n",
-                            c->name, qkv_kernel_name(kernel), od, omax, ld);
+                    fprintf(stderr, "  %-36s %-7s %-6s max|dO| %.3g (max|O| %.3g)  max|dLSE| %.3g\n",
+                            c->name, qkv_kernel_name(kernel), qkv_attn_isa(), od, omax, ld);
             }
             ran++;
         }
@@ -176,18 +178,22 @@ static int run_kernel(qkv_kernel kernel, int n_threads) {
 
 TEST(oracle_attn_reference) { CHECK(run_kernel(QKV_KERNEL_REFERENCE, 0) > 0, "no case ran"); }
 
-TEST(oracle_attn_flash) { CHECK(run_kernel(QKV_KERNEL_FLASH, 0) > 0, "no case ran"); }
+static void flash_cases(void) { CHECK(run_kernel(QKV_KERNEL_FLASH, 0) > 0, "no case ran"); }
+TEST(oracle_attn_flash) { test_for_each_isa(flash_cases); }
 
-TEST(oracle_attn_decode) {
+static void decode_cases(void) {
     CHECK(run_kernel(QKV_KERNEL_DECODE, 0) > 0, "no case ran");
     /* more threads than cores: uneven KV splits, merged by LSE */
     CHECK(run_kernel(QKV_KERNEL_DECODE, 5) > 0, "no case ran");
 }
+TEST(oracle_attn_decode) { test_for_each_isa(decode_cases); }
 
-TEST(oracle_attn_auto) { CHECK(run_kernel(QKV_KERNEL_AUTO, 0) > 0, "no case ran"); }
+static void auto_cases(void) { CHECK(run_kernel(QKV_KERNEL_AUTO, 0) > 0, "no case ran"); }
+TEST(oracle_attn_auto) { test_for_each_isa(auto_cases); }
 
-/* The reference kernel's weights, recomputed from the golden LSE: each row of
- * weights sums to 1 (or is all 0 for a fully masked row). */
+/* The reference kernel's weights: each row sums to 1 (or is all 0 for a
+ * fully masked row), and qkv_attn_weights recomputes them from the golden
+ * LSE within 1e-5 (+1e-5 relative: exp of a float score and LSE, |s| < 70). */
 TEST(oracle_attn_reference_weights) {
     static attn_case cases[MAX_CASES];
     int n = load_manifest(cases, MAX_CASES);
@@ -199,22 +205,9 @@ TEST(oracle_attn_reference_weights) {
               *v = load_part(c, "v", nkv, 3), *o_want = load_part(c, "o", nq, 3),
               *lse_want = load_part(c, "lse", nl, 2);
         float *o = malloc((size_t)nq * sizeof *o), *lse = malloc((size_t)nl * sizeof *lse),
-              *w = malloc((size_t)(nl * c->lk) * sizeof *w);
-        if (q && k && v && o_want && lse_want && o && lse && w) {
-            qkv_attn_desc d = {0};
-            d.n_q_head = c->hq;
-            d.n_kv_head = c->hkv;
-            d.q_len = c->lq;
-            d.kv_len = c->lk;
-            d.head_dim = c->d;
-            d.scale = c->scale;
-            d.mask.kind = c->kind;
-            d.mask.window = c->window;
-            d.mask.sinks = c->sinks;
-            d.mask.exclude = c->n_exclude ? c->exclude : NULL;
-            d.mask.n_exclude = c->n_exclude;
-            d.kv_dtype = QKV_DTYPE_F32;
-            d.n_threads = 1;
+              *w = malloc((size_t)(nl * c->lk) * sizeof *w), *w2 = malloc((size_t)c->lq * c->lk * sizeof *w2);
+        if (q && k && v && o_want && lse_want && o && lse && w && w2) {
+            const qkv_attn_desc d = desc_of(c, 1);
             qkv_error err = {0};
             qkv_status st = qkv_attention_reference(o, lse, w, q, k, v, &d, &err);
             CHECK(st == QKV_OK, "%s: %s", c->name, err.msg);
@@ -233,6 +226,13 @@ TEST(oracle_attn_reference_weights) {
                 char what[160];
                 snprintf(what, sizeof what, "%.95s [reference+weights] O", c->name);
                 CHECK_CLOSE(what, o, o_want, (size_t)nq, 1e-5 * omax + 1e-7, 0);
+                /* the maps' weights: exp(cap(s) - LSE) from the golden LSE, every row of every head */
+                for (int h = 0; h < c->hq && w2; h++) {
+                    st = qkv_attn_weights(w2, q, lse_want, k, &d, h, 0, c->lq, 0, c->lk, &err);
+                    CHECK(st == QKV_OK, "%s: qkv_attn_weights: %s", c->name, err.msg);
+                    snprintf(what, sizeof what, "%.95s [qkv_attn_weights head %d]", c->name, h);
+                    if (st == QKV_OK) CHECK_CLOSE(what, w2, w + (size_t)h * c->lq * c->lk, (size_t)c->lq * c->lk, 1e-5, 1e-5);
+                }
             }
         }
         free(q);
@@ -243,5 +243,6 @@ TEST(oracle_attn_reference_weights) {
         free(o);
         free(lse);
         free(w);
+        free(w2);
     }
 }

@@ -85,4 +85,10 @@ char *test_read_file(const char *path, size_t *len);
 /* Directory holding committed fixtures (tests/fixtures). */
 const char *test_fixture_dir(void);
 
+/* Runs fn under every kernel ISA this CPU supports up to the process's
+ * choice (QKV_ISA narrows it: QKV_ISA=avx2 sweeps avx2 and scalar), each made
+ * the process's ISA in turn (cpu_isa_limit), best first; the choice is
+ * restored after. */
+void test_for_each_isa(void (*fn)(void));
+
 #endif /* QKV_TESTING_H */

@@ -14,18 +14,24 @@ import argparse
 import numpy as np
 
 
-def fit(degree):
-    x = np.cos(np.pi * (np.arange(4000) + 0.5) / 4000) * 0.5
-    a = np.vander(x, degree, increasing=True) * x[:, None] / (2**x)[:, None]  # f^1 .. f^degree, relative
-    b = (2**x - 1) / 2**x
-    w = np.ones_like(x)
-    for _ in range(300):
+def minimax(a, b, iterations=300):
+    """c minimising max |a c - b| over the rows (Lawson: least squares,
+    reweighted by each row's error, until the weights sit on the extrema)."""
+    w = np.ones(len(b))
+    for _ in range(iterations):
         sw = np.sqrt(w)
         c, *_ = np.linalg.lstsq(a * sw[:, None], b * sw, rcond=None)
         e = np.abs(a @ c - b)
         w = w * e
         w /= w.sum()
-    return np.concatenate([[1.0], c]).astype(np.float32)
+    return c
+
+
+def fit(degree):
+    x = np.cos(np.pi * (np.arange(4000) + 0.5) / 4000) * 0.5
+    a = np.vander(x, degree, increasing=True) * x[:, None] / (2**x)[:, None]  # f^1 .. f^degree, relative
+    b = (2**x - 1) / 2**x
+    return np.concatenate([[1.0], minimax(a, b)]).astype(np.float32)
 
 
 def float_error(coef):

@@ -23,7 +23,7 @@ typedef struct {
     int causal, window, sinks, have_sinks, threads, kv_dtype, layout;
     qkv_mask_kind mask;
     cli_ints exclude;
-    float scale;
+    float scale, softcap;
     double timeout;
 } mpi_attend_args;
 
@@ -207,7 +207,7 @@ static int attend(const mpi_attend_args *a) {
     qkv_convert_from_f32(vd, dt, vl, nk);
     mpi_cli_fault_point();
     const qkv_attn_desc desc = {.n_q_head = hq, .n_kv_head = hkv, .q_len = hdr[H_LQ], .kv_len = hdr[H_LK], .head_dim = d,
-                                .scale = a->scale,
+                                .scale = a->scale, .softcap = a->softcap,
                                 .mask = {.kind = a->mask, .window = a->window, .sinks = a->sinks, .exclude = a->exclude.v,
                                          .n_exclude = a->exclude.n},
                                 .kv_dtype = dt, .n_threads = a->threads};

@@ -6,10 +6,10 @@
  *   - qkv-mpi attend at -np 1 .. 4 on the PyTorch fixtures of tests/fixtures/attn
  *     (causal, window, sinks + window, no mask, exclusions, GQA, MQA, lengths
  *     that do not divide by the rank count, Lq != Lk, rows and ranks that see
- *     no key), both layouts: O and LSE equal to `qkv attend` on the same
- *     flags within 1e-5 relative (atol 1e-5 * max|O| for O entries near 0),
- *     and to PyTorch's float64 SDPA within tests/test_oracle_attn.c's
- *     tolerances; decode-shaped calls (Lq <= QKV_DECODE_MAX_Q) go through
+ *     no key, soft-capped scores), both layouts: O and LSE equal to `qkv
+ *     attend` on the same flags within 1e-5 relative (atol 1e-5 * max|O| for
+ *     O entries near 0), and to PyTorch's float64 SDPA (flex_attention for
+ *     the capped) within tests/test_oracle_attn.c's tolerances; decode-shaped calls (Lq <= QKV_DECODE_MAX_Q) go through
  *     the sharded decode, at any rank count (one row against 5,000 keys on 2
  *     ranks; more ranks than keys).
  *   - bad input: more ranks than rows, mismatched shapes, a missing file: one
@@ -101,7 +101,7 @@ TEST(mpi_check_np4) { run_check(4); }
 typedef struct {
     const char *name;
     int lq, lk;
-    const char *flags[6];
+    const char *flags[8];
 } fixture;
 
 static const fixture fixtures[] = {
@@ -122,6 +122,11 @@ static const fixture fixtures[] = {
     {"mqa_d64_sinkwindow1_3_2x150", 2, 150, {"--window", "3", "--sinks", "1"}},
     {"mha_d16_none_allexcl_3x4", 3, 4, {"--exclude", "3,2,1,0"}},
     {"mha_d16_none_1x1", 1, 1, {NULL}},
+    /* soft-capped scores (--softcap): each block's LSE is over capped scores, so the merges stay exact */
+    {"gqa2_d256_causal_cap50_24", 24, 24, {"--causal", "--scale", "1", "--softcap", "50"}},
+    {"gqa4_d64_window17_cap2_30x90", 30, 90, {"--window", "17", "--softcap", "2"}},
+    {"mha_d16_causal_cap3_fullmask_6", 6, 6, {"--causal", "--exclude", "0,2,3", "--scale", "1", "--softcap", "3"}},
+    {"mqa_d64_decode_cap5_1x520", 1, 520, {"--causal", "--scale", "0.5", "--softcap", "5"}},
 };
 
 /* argv for `attend` on fixture f writing o, lse, with extra flags. */
@@ -136,7 +141,7 @@ static void attend_argv(const char **argv, const fixture *f, char paths[3][512],
         argv[n++] = paths[i];
     }
     argv[n++] = "--out", argv[n++] = o, argv[n++] = "--lse", argv[n++] = lse;
-    for (int i = 0; i < 6 && f->flags[i]; i++) argv[n++] = f->flags[i];
+    for (int i = 0; i < 8 && f->flags[i]; i++) argv[n++] = f->flags[i];
     if (layout) argv[n++] = "--layout", argv[n++] = layout;
     argv[n] = NULL;
 }

@@ -93,22 +93,25 @@ def _shapes(q, k, v):
     return batch, b, hq, hkv, lq, lk, d
 
 
-def _prepare(q, k, v, causal, window, sinks, exclude, scale, kv_dtype):
+def _prepare(q, k, v, causal, window, sinks, exclude, scale, softcap, kv_dtype):
     q = _c_array(q, np.float32, "q")
     k, v, dt = _kv_arrays(k, v, kv_dtype)
     batch, b, hq, hkv, lq, lk, d = _shapes(q, k, v)
     kind, window, sinks, exclude = _mask_args(causal, window, sinks, exclude, lk)
     if scale is not None and not float(scale) > 0:
         raise ValueError(f"scale must be > 0, got {scale}")
+    softcap = float(softcap)
+    if not (np.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"softcap must be finite and >= 0 (0 = none), got {softcap}")
     args = dict(batch=b, n_q_head=hq, n_kv_head=hkv, q_len=lq, kv_len=lk, head_dim=d,
-                scale=0.0 if scale is None else float(scale), mask=kind, window=window, sinks=sinks,
-                exclude=exclude, kv_dtype=dt)
+                scale=0.0 if scale is None else float(scale), softcap=softcap, mask=kind, window=window,
+                sinks=sinks, exclude=exclude, kv_dtype=dt)
     return q, k, v, batch, args
 
 
-def attention(q, k, v, *, causal=False, window=None, sinks=0, exclude=None, scale=None, kernel="auto",
-              kv_dtype=None, return_lse=False, threads=0):
-    """O = softmax(scale * Q K^T + mask) V, as torch.nn.functional.scaled_dot_product_attention.
+def attention(q, k, v, *, causal=False, window=None, sinks=0, exclude=None, scale=None, softcap=0.0,
+              kernel="auto", kv_dtype=None, return_lse=False, threads=0):
+    """O = softmax(cap(scale * Q K^T) + mask) V, as torch.nn.functional.scaled_dot_product_attention.
 
     q: [Hq, Lq, D] or [B, Hq, Lq, D] float32 (any number of batch dimensions, as SDPA);
     k, v: [Hkv, Lk, D] or [B, Hkv, Lk, D] with q's batch dimensions,
@@ -116,12 +119,15 @@ def attention(q, k, v, *, causal=False, window=None, sinks=0, exclude=None, scal
     "f16" as an f16 one). causal: bottom-right aligned; window=W: causal, the last W
     keys (self included); sinks=S with a window: also keys 0..S-1 (StreamingLLM);
     exclude: key indices hidden from every row. scale: default 1/sqrt(D).
+    softcap=c > 0: every score s becomes c * tanh(s / c) before the mask and the
+    softmax (Gemma 2's attn_logit_softcapping, 50.0); LSE is then over the capped
+    scores. 0 (the default): no capping.
     kernel: "auto", "flash", "decode" (Lq <= 8), "flash-bf16" or "reference".
     threads: 0 = all cores. A row with no visible key has O = 0 and LSE = -inf.
 
     Returns o float32 [..., Hq, Lq, D], and (o, lse [..., Hq, Lq]) with return_lse.
     """
-    q, k, v, batch, args = _prepare(q, k, v, causal, window, sinks, exclude, scale, kv_dtype)
+    q, k, v, batch, args = _prepare(q, k, v, causal, window, sinks, exclude, scale, softcap, kv_dtype)
     o = np.empty(q.shape, dtype=np.float32)
     lse = np.empty(q.shape[:-1], dtype=np.float32) if return_lse else None
     if not isinstance(kernel, str):
@@ -130,10 +136,11 @@ def attention(q, k, v, *, causal=False, window=None, sinks=0, exclude=None, scal
     return (o, lse) if return_lse else o
 
 
-def attention_reference(q, k, v, *, causal=False, window=None, sinks=0, exclude=None, scale=None, kv_dtype=None):
+def attention_reference(q, k, v, *, causal=False, window=None, sinks=0, exclude=None, scale=None, softcap=0.0,
+                        kv_dtype=None):
     """The textbook kernel (scores materialised, double accumulation) with its weights:
     (o [..., Hq, Lq, D], lse [..., Hq, Lq], weights [..., Hq, Lq, Lk]); arguments as attention()."""
-    q, k, v, batch, args = _prepare(q, k, v, causal, window, sinks, exclude, scale, kv_dtype)
+    q, k, v, batch, args = _prepare(q, k, v, causal, window, sinks, exclude, scale, softcap, kv_dtype)
     o = np.empty(q.shape, dtype=np.float32)
     lse = np.empty(q.shape[:-1], dtype=np.float32)
     weights = np.empty(q.shape[:-1] + (k.shape[-2],), dtype=np.float32)

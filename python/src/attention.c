@@ -66,17 +66,18 @@ static int attn_call_prepare(attn_call *c, int with_weights) {
 
 static char *attn_kwlist[] = {"o", "lse", "q", "k", "v", "batch", "n_q_head", "n_kv_head", "q_len", "kv_len",
                               "head_dim", "scale", "mask", "window", "sinks", "exclude", "kv_dtype", "kernel",
-                              "threads", "weights", NULL};
+                              "threads", "weights", "softcap", NULL};
 
 static int attn_call_parse(attn_call *c, PyObject *args, PyObject *kw) {
     memset(c, 0, sizeof *c);
     c->weights = Py_None;
     c->kv_dtype = "f32";
     c->kernel = "auto";
-    return PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$iiiiiifiiiOssiO", attn_kwlist, &c->o, &c->lse, &c->q,
+    return PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|$iiiiiifiiiOssiOf", attn_kwlist, &c->o, &c->lse, &c->q,
                                        &c->k, &c->v, &c->batch, &c->d.n_q_head, &c->d.n_kv_head, &c->d.q_len,
                                        &c->d.kv_len, &c->d.head_dim, &c->d.scale, &c->mask_kind, &c->window,
-                                       &c->sinks, &c->exclude, &c->kv_dtype, &c->kernel, &c->threads, &c->weights)
+                                       &c->sinks, &c->exclude, &c->kv_dtype, &c->kernel, &c->threads, &c->weights,
+                                       &c->d.softcap)
                ? 0
                : -1;
 }
@@ -188,7 +189,7 @@ static PyObject *py_round_kv(PyObject *self, PyObject *args) {
 
 PyMethodDef pyq_attention_methods[] = {
     {"attention", PYQ_KW(py_attention), METH_VARARGS | METH_KEYWORDS,
-     "attention(o, lse, q, k, v, *, batch, n_q_head, ...): o, lse <- attention of a batch (qkv_attn_run)."},
+     "attention(o, lse, q, k, v, *, batch, n_q_head, ..., softcap=0): o, lse <- attention of a batch (qkv_attn_run)."},
     {"attention_reference", PYQ_KW(py_attention_reference), METH_VARARGS | METH_KEYWORDS,
      "attention_reference(o, lse, q, k, v, *, ..., weights=None): the reference kernel and its weights."},
     {"rope", py_rope, METH_VARARGS, "rope(x, pos, n_head, n_tok, head_dim, ...): rotates x in place."},

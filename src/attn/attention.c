@@ -46,6 +46,9 @@ qkv_status qkv_attn_check(const qkv_attn_desc *d, qkv_error *err) {
                         QKV_HEAD_DIM_MIN, QKV_HEAD_DIM_MAX);
     if (!(d->scale >= 0) || !isfinite(d->scale))
         return qkv_fail(err, QKV_ERR_INVALID, "attention: scale must be finite and >= 0 (0 = 1/sqrt(D))");
+    if (!(d->softcap >= 0) || !isfinite(d->softcap))
+        return qkv_fail(err, QKV_ERR_INVALID, "attention: softcap must be finite and >= 0 (0 = none), got %g",
+                        (double)d->softcap);
     if (d->kv_dtype != QKV_DTYPE_F32 && d->kv_dtype != QKV_DTYPE_BF16 && d->kv_dtype != QKV_DTYPE_F16)
         return qkv_fail(err, QKV_ERR_INVALID, "attention: unknown kv_dtype %d", (int)d->kv_dtype);
     if (d->kv_head_stride != 0 && d->kv_head_stride < (int64_t)d->kv_len * d->head_dim)
@@ -101,6 +104,7 @@ void attn_problem_init(attn_problem *P, const qkv_attn_desc *d, const float *q, 
     P->head_dim = d->head_dim;
     P->ld = (d->head_dim + 15) & ~15;
     P->scale = d->scale > 0 ? d->scale : 1.0f / sqrtf((float)d->head_dim);
+    P->softcap = d->softcap;
     P->mask = &d->mask;
     P->q = q;
     P->k = k;

@@ -9,9 +9,9 @@
 
 /* indexed by cpu_isa (util/cpu.h), the one choice attention and matmuls share */
 static const attn_isa isa_table[CPU_ISA_COUNT] = {
-    [CPU_ISA_SCALAR] = {"scalar", 1, attn_rows_scalar},
-    [CPU_ISA_AVX2] = {"avx2", 8, attn_rows_avx2},
-    [CPU_ISA_AVX512] = {"avx512", 16, attn_rows_avx512},
+    [CPU_ISA_SCALAR] = {"scalar", 1, attn_rows_scalar, attn_softcap_scalar},
+    [CPU_ISA_AVX2] = {"avx2", 8, attn_rows_avx2, attn_softcap_avx2},
+    [CPU_ISA_AVX512] = {"avx512", 16, attn_rows_avx512, attn_softcap_avx512},
 };
 
 const attn_isa *attn_isa_find(const char *name) {

@@ -61,6 +61,7 @@ attn_tile_class attn_classify_tile(const qkv_mask *m, const attn_excl *ex, int p
 typedef struct {
     int n_q_head, n_kv_head, group, q_len, kv_len, head_dim, ld;
     float scale;
+    float softcap;           /* c > 0: scores become c tanh(s / c) (attn_softcap_*); 0: none */
     const qkv_mask *mask;
     attn_excl ex;
     const float *q;          /* q: [Hq, Lq, D] */
@@ -122,10 +123,16 @@ typedef struct {
 typedef void (*attn_rows_fn)(const attn_problem *P, const attn_rows *rows, int j0, int j1,
                              attn_scratch *ws);
 
+/* x[i] = c tanh(x[i] / c) for i < n, c > 0: the ISA's vector soft-capping
+ * (tile_impl.h's vtanh), the one the kernels apply to their score tiles;
+ * the tests reach it through attn_isa. */
+typedef void (*attn_softcap_fn)(float *x, int n, float c);
+
 typedef struct {
     const char *name;  /* "avx512", "avx2", "scalar" */
     int vector_width;  /* floats per vector */
     attn_rows_fn rows;
+    attn_softcap_fn softcap;
 } attn_isa;
 
 /* Best ISA this CPU runs (QKV_ISA=avx512|avx2|scalar in the environment
@@ -140,6 +147,10 @@ void attn_rows_avx2(const attn_problem *P, const attn_rows *rows, int j0, int j1
                     attn_scratch *ws);
 void attn_rows_scalar(const attn_problem *P, const attn_rows *rows, int j0, int j1,
                       attn_scratch *ws);
+void attn_softcap_avx512(float *x, int n, float c);
+void attn_softcap_avx2(float *x, int n, float c);
+void attn_softcap_scalar(float *x, int n, float c);
+
 /* The block path with bf16 dot products (Q and p rounded to bf16) for every
  * block, for the flash-bf16 kernel; an odd D takes the exact f32 paths. */
 void attn_rows_avx512bf16(const attn_problem *P, const attn_rows *rows, int j0, int j1,
@@ -147,6 +158,28 @@ void attn_rows_avx512bf16(const attn_problem *P, const attn_rows *rows, int j0, 
 /* The inner loop of the flash-bf16 kernel on this CPU: attn_rows_avx512bf16
  * where AVX512_BF16 is there (and QKV_ISA allows avx512), else NULL. */
 attn_rows_fn attn_rows_bf16dot(void);
+
+/* tanh(x) in float by the method of tile_impl.h's vtanh, written plainly
+ * (softcap.c): its readable twin, which the tests hold every ISA's vector
+ * tanh and double tanh against. Both split at |x| = ATTN_TANH_SMALL:
+ *   |x| <  0.625: tanh x = x + x z P(z), z = x^2, P of degree 4 with the
+ *                 coefficients below (tools/tanh_poly.py: least maximum
+ *                 relative error, 0.71 ulp evaluated in float): no
+ *                 cancellation near 0, where 1 - 2 / (exp(2x) + 1) loses
+ *                 every digit;
+ *   |x| >= 0.625: tanh |x| = (1 - e) / (1 + e), e = exp(-2|x|) <= 0.29, so
+ *                 neither the sum nor the difference cancels (2.1 ulp with
+ *                 the kernels' exp2); from |x| ~ 8.7 on it rounds to exactly
+ *                 1, and e never overflows (exp(+2|x|) would from |x| ~ 44);
+ * the sign put back last, so tanh(-x) = -tanh(x) exactly and a NaN stays NaN.
+ * Measured against double tanh: tests/test_attn_kernels.c. */
+float attn_tanhf(float x);
+#define ATTN_TANH_SMALL 0.625f
+#define ATTN_TANH_P0 -0.3333328068256378f
+#define ATTN_TANH_P1 0.13331441581249237f
+#define ATTN_TANH_P2 -0.05373971536755562f
+#define ATTN_TANH_P3 0.0206390880048275f
+#define ATTN_TANH_P4 -0.005704987328499556f
 
 /* The one check of a call, made by its entry point (qkv_attention,
  * qkv_attn_run, qkv_attention_reference): o, then the descriptor

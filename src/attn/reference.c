@@ -2,6 +2,7 @@
  * reference.c — attention exactly as the textbook writes it, the oracle every
  * other kernel is tested against:
  *   S = scale * Q K^T          the whole score table [Hq, Lq, Lk], in double
+ *   S = c tanh(S / c)          soft-capping, where the call asks for it (c > 0)
  *   S[mask] = -inf
  *   P = softmax(S) row by row  pass 1: max, pass 2: exp and sum, pass 3: divide
  *   O = P V                    accumulated in double
@@ -40,7 +41,7 @@ static void reference_head(void *ctx, int64_t item, int thread) {
     float *o = c->o, *lse = c->lse, *weights = c->weights;
     double *scores = c->scores;
     const int h = (int)item, Lq = P.q_len, Lk = P.kv_len, D = P.head_dim;
-    const double scale = P.scale;
+    const double scale = P.scale, cap = P.softcap;
     const int64_t kv_off = (int64_t)(h / P.group) * P.kv_head_stride;
     for (int i = 0; i < Lq; i++) {
         const float *qi = q + ((size_t)h * Lq + i) * D;
@@ -58,6 +59,7 @@ static void reference_head(void *ctx, int64_t item, int thread) {
             for (int e = 0; e < D; e++) dot += (double)qi[e] * kv_at(k, P.kv_dtype, kv_off + (int64_t)j * D + e);
             s[j] = dot * scale;
             if (fabs(s[j]) > FLT_MAX) s[j] = s[j] > 0 ? INFINITY : -INFINITY;
+            if (cap > 0) s[j] = cap * tanh(s[j] / cap); /* +-inf becomes +-cap */
         }
         float *oi = o + ((size_t)h * Lq + i) * D;
         float *wi = weights ? weights + ((size_t)h * Lq + i) * Lk : NULL;

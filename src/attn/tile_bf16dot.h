@@ -4,7 +4,8 @@
  * bf16), for the flash-bf16 kernel. Included by tile_impl.h when ATTN_BF16DOT
  * is defined (tile_avx512bf16.c); it runs every block of such a call, even one
  * of a few rows, so a call has one rounding rule. The tile walk (rows_start,
- * tiles_next), the mask and the online softmax are the f32 code.
+ * tiles_next), the soft-capping, the mask and the online softmax are the f32
+ * code.
  *
  * What is rounded to bf16, and nothing else: the scaled queries and the
  * probabilities p. K and V are used as stored when they are bf16 (no
@@ -282,6 +283,7 @@ static void rows_block_bf16(const attn_problem *P, const attn_rows *rows, int j0
             kp = kb;
         }
         qk2_tile(ws->s, qt2, kp, D, nk, DP, RP);
+        if (P->softcap > 0) softcap_tile(ws->s, NULL, RP, RP, nk, P->softcap); /* as the f32 path, on f32 scores */
 
         /* 2, 3. mask and online softmax, in f32 as in the f32 path */
         if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, RP, P, jt, nk);

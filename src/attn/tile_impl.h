@@ -36,6 +36,9 @@
  *     with K converted in registers, VW keys' partial vectors folded into one
  *     vector of scores by a shuffle tree; P·V converts V in registers. It
  *     streams the KV cache once, so it prefetches (prefetch_row).
+ * Soft-capping (P->softcap = c > 0, Gemma 2): every path replaces its score
+ * tile by c tanh(s / c) right after Q·Kᵀ and before the mask and the max
+ * (softcap_tile, vtanh); a call without it pays one untaken branch a tile.
  * Shapes it is tuned for: Llama-3.1-8B heads (G = 4,
  * D = 128: R = 64 rows of 16 positions in prefill, 128 of 32 in wide blocks
  * (attn_flash_block_rows), R = 4 in decode) and SmolLM2 heads (G = 3,
@@ -214,6 +217,75 @@ INLINE vf vexp2(vf t) {
     vf scale;
     memcpy(&scale, &e, sizeof scale);
     return exp2_frac(f) * scale;
+}
+#endif
+
+/* tanh(x) lane by lane by attn_tanhf's method (internal.h, softcap.c: the
+ * readable twin), with the kernels' own exp2 for exp(-2|x|): both branches
+ * computed, one kept per lane, the sign put back last: 2.1 ulp at most
+ * (tools/tanh_poly.py; measured by tests/test_attn_kernels.c). */
+INLINE vf vtanh(vf x) {
+    vu bits;
+    memcpy(&bits, &x, sizeof bits);
+    const vu sign = bits & 0x80000000u;
+    bits &= 0x7fffffffu;
+    vf a;
+    memcpy(&a, &bits, sizeof a);
+    const vf z = a * a; /* |a| < ATTN_TANH_SMALL: a + a z P(z) */
+    vf p = vset1(ATTN_TANH_P4);
+    p = p * z + ATTN_TANH_P3;
+    p = p * z + ATTN_TANH_P2;
+    p = p * z + ATTN_TANH_P1;
+    p = p * z + ATTN_TANH_P0;
+    const vf small = a + (a * z) * p;
+    const vf e = vexp2(a * (-2.0f * LOG2E)); /* else (1 - e) / (1 + e), e = exp(-2a) */
+    const vf large = (1.0f - e) / (1.0f + e);
+    vf y = vselect(a < ATTN_TANH_SMALL, small, large); /* a NaN takes the large branch: NaN */
+    memcpy(&bits, &y, sizeof bits);
+    bits |= sign;
+    memcpy(&y, &bits, sizeof y);
+    return y;
+}
+
+/* Soft-capping c tanh(s / c) of a vector of scores, s / c as s * (1 / c):
+ * one more rounding of the argument, |s| 2^-24, no more than the score's own. */
+INLINE vf vsoftcap(vf s, vf c, vf inv_c) { return c * vtanh(s * inv_c); }
+
+/* Caps the scores of a tile (st [nk, RS], rows [0, RP) of each key, RP a
+ * multiple of VW) after Q·Kᵀ and before the mask, and makes tmax [RP] (NULL:
+ * not wanted) each row's max of the capped scores, as qk_tile made it of
+ * the raw ones. One call a tile, and only where the call caps: the tiles of
+ * every other call run as before. */
+static void softcap_tile(float *st, float *tmax, int RP, int RS, int nk, float c) {
+    const vf cv = vset1(c), inv = vset1(1.0f / c);
+    for (int r = 0; r < RP; r += VW) {
+        vf mx = vset1(-INFINITY);
+        for (int j = 0; j < nk; j++) {
+            float *p = st + (size_t)j * RS + r;
+            const vf y = vsoftcap(vload(p), cv, inv);
+            vstore(p, y);
+            mx = vmax(mx, y);
+        }
+        if (tmax) vstore(tmax + r, mx);
+    }
+}
+
+/* x[0 .. n) = c tanh(x / c), n a multiple of VW: a row of scores. */
+INLINE void softcap_span(float *x, int n, float c) {
+    const vf cv = vset1(c), inv = vset1(1.0f / c);
+    for (int i = 0; i < n; i += VW) vstore(x + i, vsoftcap(vload(x + i), cv, inv));
+}
+
+#ifndef ATTN_BF16DOT /* tile_avx512bf16.c's would be tile_avx512.c's again */
+void CAT(attn_softcap_, SUFFIX)(float *x, int n, float c) {
+    const int nv = n / VW * VW;
+    softcap_span(x, nv, c);
+    if (nv < n) { /* the last n % VW through a padded vector */
+        float t[VW] = {0};
+        memcpy(t, x + nv, (size_t)(n - nv) * sizeof(float));
+        softcap_span(t, VW, c);
+        memcpy(x + nv, t, (size_t)(n - nv) * sizeof(float));
+    }
 }
 #endif
 
@@ -738,8 +810,9 @@ static void rows_block(const attn_problem *P, const attn_rows *rows, int j0, int
         const int64_t next = jt + ATTN_BK + nk <= w.end ? (int64_t)ATTN_BK * D : 0;
         const char *pf_k = kv_row(ksrc, t, next), *pf_v = kv_row(vsrc, t, next);
 
-        /* 1. scores st[j][r] = (scale q_r) . k_j */
+        /* 1. scores st[j][r] = (scale q_r) . k_j, capped where the call caps */
         qk_tile(ws->s, ws->tmax, ws->q, ksrc, t, nk, D, RP, RS, pf_k, pf_v, ws->kt);
+        if (P->softcap > 0) softcap_tile(ws->s, cls == ATTN_TILE_PARTIAL ? NULL : ws->tmax, RP, RS, nk, P->softcap);
 
         /* 2. mask the keys a partial tile hides */
         if (cls == ATTN_TILE_PARTIAL) mask_tile(ws->s, ws->pos, RP, RS, P, jt, nk);
@@ -864,10 +937,12 @@ INLINE void few_tile(const attn_problem *P, int R, int nq, int p_first, int jt, 
     const int D = P->head_dim, ld = P->ld;
     vf *part = (vf *)(void *)ws->part; /* [FEW_ROWS, VW] partial vectors */
 
-    /* 1. scores s[r][j] = (scale q_r) . k_j, VW keys at a time */
+    /* 1. scores s[r][j] = (scale q_r) . k_j, VW keys at a time, capped where the call caps */
     for (int c0 = 0; c0 < nk; c0 += VW)
         few_scores(ws->s, ws->q, ld, R, kv_row(ksrc, t, (int64_t)c0 * D), kv_row(vsrc, t, (int64_t)c0 * D), t, D, c0, nk - c0 < VW ? nk - c0 : VW,
                    part);
+    if (P->softcap > 0)
+        for (int r = 0; r < R; r++) softcap_span(ws->s + (size_t)r * ATTN_BK, (nk + VW - 1) / VW * VW, P->softcap);
 
     /* 2. mask: keys past the tile's end and, in partial tiles, hidden keys */
     for (int r = 0; r < R; r++) {

@@ -174,7 +174,7 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
         return st;
     qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
-                          .scale = a->scale, .mask = layer_mask(o, a),
+                          .scale = a->scale, .softcap = a->softcap, .mask = layer_mask(o, a),
                           .kv_dtype = qkv_kv_cache_dtype(m->cache[l]),
                           .kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D,
                           .n_threads = m->n_threads};

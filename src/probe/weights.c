@@ -2,8 +2,10 @@
  * weights.c — attention weight rows recomputed from what a kernel was given
  * (rotated q, K) and what it returned (LSE), never from a second copy of the
  * attention:
- *   w[i, j] = exp(scale * q_i . k_j - lse_i)   for keys j visible to row i
- *           = 0                                 for masked keys
+ *   w[i, j] = exp(cap(scale * q_i . k_j) - lse_i)   for keys j visible to row i
+ *           = 0                                      for masked keys
+ * cap(s) = c tanh(s / c) where the descriptor soft-caps (c = d->softcap > 0,
+ * libm's tanhf), else s: the kernels' LSE is over the capped scores.
  * Any row costs one dot product per key asked for, so the sink columns of a
  * row (keys 0 .. k-1) cost k dot products, and no n x n table is ever held.
  * Also: the statistics of one row (sink mass, entropy, strongest keys).
@@ -71,7 +73,9 @@ static void weights_row(void *ctx, int64_t item, int thread) {
             continue;
         }
         const float *kj = key_row(kbuf, c->k, d->kv_dtype, c->stride, c->kvh, j, D);
-        wr[j - key0] = expf(dot(qi, kj, D) * c->scale - l);
+        float s = dot(qi, kj, D) * c->scale;
+        if (d->softcap > 0) s = d->softcap * tanhf(s / d->softcap);
+        wr[j - key0] = expf(s - l);
     }
     for (int j = end; j < key0 + n_keys; j++) wr[j - key0] = 0;
 }

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Golden attention fixtures from PyTorch's scaled_dot_product_attention.
+"""Golden attention fixtures from PyTorch's scaled_dot_product_attention
+(and flex_attention for soft-capped scores).
 
 Writes tests/fixtures/attn/<name>.{q,k,v,o,lse}.npy and manifest.txt:
 
-    name hq hkv lq lk d mask window sinks exclude scale
+    name hq hkv lq lk d mask window sinks exclude scale softcap
 
 q [Hq,Lq,D], k/v [Hkv,Lk,D], o [Hq,Lq,D], lse [Hq,Lq]: float32, little-endian,
 C order. mask is none|causal|window|sinkwindow; window/sinks are 0 when unused;
-exclude is a comma list of key indices or '-'; scale 0 means 1/sqrt(D).
+exclude is a comma list of key indices or '-'; scale 0 means 1/sqrt(D);
+softcap c > 0 caps every score s = scale q.k to c tanh(s / c) before the mask
+(Gemma 2's attn_logit_softcapping), 0 means none.
 
 Semantics (include/qkv.h): query row i sits at absolute position
 p = Lk - Lq + i (bottom-right aligned). causal: key j visible iff j <= p.
@@ -22,15 +25,23 @@ torch.logsumexp of the masked, scaled float64 scores. Fully masked rows are
 set explicitly to O = 0, LSE = -inf (the library's contract; SDPA itself
 gives NaN or 0 there depending on the backend/version).
 
+SDPA has no soft-capping: a softcap case's O and LSE come from
+torch.nn.attention.flex_attention (eager, float64) with the score_mod Gemma 2
+uses in PyTorch, c * tanh(score / c), the mask as -inf from the same
+score_mod, and return_lse=True (natural log); checked against an explicit
+softmax(c tanh(S / c) + mask) @ V and logsumexp in float64.
+
 Usage: python tools/oracle/make_attn_fixtures.py [--out tests/fixtures/attn]
 """
 import argparse
 import math
 import os
+import warnings
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.flex_attention import flex_attention
 
 # name, hq, hkv, lq, lk, d, mask, window, sinks, exclude (list), scale (0 = 1/sqrt(D))
 CASES = [
@@ -71,6 +82,29 @@ CASES = [
     ("mha_d16_causal_lq_gt_lk_8x5", 2, 2, 8, 5, 16, "causal", 0, 0, [], 0.0),
 ]
 
+# Soft-capped scores (the last field, c): scales and caps chosen so that
+# s / c spans both of the kernels' tanh branches (|s / c| below and above
+# 0.625) and reaches saturation, where many keys score near c.
+SOFTCAP_CASES = [
+    # Gemma 2's cap, D = 256, scale 1: score sd 16, s / c up to ~1.3
+    ("gqa2_d256_causal_cap50_24", 4, 2, 24, 24, 256, "causal", 0, 0, [], 1.0, 50.0),
+    # decode-shaped: Lq = 1 against 520 keys (two decode splits), heavy capping
+    ("mqa_d64_decode_cap5_1x520", 4, 1, 1, 520, 64, "causal", 0, 0, [], 0.5, 5.0),
+    ("mqa_d256_decode_cap50_1x260", 4, 1, 1, 260, 256, "causal", 0, 0, [], 1.0, 50.0),
+    # GQA with a window, chunked (Lq < Lk)
+    ("gqa4_d64_window17_cap2_30x90", 8, 2, 30, 90, 64, "window", 17, 0, [], 0.0, 2.0),
+    # a few rows against sinks + window, D = 128
+    ("gqa4_d128_sinkwindow4_64_cap30_4x300", 4, 1, 4, 300, 128, "sinkwindow", 64, 4, [], 1.0, 30.0),
+    # saturated: score sd 8 against c = 1, every weight from a score near +-1
+    ("mha_d64_none_cap1_scale1_17x33", 2, 2, 17, 33, 64, "none", 0, 0, [], 1.0, 1.0),
+    # exclusions and fully masked rows stay exact under the cap
+    ("mha_d16_causal_cap3_fullmask_6", 2, 2, 6, 6, 16, "causal", 0, 0, [0, 2, 3], 1.0, 3.0),
+]
+
+# Every case with its softcap; the seed of a case is its index here, so the
+# cases above keep their seeds (and their bytes) whatever is appended.
+ALL_CASES = [c + (0.0,) for c in CASES] + SOFTCAP_CASES
+
 
 def visible(lq, lk, kind, window, sinks, exclude):
     """Boolean [Lq, Lk]: True where query row i may attend to key j."""
@@ -93,7 +127,24 @@ def visible(lq, lk, kind, window, sinks, exclude):
     return m
 
 
-def golden(q32, k32, v32, mask, scale):
+def softcapped(q, k, v, mask, scale, softcap):
+    """flex_attention's O [Hq,Lq,D] and LSE [Hq,Lq] with scores capped to
+    c tanh(s / c), masked keys at -inf (float64, eager)."""
+
+    c = torch.tensor(softcap, dtype=torch.float64)  # a tensor: flex_attention traces score_mod
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        capped = c * torch.tanh(score / c)
+        return torch.where(mask[q_idx, kv_idx], capped, torch.full_like(capped, float("-inf")))
+
+    with warnings.catch_warnings():  # eager flex_attention warns that it is not compiled
+        warnings.simplefilter("ignore")
+        o, lse = flex_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), score_mod=score_mod,
+                                scale=scale, return_lse=True)
+    return o.squeeze(0), lse.squeeze(0)
+
+
+def golden(q32, k32, v32, mask, scale, softcap):
     """O [Hq,Lq,D] and LSE [Hq,Lq] in float64 from float32 inputs."""
     hq, hkv = q32.shape[0], k32.shape[0]
     d = q32.shape[-1]
@@ -101,12 +152,19 @@ def golden(q32, k32, v32, mask, scale):
     q = q32.to(torch.float64)
     k = k32.to(torch.float64).repeat_interleave(hq // hkv, dim=0)
     v = v32.to(torch.float64).repeat_interleave(hq // hkv, dim=0)
-    o = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
-                                       attn_mask=mask, dropout_p=0.0, is_causal=False,
-                                       scale=s).squeeze(0)
     scores = torch.matmul(q, k.transpose(-1, -2)) * s
+    if softcap > 0:
+        o, lse_flex = softcapped(q, k, v, mask, s, softcap)
+        scores = softcap * torch.tanh(scores / softcap)
+    else:
+        o = F.scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
+                                           attn_mask=mask, dropout_p=0.0, is_causal=False,
+                                           scale=s).squeeze(0)
     scores = scores.masked_fill(~mask, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)
+    if softcap > 0:  # flex_attention's own LSE, on the rows that see a key
+        live = mask.any(dim=-1)
+        assert torch.allclose(lse_flex[:, live], lse[:, live], rtol=1e-12, atol=1e-12)
     dead = ~mask.any(dim=-1)  # [Lq] rows with no visible key
     o[:, dead, :] = 0.0
     lse[:, dead] = float("-inf")
@@ -135,17 +193,17 @@ def main():
     torch.use_deterministic_algorithms(True)
     lines = [
         "# golden attention cases: tools/oracle/make_attn_fixtures.py "
-        f"(torch {torch.__version__}, SDPA in float64)",
-        "# name hq hkv lq lk d mask window sinks exclude scale",
+        f"(torch {torch.__version__}, SDPA and flex_attention in float64)",
+        "# name hq hkv lq lk d mask window sinks exclude scale softcap",
     ]
-    for idx, (name, hq, hkv, lq, lk, d, kind, window, sinks, excl, scale) in enumerate(CASES):
+    for idx, (name, hq, hkv, lq, lk, d, kind, window, sinks, excl, scale, softcap) in enumerate(ALL_CASES):
         assert hq % hkv == 0
         g = torch.Generator().manual_seed(1000 + idx)
         q = torch.randn(hq, lq, d, generator=g, dtype=torch.float32)
         k = torch.randn(hkv, lk, d, generator=g, dtype=torch.float32)
         v = torch.randn(hkv, lk, d, generator=g, dtype=torch.float32)
         mask = visible(lq, lk, kind, window, sinks, excl)
-        o, lse, n_dead = golden(q, k, v, mask, scale)
+        o, lse, n_dead = golden(q, k, v, mask, scale, softcap)
         base = os.path.join(args.out, name)
         save(base + ".q.npy", q.numpy(), np.float32)
         save(base + ".k.npy", k.numpy(), np.float32)
@@ -153,7 +211,7 @@ def main():
         save(base + ".o.npy", o.to(torch.float32).numpy(), np.float32)
         save(base + ".lse.npy", lse.to(torch.float32).numpy(), np.float32)
         ex = ",".join(str(e) for e in excl) if excl else "-"
-        lines.append(f"{name} {hq} {hkv} {lq} {lk} {d} {kind} {window} {sinks} {ex} {scale!r}")
+        lines.append(f"{name} {hq} {hkv} {lq} {lk} {d} {kind} {window} {sinks} {ex} {scale!r} {softcap!r}")
         print(f"{name}: fully masked rows {n_dead}")
     with open(os.path.join(args.out, "manifest.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
