@@ -23,6 +23,7 @@ typedef struct {
     float temp, top_p;
     int64_t seed;
     double timeout;
+    cli_progress_flags pf; /* rank 0 shows the prefill's elapsed time (its layers run inside the ring) */
 } mpi_run_args;
 
 static int parse_args(mpi_run_args *a, int argc, char **argv) {
@@ -45,6 +46,7 @@ static int parse_args(mpi_run_args *a, int argc, char **argv) {
         {.name = "--print-ids", .kind = CLI_BOOL, .dest = &a->print_ids,
          .help = "print the generated token ids instead of text"},
         MPI_FLAG_TIMEOUT(&a->timeout),
+        CLI_FLAGS_PROGRESS(&a->pf),
         {0},
     };
     const cli_command cmd = {.program = "qkv-mpi", .name = "run", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
@@ -53,6 +55,8 @@ static int parse_args(mpi_run_args *a, int argc, char **argv) {
                              .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
     if (!a->threads) a->threads = g_job.threads_default;
+    if (!rc && g_job.rank != 0) a->pf = (cli_progress_flags){.off = 1}; /* one line, from rank 0 */
+    if (!rc) cli_progress_init(&a->pf);
     return rc ? rc : cli_prompt_check(&a->prompt);
 }
 
@@ -143,7 +147,9 @@ static int run(const mpi_run_args *a) {
         MPI_Abort(g_job.comm, CLI_EXIT_BAD_INPUT);
     }
     const double t0 = MPI_Wtime();
+    cli_progress_start("qkv-mpi run: prefill over the ring", 0, "");
     if (qkv_cp_model_prefill(cm, rows_logits, last, pr.ids, n, &err)) { rc = mpi_cli_fail(&err); goto done; }
+    cli_progress_finish();
     const double t1 = MPI_Wtime();
     if (a->logits && (rc = write_logits(logits_tmp, rows_logits, n, V, a->timeout))) goto done;
     int n_done = 0;
