@@ -54,8 +54,10 @@ TEST(model_load_checks_refuse_disagreeing_models) {
          "nan_norm.gguf: blk.1.ffn_norm.weight[3] = nan is not finite"},
         {"inf_norm.gguf", 12, 12, "output_norm.weight", INFINITY,
          "inf_norm.gguf: output_norm.weight[3] = inf is not finite"},
-        {"nan_rope.gguf", 12, 12, "rope_freqs.weight", NAN,
-         "nan_rope.gguf: rope_freqs.weight[3] = nan is not finite and > 0"},
+        {"nan_rope.gguf", 12, 12, "rope_freqs.weight", NAN, "nan_rope.gguf: rope_freqs.weight[3] = nan is not finite"},
+        {"nan_wq.gguf", 12, 12, "blk.0.attn_q.weight", NAN, "nan_wq.gguf: blk.0.attn_q.weight[3] = nan is not finite"},
+        {"inf_down.gguf", 12, 12, "blk.1.ffn_down.weight", -INFINITY,
+         "inf_down.gguf: blk.1.ffn_down.weight[3] = -inf is not finite"},
         {"zero_rope.gguf", 12, 12, "rope_freqs.weight", 0.0f,
          "zero_rope.gguf: rope_freqs.weight[3] = 0 is not finite and > 0"},
     };

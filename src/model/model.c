@@ -40,6 +40,14 @@ static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, co
     if (!qkv_dequantize_supported(t->type))
         return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: tensor %s has unsupported type %s", qkv_gguf_path(g), name,
                         qkv_ggml_type_name(t->type));
+    /* a NaN or inf weight (a block's scale, in the quantised types) would turn every logit NaN, silently */
+    int64_t bad;
+    float value;
+    qkv_status st = qkv_dequantize_check(&bad, &value, t->data, t->type, t->n_elements, err);
+    if (st) return st;
+    if (bad >= 0)
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s[%lld] = %g is not finite", qkv_gguf_path(g), name, (long long)bad,
+                        (double)value);
     *out = t;
     return QKV_OK;
 }
