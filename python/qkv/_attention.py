@@ -230,18 +230,22 @@ class KVCache:
         """Forgets every row from `length` on."""
         self._c.truncate(int(length))
 
-    def attention(self, q, *, causal=False, window=None, sinks=0, exclude=None, scale=None, kernel="auto",
-                  return_lse=False, threads=0):
-        """Attention of q [Hq, Lq, D] float32 against the rows held; returns o (and lse)."""
+    def attention(self, q, *, causal=False, window=None, sinks=0, exclude=None, scale=None, softcap=0.0,
+                  kernel="auto", return_lse=False, threads=0):
+        """Attention of q [Hq, Lq, D] float32 against the rows held; returns o (and lse).
+        softcap > 0: scores become softcap * tanh(s / softcap) (Gemma 2), as in attention()."""
         q = _c_array(q, np.float32, "q")
         if q.ndim != 3 or q.shape[2] != self.head_dim:
             raise ValueError(f"q: expected [Hq, Lq, {self.head_dim}], got shape {q.shape}")
         if q.shape[0] % self.n_kv_head:
             raise ValueError(f"query heads ({q.shape[0]}) must be a multiple of KV heads ({self.n_kv_head})")
         kind, window, sinks, exclude = _mask_args(causal, window, sinks, exclude, len(self))
+        softcap = float(softcap)
+        if not (np.isfinite(softcap) and softcap >= 0):
+            raise ValueError(f"softcap must be finite and >= 0 (0 = none), got {softcap}")
         o = np.empty(q.shape, dtype=np.float32)
         lse = np.empty(q.shape[:-1], dtype=np.float32) if return_lse else None
         self._c.attention(o, lse, q, n_q_head=q.shape[0], q_len=q.shape[1],
-                          scale=0.0 if scale is None else float(scale), mask=kind, window=window, sinks=sinks,
-                          exclude=exclude, kernel=kernel, threads=int(threads))
+                          scale=0.0 if scale is None else float(scale), softcap=softcap, mask=kind, window=window,
+                          sinks=sinks, exclude=exclude, kernel=kernel, threads=int(threads))
         return (o, lse) if return_lse else o

@@ -3,7 +3,7 @@
  * [Hkv, capacity, D] of f32, bf16 or f16, and attention against it.
  *   append(k, v, n):   k, v: [Hkv, n, D] f32
  *   read(k, v, start, n): k, v outputs [Hkv, n, D] f32
- *   attention(o, lse, q, *, n_q_head, q_len, scale, mask, window, sinks, exclude, kernel, threads)
+ *   attention(o, lse, q, *, n_q_head, q_len, scale, softcap, mask, window, sinks, exclude, kernel, threads)
  *     o: [Hq, Lq, D] f32, lse: [Hq, Lq] f32 or None, q: [Hq, Lq, D] f32
  */
 #include "qkv_py.h"
@@ -103,15 +103,15 @@ static PyObject *kv_truncate(PyObject *self, PyObject *args) {
 
 static PyObject *kv_attention(PyObject *self, PyObject *args, PyObject *kw) {
     kv_cache_object *o = (kv_cache_object *)self;
-    static char *kwlist[] = {"o",    "lse",   "q",       "n_q_head", "q_len",  "scale", "mask",
-                             "window", "sinks", "exclude", "kernel",   "threads", NULL};
+    static char *kwlist[] = {"o",     "lse",   "q",       "n_q_head", "q_len",   "scale", "softcap",
+                             "mask",  "window", "sinks", "exclude",  "kernel",  "threads", NULL};
     PyObject *oo, *lo, *qo, *exclude = Py_None;
     qkv_attn_desc d = {0};
     int kind = QKV_MASK_NONE, window = 0, sinks = 0;
     const char *kernel = "auto";
     if (!kv_get(self) ||
-        !PyArg_ParseTupleAndKeywords(args, kw, "OOO|$iifiiiOsi", kwlist, &oo, &lo, &qo, &d.n_q_head, &d.q_len,
-                                     &d.scale, &kind, &window, &sinks, &exclude, &kernel, &d.n_threads))
+        !PyArg_ParseTupleAndKeywords(args, kw, "OOO|$iiffiiiOsi", kwlist, &oo, &lo, &qo, &d.n_q_head, &d.q_len,
+                                     &d.scale, &d.softcap, &kind, &window, &sinks, &exclude, &kernel, &d.n_threads))
         return NULL;
     qkv_error err = {0};
     qkv_kernel kern;

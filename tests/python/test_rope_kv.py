@@ -55,6 +55,12 @@ def test_kv_cache_rows_and_attention(dtype):
     close(lse, lse64, 2e-5, f"{dtype} cache lse")
     o = cache.attention(q, causal=True, window=4, sinks=1, exclude=[29])
     close(o, attention64(q, stored(k), stored(v), True, 4, 1, [29])[0], 2e-5, f"{dtype} cache masks")
+    o, lse = cache.attention(2 * q, causal=True, softcap=2.0, return_lse=True)
+    o64, lse64, _ = attention64(2 * q, stored(k), stored(v), causal=True, softcap=2.0)
+    close(o, o64, 2e-5, f"{dtype} cache softcap o")
+    close(lse, lse64, 2e-5, f"{dtype} cache softcap lse")
+    with pytest.raises(ValueError, match="softcap"):
+        cache.attention(q, softcap=-1.0)
     cache.truncate(10)
     assert len(cache) == 10
     with pytest.raises(ValueError, match="full|capacity"):
