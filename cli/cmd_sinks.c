@@ -84,6 +84,13 @@ static void write_svg(FILE *f, qkv_sinks *s, int nl, int nh, const char *title, 
 #undef Y
 }
 
+/* Layer l's sliding window, 0 for a global layer. */
+static int window_of(const qkv_model_config *c, int l) {
+    qkv_layer_attn a;
+    qkv_model_layer_attn(&a, c, l);
+    return a.window;
+}
+
 int cmd_sinks(int argc, char **argv) {
     cli_prompt_args pa = {0};
     pa.max_tokens = 2048;
@@ -172,9 +179,9 @@ int cmd_sinks(int argc, char **argv) {
                sp.n_first, sp.every);
         for (int l = 0; l < nl; l++) {
             layer_mean lm = mean_of(s, l, nh);
-            printf("    {\"layer\": %d, \"sink\": %.6f, \"first\": %.6f, \"top_other\": %.6f, \"sink_top\": %.6f, "
-                   "\"heads\": [\n",
-                   l, lm.sink, lm.first, lm.top_other, lm.sink_top);
+            printf("    {\"layer\": %d, \"window\": %d, \"sink\": %.6f, \"first\": %.6f, \"top_other\": %.6f, "
+                   "\"sink_top\": %.6f, \"heads\": [\n",
+                   l, window_of(cfg, l), lm.sink, lm.first, lm.top_other, lm.sink_top);
             for (int h = 0; h < nh; h++) {
                 const qkv_sinks_head *x = qkv_sinks_get(s, l, h);
                 printf("      {\"head\": %d, \"sink\": %.6f, \"first\": %.6f, \"top_other\": %.6f, "
@@ -209,6 +216,20 @@ int cmd_sinks(int argc, char **argv) {
         }
         printf("\nall layers: %.3f of each row's attention goes to token 0; the strongest other key gets %.3f\n", all,
                other);
+        if (cfg->window) { /* a family with sliding layers: the two kinds apart */
+            double kind_sink[2] = {0}, kind_other[2] = {0};
+            int kind_n[2] = {0};
+            for (int l = 0; l < nl; l++) {
+                const int k = window_of(cfg, l) > 0;
+                layer_mean lm = mean_of(s, l, nh);
+                kind_sink[k] += lm.sink, kind_other[k] += lm.top_other, kind_n[k]++;
+            }
+            for (int k = 0; k < 2; k++)
+                if (kind_n[k])
+                    printf("%s layers (%d): token 0 gets %.3f, the strongest other key %.3f%s\n",
+                           k ? "sliding" : "global", kind_n[k], kind_sink[k] / kind_n[k], kind_other[k] / kind_n[k],
+                           k && n > cfg->window ? " (rows past the window cannot see token 0)" : "");
+        }
     }
     if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
     if (verbose)
