@@ -79,6 +79,19 @@ const char *test_model_path(void) {
 
 int test_require_model(void) { return test_require_file(test_model_path(), "the real model: run `make model`"); }
 
+void *test_load_npy(const char *dir, const char *a, const char *b, int64_t *count) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s%s", dir, a, b);
+    qkv_npy arr;
+    qkv_error err = {0};
+    if (qkv_npy_load(&arr, path, &err)) {
+        CHECK(0, "%s", err.msg);
+        return NULL;
+    }
+    if (count) *count = arr.count;
+    return arr.data;
+}
+
 double test_compare(const char *file, int line, const char *what, const float *got,
                     const float *want, size_t n, double atol, double rtol) {
     double maxd = 0;

@@ -170,27 +170,14 @@ static double rel_err(const hooked_array *h, int64_t *row_at) {
     return worst;
 }
 
-static void *load_fixture(const char *dir, const char *file, int64_t *count) {
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    qkv_npy a;
-    qkv_error err = {0};
-    if (qkv_npy_load(&a, path, &err)) {
-        CHECK(0, "%s", err.msg);
-        return NULL;
-    }
-    if (count) *count = a.count;
-    return a.data;
-}
-
 /* Logits [n, V] against the fixture's lse, top 5 and strided ids. */
 static void check_logits(const float *lg, int n, int V, const char *dir) {
     int64_t n_sub = 0;
-    float *lse = load_fixture(dir, "logits.lse.npy", NULL);
-    int32_t *top_ids = load_fixture(dir, "logits.top5_ids.npy", NULL);
-    float *top = load_fixture(dir, "logits.top5.npy", NULL);
-    int32_t *sub_ids = load_fixture(dir, "logits.sub_ids.npy", &n_sub);
-    float *sub = load_fixture(dir, "logits.sub.npy", NULL);
+    float *lse = test_load_npy(dir, "logits.lse.npy", "", NULL);
+    int32_t *top_ids = test_load_npy(dir, "logits.top5_ids.npy", "", NULL);
+    float *top = test_load_npy(dir, "logits.top5.npy", "", NULL);
+    int32_t *sub_ids = test_load_npy(dir, "logits.sub_ids.npy", "", &n_sub);
+    float *sub = test_load_npy(dir, "logits.sub.npy", "", NULL);
     if (!lse || !top_ids || !top || !sub_ids || !sub) goto done;
     double worst = 0, worst_lse = 0;
     int argmax_bad = 0, ties = 0;
@@ -225,7 +212,7 @@ TEST(model_hooks_oracle_smollm2_every_point) {
     snprintf(dir, sizeof dir, "%s/hooks", test_fixture_dir());
     capture *c = calloc(1, sizeof *c);
     int64_t n = 0;
-    int32_t *ids = load_fixture(dir, "ids.npy", &n);
+    int32_t *ids = test_load_npy(dir, "ids.npy", "", &n);
     qkv_model *m = NULL;
     float *lg = NULL;
     qkv_error err = {0};

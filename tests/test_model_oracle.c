@@ -23,30 +23,17 @@
 #define LOGIT_TOL 5e-3
 #define TIE_MARGIN 1e-3
 
-static void *load(const char *dir, const char *name, const char *suffix, int64_t *count) {
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s%s", dir, name, suffix);
-    qkv_npy a;
-    qkv_error err = {0};
-    if (qkv_npy_load(&a, path, &err)) {
-        CHECK(0, "%s", err.msg);
-        return NULL;
-    }
-    if (count) *count = a.count;
-    return a.data;
-}
-
 /* Logits of the whole prompt against the fixture NAME in dir. */
 static void check_prompt(qkv_model *m, const char *dir, const char *name, int with_probe) {
     int64_t T = 0, n5 = 0, nr = 0;
-    int32_t *ids = load(dir, name, ".ids.npy", &T);
-    int32_t *top5 = load(dir, name, ".top5_ids.npy", &n5);
-    float *top5_l = load(dir, name, ".top5_logits.npy", NULL);
-    int32_t *argmax = load(dir, name, ".argmax.npy", NULL);
-    float *margin = load(dir, name, ".margin.npy", NULL);
-    float *lse = load(dir, name, ".lse.npy", NULL);
-    int32_t *rows_pos = load(dir, name, ".rows_pos.npy", &nr);
-    float *rows = load(dir, name, ".rows.npy", NULL);
+    int32_t *ids = test_load_npy(dir, name, ".ids.npy", &T);
+    int32_t *top5 = test_load_npy(dir, name, ".top5_ids.npy", &n5);
+    float *top5_l = test_load_npy(dir, name, ".top5_logits.npy", NULL);
+    int32_t *argmax = test_load_npy(dir, name, ".argmax.npy", NULL);
+    float *margin = test_load_npy(dir, name, ".margin.npy", NULL);
+    float *lse = test_load_npy(dir, name, ".lse.npy", NULL);
+    int32_t *rows_pos = test_load_npy(dir, name, ".rows_pos.npy", &nr);
+    float *rows = test_load_npy(dir, name, ".rows.npy", NULL);
     if (test_failures()) return;
     const int V = qkv_model_get_config(m)->n_vocab;
     float *lg = malloc((size_t)T * V * sizeof(float)); /* [T, V] */
@@ -77,8 +64,8 @@ static void check_prompt(qkv_model *m, const char *dir, const char *name, int wi
         }
     }
     if (with_probe) {
-        int32_t *probe_ids = load(dir, "probe_ids", ".npy", NULL);
-        float *probe = load(dir, name, ".probe.npy", NULL);
+        int32_t *probe_ids = test_load_npy(dir, "probe_ids", ".npy", NULL);
+        float *probe = test_load_npy(dir, name, ".probe.npy", NULL);
         if (probe_ids && probe)
             for (int64_t t = 0; t < T; t++)
                 for (int k = 0; k < 8; k++) worst = fmax(worst, fabs(lg[(size_t)t * V + probe_ids[k]] - probe[t * 8 + k]));
@@ -101,10 +88,10 @@ static void check_prompt(qkv_model *m, const char *dir, const char *name, int wi
 /* Greedy continuation of prompt NAME against gen_NAME.ids.npy. */
 static void check_greedy(qkv_model *m, const char *dir, const char *name, int n_new) {
     int64_t T = 0, G = 0;
-    int32_t *ids = load(dir, name, ".ids.npy", &T);
+    int32_t *ids = test_load_npy(dir, name, ".ids.npy", &T);
     char gname[64];
     snprintf(gname, sizeof gname, "gen_%s", name);
-    int32_t *want = load(dir, gname, ".ids.npy", &G);
+    int32_t *want = test_load_npy(dir, gname, ".ids.npy", &G);
     if (test_failures()) return;
     const int V = qkv_model_get_config(m)->n_vocab;
     float *lg = malloc((size_t)V * sizeof(float));
@@ -138,7 +125,7 @@ static void check_tokens(const qkv_model *m, const char *dir, const char *name, 
     size_t len;
     char *text = test_read_file(path, &len);
     int64_t T = 0;
-    int32_t *want = load(dir, name, ".ids.npy", &T);
+    int32_t *want = test_load_npy(dir, name, ".ids.npy", &T);
     if (!text || !want) {
         CHECK(0, "missing %s", path);
         return;
@@ -201,7 +188,7 @@ TEST(model_oracle_tiny_llama31_gqa_llama3_rope_untied) {
     /* inverse frequencies equal transformers' llama3 rope init */
     float inv[64];
     qkv_rope_inv_freq(inv, &c->rope, 128, NULL);
-    float *want = load(dir, "inv_freq", ".npy", NULL);
+    float *want = test_load_npy(dir, "inv_freq", ".npy", NULL);
     if (want) CHECK_CLOSE("inv_freq (rope_freqs) vs transformers llama3", inv, want, 64, 0, 1e-6);
     free(want);
     static const char *names[] = {"s1", "s9", "s64", "s2500"};

@@ -46,6 +46,10 @@ int test_require_file(const char *path, const char *what);
 const char *test_model_path(void);
 /* test_require_file(test_model_path(), ...): 1 when the model is there. */
 int test_require_model(void);
+/* The data of the .npy at dir/a b (b may be ""), malloc'd (the caller frees
+ * it), *count its elements (count may be NULL); NULL after a failed CHECK
+ * naming the file. */
+void *test_load_npy(const char *dir, const char *a, const char *b, int64_t *count);
 
 /* max |a-b| over n; reports when above tol. Returns the max diff.
  * what names the comparison in the failure message. */

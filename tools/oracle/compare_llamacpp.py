@@ -32,6 +32,8 @@ import numpy as np
 import llama_cpp
 from llama_cpp import Llama
 
+from gguf_f32 import dequantised_f32_gguf
+
 MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 N_NEW = 32
 EOS = 2
@@ -55,30 +57,6 @@ def read_manifest(fx):
 def top2_margin(row):
     a = np.partition(row, -2)[-2:]
     return float(a.max() - a.min())
-
-
-def dequantised_f32_gguf(src, dst):
-    """The same GGUF with every tensor dequantised to F32 (gguf.quants.dequantize,
-    as transformers does at load): llama.cpp then multiplies in float32."""
-    import gguf
-    from gguf import GGUFReader, GGUFValueType
-    r = GGUFReader(src)
-    w = gguf.GGUFWriter(dst, arch="llama")
-    for k, f in r.fields.items():
-        if k.startswith("GGUF.") or k == "general.architecture":
-            continue
-        if k == "general.file_type":
-            w.add_uint32(k, int(gguf.LlamaFileType.ALL_F32))
-        elif f.types[0] == GGUFValueType.ARRAY:
-            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[-1])
-        else:
-            w.add_key_value(k, f.contents(), f.types[0])
-    for t in r.tensors:
-        w.add_tensor(t.name, gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 # label, model (None = --model), Llama() keyword arguments

@@ -54,6 +54,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_family_fixtures import PINNED, check_versions, fix_config, llamacpp_view  # noqa: E402
+from gguf_f32 import dequantised_f32_gguf  # noqa: E402
 
 MODEL = "models/gemma-3-270m-q4_k_m.gguf"
 SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -110,31 +111,6 @@ def llamacpp(path, **kw):
     except ImportError:
         return None
     return Llama(model_path=path, verbose=False, **kw)
-
-
-def dequantised_f32_gguf(src, dst):
-    """The same GGUF (same architecture, keys, tensor names) with every tensor
-    dequantised to F32 by gguf.quants.dequantize, as transformers does at load:
-    llama.cpp then multiplies in float32 (no 8-bit activations)."""
-    import gguf
-    from gguf import GGUFReader, GGUFValueType
-    r = GGUFReader(src)
-    w = gguf.GGUFWriter(dst, arch=r.fields["general.architecture"].contents())
-    for k, fl in r.fields.items():
-        if k.startswith("GGUF.") or k == "general.architecture":
-            continue
-        if k == "general.file_type":
-            w.add_uint32(k, int(gguf.LlamaFileType.ALL_F32))
-        elif fl.types[0] == GGUFValueType.ARRAY:
-            w.add_key_value(k, fl.contents(), fl.types[0], sub_type=fl.types[-1])
-        else:
-            w.add_key_value(k, fl.contents(), fl.types[0])
-    for t in r.tensors:
-        w.add_tensor(t.name, gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 def write_tokens(tok, path, out):
