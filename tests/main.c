@@ -79,6 +79,21 @@ const char *test_model_path(void) {
 
 int test_require_model(void) { return test_require_file(test_model_path(), "the real model: run `make model`"); }
 
+double test_logit_row_diff(const float *row, int V, double lse, const int32_t *top_ids, const float *top,
+                           const int32_t *sub_ids, const float *sub, int64_t n_sub, double *dlse, int *argmax) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (row[v] > row[best]) best = v;
+    double s = 0;
+    for (int v = 0; v < V; v++) s += exp((double)row[v] - row[best]);
+    *dlse = fabs(row[best] + log(s) - lse);
+    *argmax = best;
+    double e = 0;
+    for (int k = 0; k < 5; k++) e = fmax(e, fabs(row[top_ids[k]] - top[k]));
+    for (int64_t k = 0; k < n_sub; k++) e = fmax(e, fabs(row[sub_ids[k]] - sub[k]));
+    return e;
+}
+
 void *test_load_npy(const char *dir, const char *a, const char *b, int64_t *count) {
     char path[700];
     snprintf(path, sizeof path, "%s/%s%s", dir, a, b);

@@ -235,16 +235,11 @@ static void check_prompt(qkv_model *m, const char *name, rows_capture *caps, int
               (long long)c0, err.msg);
         for (int i = 0; i < cn && !test_failures(); i++) {
             const int64_t t = c0 + i;
-            const float *row = lg + (size_t)i * V;
-            int best = 0;
-            for (int v = 1; v < V; v++)
-                if (row[v] > row[best]) best = v;
-            double s = 0;
-            for (int v = 0; v < V; v++) s += exp((double)row[v] - row[best]);
-            worst_lse = fmax(worst_lse, fabs(row[best] + log(s) - lse[t]));
-            double e = 0;
-            for (int k = 0; k < 5; k++) e = fmax(e, fabs(row[top_ids[t * 5 + k]] - top[t * 5 + k]));
-            for (int64_t k = 0; k < n_sub; k++) e = fmax(e, fabs(row[sub_ids[k]] - sub[t * n_sub + k]));
+            double dlse;
+            int best;
+            const double e = test_logit_row_diff(lg + (size_t)i * V, V, lse[t], top_ids + t * 5, top + t * 5, sub_ids,
+                                                 sub + t * n_sub, n_sub, &dlse, &best);
+            worst_lse = fmax(worst_lse, dlse);
             if (e > worst) worst = e, worst_at = t;
             if (best != top_ids[t * 5]) {
                 if (top[t * 5] - top[t * 5 + 1] <= 2 * LOGIT_TOL) ties++;

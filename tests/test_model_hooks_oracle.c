@@ -182,15 +182,11 @@ static void check_logits(const float *lg, int n, int V, const char *dir) {
     double worst = 0, worst_lse = 0;
     int argmax_bad = 0, ties = 0;
     for (int t = 0; t < n; t++) {
-        const float *row = lg + (size_t)t * V;
-        int best = 0;
-        for (int i = 1; i < V; i++)
-            if (row[i] > row[best]) best = i;
-        double s = 0;
-        for (int i = 0; i < V; i++) s += exp((double)row[i] - row[best]);
-        worst_lse = fmax(worst_lse, fabs(row[best] + log(s) - lse[t]));
-        for (int k = 0; k < 5; k++) worst = fmax(worst, fabs(row[top_ids[t * 5 + k]] - top[t * 5 + k]));
-        for (int64_t k = 0; k < n_sub; k++) worst = fmax(worst, fabs(row[sub_ids[k]] - sub[t * n_sub + k]));
+        double dlse;
+        int best;
+        worst = fmax(worst, test_logit_row_diff(lg + (size_t)t * V, V, lse[t], top_ids + t * 5, top + t * 5, sub_ids,
+                                                sub + t * n_sub, n_sub, &dlse, &best));
+        worst_lse = fmax(worst_lse, dlse);
         if (best != top_ids[t * 5]) {
             if (top[t * 5] - top[t * 5 + 1] < TIE_MARGIN) ties++;
             else argmax_bad++;

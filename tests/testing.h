@@ -50,6 +50,13 @@ int test_require_model(void);
  * it), *count its elements (count may be NULL); NULL after a failed CHECK
  * naming the file. */
 void *test_load_npy(const char *dir, const char *a, const char *b, int64_t *count);
+/* One position's logits row [V] against a fixture that keeps, per position,
+ * its log-sum-exp, the top 5 ids and values and n_sub sampled values:
+ *   top_ids, top: [5]   sub_ids: [n_sub] (the same ids at every position)   sub: [n_sub]
+ * Returns the largest |difference| over those values; *dlse gets |lse - fixture|,
+ * *argmax the row's own argmax (lowest id on ties). */
+double test_logit_row_diff(const float *row, int V, double lse, const int32_t *top_ids, const float *top,
+                           const int32_t *sub_ids, const float *sub, int64_t n_sub, double *dlse, int *argmax);
 
 /* max |a-b| over n; reports when above tol. Returns the max diff.
  * what names the comparison in the failure message. */

@@ -49,14 +49,10 @@ static void add_bias(float *x, const float *b, int n, int width) {
         for (int i = 0; i < width; i++) x[(size_t)t * width + i] += b[i];
 }
 
-/* QK-norm: every D-vector of x[n_vec, D] RMS-normed in place, weight w[D] */
-static void norm_heads(float *x, const float *w, int n_vec, int D, float eps) {
-    for (int v = 0; v < n_vec; v++) model_rmsnorm(x + (size_t)v * D, x + (size_t)v * D, w, D, eps);
-}
-
-/* x[n, E] RMS-normed in place with w[E] (Gemma's post-sublayer norm) */
-static void norm_rows(float *x, const float *w, int n, int E, float eps) {
-    norm_heads(x, w, n, E, eps);
+/* Every vector of x[n_vec, dim] RMS-normed in place with weight w[dim]:
+ * QK-norm (one vector per head) and Gemma's post-sublayer norms (per row) */
+static void norm_vectors(float *x, const float *w, int n_vec, int dim, float eps) {
+    for (int v = 0; v < n_vec; v++) model_rmsnorm(x + (size_t)v * dim, x + (size_t)v * dim, w, dim, eps);
 }
 
 /* GELU, tanh approximation (Gemma's gelu_pytorch_tanh), in float as transformers computes it */
@@ -161,8 +157,8 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         (st = hook_at(f, QKV_HOOK_V, l, m->v, 3, n, Hkv, D, err)))
         return st;
     if (m->qk_norm_w) {
-        norm_heads(m->q, m->qk_norm_w + (size_t)(2 * l) * D, n * Hq, D, c->norm_eps);
-        norm_heads(m->k, m->qk_norm_w + (size_t)(2 * l + 1) * D, n * Hkv, D, c->norm_eps);
+        norm_vectors(m->q, m->qk_norm_w + (size_t)(2 * l) * D, n * Hq, D, c->norm_eps);
+        norm_vectors(m->k, m->qk_norm_w + (size_t)(2 * l + 1) * D, n * Hkv, D, c->norm_eps);
     }
     to_head_major(m->qt, m->q, n, Hq, D);
     to_head_major(m->kt, m->k, n, Hkv, D);
@@ -197,7 +193,7 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     to_token_major(m->o, m->att, n, Hq, D);
     if ((st = hook_at(f, QKV_HOOK_Z, l, m->o, 3, n, Hq, D, err))) return st;
     model_matmul(m->h, m->o, w->wo, n, m->scratch, m->n_threads); /* h <- o Wo^T */
-    if (m->post_norm_w) norm_rows(m->h, m->post_norm_w + (size_t)(2 * l) * E, n, E, c->norm_eps);
+    if (m->post_norm_w) norm_vectors(m->h, m->post_norm_w + (size_t)(2 * l) * E, n, E, c->norm_eps);
     if ((st = hook_at(f, QKV_HOOK_ATTN_OUT, l, m->h, 2, n, E, 0, err))) return st;
     for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
     return hook_at(f, QKV_HOOK_RESID_MID, l, m->x, 2, n, E, 0, err);
@@ -221,7 +217,7 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
             m->gate[i] = g / (1.0f + expf(-g)) * m->up[i]; /* SiLU(gate) * up */
         }
     model_matmul(m->h, m->gate, w->w_down, n, m->scratch, m->n_threads);
-    if (m->post_norm_w) norm_rows(m->h, m->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
+    if (m->post_norm_w) norm_vectors(m->h, m->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
     qkv_status st = hook_at(f, QKV_HOOK_MLP_OUT, l, m->h, 2, n, E, 0, err);
     if (st) return st;
     for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
