@@ -263,11 +263,11 @@ TEST(model_swa_cache_bytes_match_the_cost_model) {
         qkv_cost x;
         CHECK(qkv_cost_eval(&x, &cc, CTX, cases[i].elem, &err) == QKV_OK, "%s", err.msg);
         const double want = cases[i].swa ? x.kv_cache_bytes_swa : x.kv_cache_bytes, got = (double)qkv_model_kv_bytes(m);
-        CHECK(got == want, "%s, %zu-byte KV, n_batch %d: qkv_model_kv_bytes %.0f, qkv_cost %.0f", cases[i].swa ?
-              "swa_cache" : "full cache", cases[i].elem, qkv_model_n_batch(m), got, want);
-        printf("  gemma-3-270m at %d, %s, %zu-byte KV, n_batch %d: %.0f bytes (%.1f MiB), qkv_cost %.0f\n", CTX,
-               cases[i].swa ? "swa_cache" : "full cache", cases[i].elem, qkv_model_n_batch(m), got, got / 1048576,
-               want);
+        const char *what = cases[i].swa ? "swa_cache" : "full cache", *dt = qkv_dtype_name(cases[i].dtype);
+        CHECK(got == want, "%s, %s KV, n_batch %d: qkv_model_kv_bytes %.0f, qkv_cost %.0f", what, dt,
+              qkv_model_n_batch(m), got, want);
+        printf("  gemma-3-270m at %d, %s, %s KV, n_batch %d: %.0f bytes (%.1f MiB), qkv_cost %.0f\n", CTX, what, dt,
+               qkv_model_n_batch(m), got, got / 1048576, want);
         qkv_model_close(m);
     }
 }
