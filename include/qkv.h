@@ -971,9 +971,21 @@ typedef struct {
      * (>= 0): a model holding one rank's part of a longer sequence passes the
      * global position of its first row */
     int rope_offset;
+    /* a resumed call (activation patching, the logit lens): start_resid
+     * non-NULL is the residual stream entering layer start_layer (its
+     * hook_resid_pre), and the call runs layers start_layer .. L-1 and the
+     * final norm only: no embedding, no hook below start_layer (hook_embed
+     * included), the tokens only counted and checked. It leaves the sequence
+     * state as it found it: the rows it appends to the KV caches of the
+     * layers it runs are taken off again. start_layer in [0, L] (L: only the
+     * final norm and lm_head run); start_layer > 0 needs start_resid.
+     *   start_resid: [n, E] */
+    int start_layer;
+    const float *start_resid;
 } qkv_forward_opts;
 
-/* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache) and
+/* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache,
+ * unless the call is resumed: opts->start_resid) and
  * writes logits: [n, V] if all_logits, else [1, V] for the last token only.
  *   tokens: [n]   logits: see above, f32 (may be NULL: no lm_head)
  *   opts: this call's interventions and hooks (NULL: none)
