@@ -1517,6 +1517,40 @@ typedef struct {
 QKV_API qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens, int n, int32_t answer,
                                  int32_t wrong, qkv_error *err);
 
+/* ------------------------------------------------------------- probe: lens */
+
+/*
+ * The logit lens (nostalgebraist 2020; TransformerLens's
+ * cache.accumulated_resid with apply_ln): what the residual stream would
+ * predict if the model stopped after layer l. hook_resid_post of layer l at
+ * each position goes through the model's own final step, a forward resumed
+ * after the last layer (qkv_forward_opts.start_layer = L): the final RMSNorm
+ * with that row's own RMS, the unembedding and any final soft-cap; then a
+ * softmax (in double). The last layer's lens is the model's own output.
+ */
+typedef struct {
+    int k;              /* top tokens kept per (layer, position), 1 <= k <= V */
+    int32_t target;     /* a token whose probability is followed; -1: none */
+} qkv_lens_params;
+
+/* Caller-allocated; probabilities in [0, 1]. */
+typedef struct {
+    int32_t *top_ids;   /* [L, n, k] most likely first (the lower id first on ties) */
+    float *top_probs;   /* [L, n, k] their probabilities */
+    float *target_prob; /* [L, n] the target's probability, or NULL (needed when target >= 0) */
+} qkv_lens_out;
+
+/* The lens of every layer at every position of tokens.
+ *   tokens: [n], 1 <= n <= qkv_model_n_ctx(m), run from position 0
+ * QKV_ERR_INVALID for NULL outputs, a bad n, k or token id, a target outside
+ * [-1, V), or a target without target_prob. Memory: every layer's residual
+ * (L n E floats) and up to QKV_LENS_LOGIT_FLOATS floats of logits (rows of
+ * V, one layer's positions at a time), allocated once per call; on return
+ * the KV cache is empty. */
+#define QKV_LENS_LOGIT_FLOATS ((int64_t)1 << 24)
+QKV_API qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int n, const qkv_lens_params *p,
+                            qkv_error *err);
+
 /* ----------------------------------------------------------- probe: stream */
 
 /*
