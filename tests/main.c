@@ -9,6 +9,7 @@
 #include "qkv.h"
 #include "util/cpu.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -101,6 +102,13 @@ double test_worst_row(const float *got, const float *want, int64_t rows, int64_t
     }
     return worst;
 }
+
+const char *test_gemma3_path(void) {
+    const char *p = getenv("QKV_GEMMA3_MODEL");
+    return p && *p ? p : "models/gemma-3-270m-q4_k_m.gguf";
+}
+
+int test_require_gemma3(void) { return test_require_file(test_gemma3_path(), "Gemma 3 270M: run `make model`"); }
 
 double test_logit_row_diff(const float *row, int V, double lse, const int32_t *top_ids, const float *top,
                            const int32_t *sub_ids, const float *sub, int64_t n_sub, double *dlse, int *argmax) {
@@ -259,6 +267,28 @@ char *test_read_file(const char *path, size_t *len) {
     close(fd);
     if (len) *len = strlen(s);
     return s;
+}
+
+void test_write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+void test_check_untouched(const char *file, int line, const char *path, const char *text) {
+    char *now = test_read_file(path, NULL);
+    if (!now || strcmp(now, text)) test_fail(file, line, "%s was changed: %.40s", path, now ? now : "(gone)");
+    free(now);
+}
+
+int test_count_temporaries(void) {
+    DIR *d = opendir(test_tmpdir());
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".qkv-") != NULL;
+    if (d) closedir(d);
+    return n;
 }
 
 const char *test_fixture_dir(void) {

@@ -43,7 +43,6 @@
 #include <string.h>
 
 #define REL_TOL 1e-5
-#define GEMMA3_MODEL "models/gemma-3-270m-q4_k_m.gguf"
 
 static const char *family_path(const char *name) {
     static char path[2][700];
@@ -51,12 +50,6 @@ static const char *family_path(const char *name) {
     slot ^= 1;
     snprintf(path[slot], sizeof path[slot], "%s/families/%s/model.gguf", test_fixture_dir(), name);
     return path[slot];
-}
-
-/* $QKV_GEMMA3_MODEL, else models/gemma-3-270m-q4_k_m.gguf. */
-static const char *gemma3_path(void) {
-    const char *p = getenv("QKV_GEMMA3_MODEL");
-    return p ? p : GEMMA3_MODEL;
 }
 
 static qkv_model *open_model(const char *path, int n_ctx, int n_batch, int swa, qkv_dtype dtype) {
@@ -175,13 +168,13 @@ static qkv_status capture_hidden(void *user, const qkv_activation *a, qkv_error 
 enum { G3_CTX = 2048, G3_BATCH = 512, G3_GEN = 24 };
 
 TEST(model_swa_cache_gemma3_270m_gpl3_equals_full_cache) {
-    if (!test_require_file(gemma3_path(), "Gemma 3 270M: run `make model`")) return;
+    if (!test_require_gemma3()) return;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/gemma3", test_fixture_dir());
     int64_t n_ids = 0;
     int32_t *ids = test_load_npy(dir, "gpl3.ids.npy", "", &n_ids); /* [1220] GPL-3, Gemma 3's tokenizer */
-    qkv_model *swa = open_model(gemma3_path(), G3_CTX, G3_BATCH, 1, QKV_DTYPE_F32);
-    qkv_model *full = open_model(gemma3_path(), G3_CTX, G3_BATCH, 0, QKV_DTYPE_F32);
+    qkv_model *swa = open_model(test_gemma3_path(), G3_CTX, G3_BATCH, 1, QKV_DTYPE_F32);
+    qkv_model *full = open_model(test_gemma3_path(), G3_CTX, G3_BATCH, 0, QKV_DTYPE_F32);
     float *ls = NULL, *lf = NULL;
     hidden_capture hs = {0}, hf = {0};
     if (!ids || !swa || !full) goto done;
@@ -240,7 +233,7 @@ done:
  * cost model's default chunk, and at 256 with chunk 256), kv_cache_bytes
  * without, for 2- and 4-byte KV. */
 TEST(model_swa_cache_bytes_match_the_cost_model) {
-    if (!test_require_file(gemma3_path(), "Gemma 3 270M: run `make model`")) return;
+    if (!test_require_gemma3()) return;
     enum { CTX = 32768 };
     qkv_cost_config cc;
     qkv_error err = {0};
@@ -252,7 +245,7 @@ TEST(model_swa_cache_bytes_match_the_cost_model) {
     } cases[] = {{QKV_DTYPE_F16, 2, 0, 1}, {QKV_DTYPE_BF16, 2, 0, 1}, {QKV_DTYPE_F32, 4, 0, 1},
                  {QKV_DTYPE_F16, 2, 256, 1}, {QKV_DTYPE_F16, 2, 512, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        qkv_model *m = open_model(gemma3_path(), CTX, cases[i].n_batch, cases[i].swa, cases[i].dtype);
+        qkv_model *m = open_model(test_gemma3_path(), CTX, cases[i].n_batch, cases[i].swa, cases[i].dtype);
         if (!m) continue;
         const qkv_model_config *c = qkv_model_get_config(m);
         CHECK(c->n_layer == cc.n_layer && c->n_kv_head == cc.n_kv_head && c->head_dim == cc.head_dim &&

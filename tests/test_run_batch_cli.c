@@ -23,12 +23,6 @@
 #include <string.h>
 
 #define REL_TOL 1e-5
-#define GEMMA3_MODEL "models/gemma-3-270m-q4_k_m.gguf"
-
-static const char *gemma3_path(void) {
-    const char *p = getenv("QKV_GEMMA3_MODEL");
-    return p ? p : GEMMA3_MODEL;
-}
 
 /* qkv run on the tiny gemma3 with extra flags: its stdout (greedy ids) and
  * the prompt's logits in *logits ([60, V], the caller frees). */
@@ -82,14 +76,14 @@ static double number_after(const char *s, const char *key) {
 }
 
 TEST(run_cli_verbose_kv_cache_is_what_cost_predicts) {
-    if (!test_require_file(gemma3_path(), "Gemma 3 270M: run `make model`")) return;
+    if (!test_require_gemma3()) return;
     const char *cost[] = {"cost", "--preset", "gemma-3-270m", "--ctx", "32768", "--dtype", "f16", "--json", NULL};
     char *json = NULL;
     CHECK(test_run_cli(cost, NULL, &json, NULL) == 0, "qkv cost failed");
     const double want_swa = number_after(json, "\"kv_cache_swa_bytes\": "),
                  want_full = number_after(json, "\"kv_cache_bytes\": ");
     for (int full = 0; full < 2; full++) {
-        const char *argv[] = {"run", "-m", gemma3_path(), "--ctx", "32768", "--kv-dtype", "f16", "--tokens", "2,818,5279",
+        const char *argv[] = {"run", "-m", test_gemma3_path(), "--ctx", "32768", "--kv-dtype", "f16", "--tokens", "2,818,5279",
                               "-n", "2", "--print-ids", "-v", full ? "--swa-full" : NULL, NULL};
         char *err = NULL;
         const int rc = test_run_cli(argv, NULL, NULL, &err);

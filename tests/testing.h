@@ -46,6 +46,10 @@ int test_require_file(const char *path, const char *what);
 const char *test_model_path(void);
 /* test_require_file(test_model_path(), ...): 1 when the model is there. */
 int test_require_model(void);
+/* Gemma 3 270M: $QKV_GEMMA3_MODEL, else models/gemma-3-270m-q4_k_m.gguf;
+ * test_require_gemma3: test_require_file on it. */
+const char *test_gemma3_path(void);
+int test_require_gemma3(void);
 /* The data of the .npy at dir/a b (b may be ""), malloc'd (the caller frees
  * it), *count its elements (count may be NULL); NULL after a failed CHECK
  * naming the file. */
@@ -98,6 +102,15 @@ const char *test_tmpdir(void);
 int test_file_exists(const char *path);
 /* Reads a whole file (malloc'd, NUL-terminated) or returns NULL. */
 char *test_read_file(const char *path, size_t *len);
+
+/* Writes text to path (created or truncated). */
+void test_write_file(const char *path, const char *text);
+/* Fails the running test unless path still holds exactly text. */
+void test_check_untouched(const char *file, int line, const char *path, const char *text);
+#define CHECK_UNTOUCHED(path, text) test_check_untouched(__FILE__, __LINE__, path, text)
+/* Files in the test's directory whose name holds ".qkv-": temporaries a
+ * command left behind (cli/outputs.c names them PATH.qkv-XXXXXX). */
+int test_count_temporaries(void);
 
 /* Directory holding committed fixtures (tests/fixtures). */
 const char *test_fixture_dir(void);
