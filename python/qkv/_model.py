@@ -299,7 +299,7 @@ class Model:
             names = _hooks.resolve(wanted, self.config.n_layer, "names_filter")
         acts = {}
         logits = self._run(ids, [(name, _hooks.cache_hook(acts, name)) for name in names], zero_heads)
-        return logits, _hooks.ActivationCache(acts)
+        return logits, _hooks.ActivationCache(acts, self, len(logits))
 
     def run_with_hooks(self, ids, fwd_hooks=(), *, zero_heads=None):
         """Logits float32 [n, V] of one forward call of ids with fwd_hooks, a list of

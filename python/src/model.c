@@ -11,6 +11,8 @@
  *       at path and the --png figure's maps (inspect.c)
  *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
+ *   head_result(out, layer, z):  z [n, Hq, D] f32 (hook_z); out [n, Hq, E] f32 each head through its
+ *       slice of Wo (qkv_model_head_result)
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
  * progress (here and in the probes' files): None or fn(done, total), called
  * after each layer (maps, sinks, inspect_maps) or forward call (ablate,
@@ -267,6 +269,38 @@ static PyObject *model_pos(PyObject *self, PyObject *args) {
     return PyLong_FromLong(pos);
 }
 
+/* head_result(out, layer, z): out [n, Hq, E] <- each head's z [n, Hq, D] through its slice of Wo. */
+static PyObject *model_head_result(PyObject *self, PyObject *args) {
+    PyObject *out_obj, *z_obj;
+    int layer;
+    if (!PyArg_ParseTuple(args, "OiO", &out_obj, &layer, &z_obj)) return NULL;
+    model_object *o = (model_object *)self;
+    if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
+    const qkv_model_config *c = qkv_model_get_config(o->m);
+    const Py_ssize_t HD = (Py_ssize_t)c->n_head * c->head_dim;
+    Py_buffer bz, bo;
+    if (PyObject_GetBuffer(z_obj, &bz, PyBUF_C_CONTIGUOUS) < 0) return NULL;
+    const Py_ssize_t n = bz.len / 4 / HD;
+    PyBuffer_Release(&bz);
+    if (n < 1 || n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "head_result: %zd rows", n);
+    if (pyq_buffer(&bz, z_obj, PYQ_F32, n * HD, 0, "z") < 0) return NULL;
+    if (pyq_buffer(&bo, out_obj, PYQ_F32, n * c->n_head * (Py_ssize_t)c->n_embd, 1, "out") < 0)
+        return PyBuffer_Release(&bz), NULL;
+    qkv_error err = {0};
+    qkv_status st = QKV_ERR_INVALID;
+    if (model_enter(self)) {
+        Py_BEGIN_ALLOW_THREADS
+        st = qkv_model_head_result(bo.buf, o->m, layer, bz.buf, (int)n, &err);
+        Py_END_ALLOW_THREADS
+        pyq_leave(&o->busy);
+    }
+    PyBuffer_Release(&bz);
+    PyBuffer_Release(&bo);
+    if (PyErr_Occurred()) return NULL;
+    if (st) return pyq_raise(&err);
+    Py_RETURN_NONE;
+}
+
 /* ---------------------------------------------------------------- maps */
 
 qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, pyq_progress *pr,
@@ -462,6 +496,8 @@ static PyMethodDef model_methods[] = {
     {"forward", PYQ_KW(model_forward), METH_VARARGS | METH_KEYWORDS,
      "forward(logits or None, ids, all_logits, hooks=None, zero_heads=None): appends to the cache."},
     {"rewind", model_rewind, METH_VARARGS, "rewind(pos)."},
+    {"head_result", model_head_result, METH_VARARGS,
+     "head_result(out, layer, z): out [n, Hq, E] <- each head of z [n, Hq, D] through its slice of Wo."},
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
     {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows, progress=None): exact attention weights."},
     {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every, progress=None)."},

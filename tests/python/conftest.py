@@ -34,6 +34,21 @@ def smollm2():
     m.close()
 
 
+GEMMA3 = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+
+@pytest.fixture(scope="session")
+def gemma3():
+    """Gemma 3 270M (Q4_K_M, make model: the Gemma terms of use apply), opened once for the session."""
+    import qkv
+
+    if not GEMMA3.exists():
+        pytest.skip(f"{GEMMA3} missing (make model)")
+    m = qkv.Model(GEMMA3, ctx=256, threads=2)
+    yield m
+    m.close()
+
+
 def pytest_sessionfinish(session, exitstatus):
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
