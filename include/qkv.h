@@ -971,9 +971,21 @@ typedef struct {
      * (>= 0): a model holding one rank's part of a longer sequence passes the
      * global position of its first row */
     int rope_offset;
+    /* a resumed call (activation patching, the logit lens): start_resid
+     * non-NULL is the residual stream entering layer start_layer (its
+     * hook_resid_pre), and the call runs layers start_layer .. L-1 and the
+     * final norm only: no embedding, no hook below start_layer (hook_embed
+     * included), the tokens only counted and checked. It leaves the sequence
+     * state as it found it: the rows it appends to the KV caches of the
+     * layers it runs are taken off again. start_layer in [0, L] (L: only the
+     * final norm and lm_head run); start_layer > 0 needs start_resid.
+     *   start_resid: [n, E] */
+    int start_layer;
+    const float *start_resid;
 } qkv_forward_opts;
 
-/* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache) and
+/* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache,
+ * unless the call is resumed: opts->start_resid) and
  * writes logits: [n, V] if all_logits, else [1, V] for the last token only.
  *   tokens: [n]   logits: see above, f32 (may be NULL: no lm_head)
  *   opts: this call's interventions and hooks (NULL: none)
@@ -1286,10 +1298,11 @@ QKV_API const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
 
 /*
  * Progress of a probe that runs many forward calls (qkv_ablate_positions,
- * qkv_ablate_heads, qkv_stream_score): after each forward call (or
+ * qkv_ablate_heads, qkv_stream_score, qkv_patch): after each forward call (or
  * chunk) it calls progress(user, done, total) on the calling thread, done
- * counting the tokens run through the model so far, of total for the whole
- * probe (each probe says what total is); the last call has done == total.
+ * counting the tokens run through the model so far (qkv_patch: its patched
+ * forward calls), of total for the whole probe (each probe says what total
+ * is); the last call has done == total.
  * A nonzero return stops the probe, which then returns QKV_ERR_CANCELLED with
  * the KV cache empty. A NULL progress reports nothing. The layers of one long
  * forward call report through a hook on QKV_HOOK_RESID_POST with layer
@@ -1378,6 +1391,99 @@ QKV_API qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary
  * forwards of n tokens. On return the KV cache is empty. */
 QKV_API qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum, qkv_model *m,
                                     const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err);
+
+/* ------------------------------------------------------------ probe: patch */
+
+/*
+ * Activation patching (TransformerLens's patching.get_act_patch_*): which
+ * component carries what. Two prompts of one length n, clean and corrupted,
+ * each run from position 0; then, one component at a time, the corrupted run
+ * again with that component's activation replaced by the clean run's at the
+ * same point, and a metric M of the last position's next-token logits (the
+ * model's output, after any final soft-cap; in double) says how much of the
+ * clean behaviour came back:
+ *   recovery = (M(patched) - M(corrupt)) / (M(clean) - M(corrupt))
+ * 1: all of it, 0: none; never clipped (over- and under-shoot are findings).
+ *   QKV_METRIC_KL          M(x) = KL(p_clean || p_x) in nats, so M(clean) = 0 and
+ *                          recovery = 1 - KL(clean || patched) / KL(clean || corrupt)
+ *   QKV_METRIC_LOGIT_DIFF  M(x) = logit_x[answer] - logit_x[wrong]
+ * Components (TransformerLens's activation names, qkv_hook_point):
+ *   head_out      [L, Hq]     attn.hook_z of head h at every position
+ *   head_out_pos  [L, Hq, n]  attn.hook_z of head h at position p only
+ *   resid_pre     [L, n]      hook_resid_pre of layer l at position p
+ *   attn_out      [L, n]      hook_attn_out (Gemma: after its post-attention norm) at position p
+ *   mlp_out       [L, n]      hook_mlp_out (Gemma: after its post-FFN norm) at position p
+ * Cost: the clean and the corrupted run, each caching its activations at
+ * the points the sweeps patch (the corrupted run's hook_resid_pre of every
+ * layer always: the checkpoints), then per component one forward resumed at
+ * the patched layer l from the corrupted run's residual there
+ * (qkv_forward_opts.start_resid), with a hook that copies the clean rows in:
+ * (L - l) x n layer-token steps, against L x n for a full forward per
+ * component (qkv_patch_summary counts both). A component whose clean rows
+ * equal the corrupted run's bit for bit (every position before the first
+ * token where the prompts differ) would rerun the corrupted run itself
+ * (a resumed call computes what the whole call does, bit for bit): its
+ * recovery is 0 and it is not run.
+ */
+typedef enum { QKV_METRIC_KL = 0, QKV_METRIC_LOGIT_DIFF = 1 } qkv_metric_kind;
+
+typedef struct {
+    qkv_metric_kind kind;
+    int32_t answer, wrong;      /* LOGIT_DIFF only: two different ids in [0, V) */
+} qkv_metric;
+
+/* Recovery arrays, caller-allocated, shapes as above; NULL skips that sweep. */
+typedef struct {
+    float *head_out;            /* [L, Hq] */
+    float *head_out_pos;        /* [L, Hq, n] */
+    float *resid_pre;           /* [L, n] */
+    float *attn_out;            /* [L, n] */
+    float *mlp_out;             /* [L, n] */
+} qkv_patch_out;
+
+#define QKV_PATCH_DEFAULT_MAX_BYTES ((int64_t)1 << 30)
+
+typedef struct {
+    qkv_metric metric;
+    int64_t max_bytes;          /* qkv_patch_bytes may not exceed it; 0: QKV_PATCH_DEFAULT_MAX_BYTES (1 GiB) */
+    qkv_progress_fn progress;   /* NULL: none; here done and total count components (each a resumed
+                                   forward call, or none when unchanged), total = n_components */
+    void *progress_user;
+} qkv_patch_params;
+
+typedef struct {
+    double clean, corrupt;              /* M(clean) and M(corrupt) (KL: 0 and KL(clean || corrupt)) */
+    int64_t layer_token_steps;          /* layers x tokens run: the two runs and every resumed one */
+    int64_t naive_layer_token_steps;    /* a full forward per component, L x n each, plus the two runs */
+    int64_t n_components;               /* entries of the recovery arrays */
+    int64_t n_unchanged;                /* components equal in both runs: recovery 0, not run */
+} qkv_patch_summary;
+
+/* Bytes qkv_patch allocates for the sweeps `which` asks for (its non-NULL
+ * arrays; NULL: none): every layer's hook_resid_pre of the corrupted run
+ * (L n E floats), both runs' activations at the points the sweeps patch
+ * (hook_z, 2 L n Hq D floats, for head_out and head_out_pos; 2 L n E each
+ * for resid_pre (L n E: the corrupted run's are the checkpoints), attn_out,
+ * mlp_out) and three logit rows of V floats. Its peak memory is the model's
+ * and this. -1 for a NULL model or n < 1. */
+QKV_API int64_t qkv_patch_bytes(const qkv_model *m, int n, const qkv_patch_out *which);
+
+/* Runs the sweeps out asks for, patching clean into corrupt.
+ *   out:            the recovery arrays (qkv_patch_out), filled where non-NULL
+ *   sum:            the metric's two values and the cost
+ *   clean, corrupt: [n] token ids, 1 <= n <= qkv_model_n_ctx(m); a pair of
+ *                   different lengths is the caller's to refuse
+ *   p:              NULL: KL, the default byte limit, no progress
+ * QKV_ERR_INVALID for a NULL argument, a bad n, metric kind or token id,
+ * answer or wrong outside [0, V) or equal, and when the clean and corrupt
+ * runs give the same metric (M(clean) == M(corrupt): recovery is 0 / 0);
+ * QKV_ERR_TOO_LARGE (naming both figures) when qkv_patch_bytes exceeds
+ * max_bytes, before anything runs; QKV_ERR_CANCELLED from progress. It
+ * allocates its caches once per call (qkv_patch_bytes); the forward calls
+ * inside allocate nothing. Starts from position 0; on return the KV cache is
+ * empty. */
+QKV_API qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, const int32_t *clean,
+                             const int32_t *corrupt, int n, const qkv_patch_params *p, qkv_error *err);
 
 /* ----------------------------------------------------------- probe: stream */
 

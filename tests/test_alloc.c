@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -192,4 +193,49 @@ TEST(model_first_forward_in_a_fresh_process_allocates_nothing) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
           "the first forward calls of a fresh process: exit status %d (1 + allocations; 99: failed, 100: no model)",
           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+/* A resumed forward call (start_resid, hooks on) allocates nothing either;
+ * qkv_patch allocates its caches once per call (qkv_patch_bytes: here both
+ * runs' hook_z, the checkpoints and three logit rows), never per component. */
+static qkv_status keep_resid(void *user, const qkv_activation *a, qkv_error *err) {
+    (void)err;
+    memcpy(user, a->data, (size_t)(a->shape[0] * a->shape[1]) * sizeof(float));
+    return QKV_OK;
+}
+
+TEST(model_resumed_forward_and_patch_allocate_once) {
+    if (!test_require_model()) return;
+    const qkv_model_params mp = {.n_ctx = 64, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, test_model_path(), &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    float *logits = malloc((size_t)c->n_vocab * sizeof(float)), *resid = malloc((size_t)12 * c->n_embd * sizeof(float));
+    const qkv_hook keep = {.point = QKV_HOOK_RESID_PRE, .layer = 7, .fn = keep_resid, .user = resid};
+    CHECK(qkv_model_forward(m, logits, story, 12, 0, &(qkv_forward_opts){.hooks = &keep, .n_hooks = 1}, &err) == QKV_OK,
+          "%s", err.msg);
+    const qkv_forward_opts resume = {.start_layer = 7, .start_resid = resid, .hooks = &keep, .n_hooks = 1};
+    alloc_count_start();
+    qkv_status st = qkv_model_forward(m, logits, story, 12, 0, &resume, &err);
+    int64_t n = alloc_count_stop();
+    CHECK(st == QKV_OK && n == 0, "a resumed call: %s, %lld allocations", err.msg, (long long)n);
+
+    int32_t corrupt[12];
+    memcpy(corrupt, story, sizeof corrupt);
+    corrupt[6] = story[3];
+    float *heads = malloc((size_t)c->n_layer * c->n_head * sizeof(float));
+    qkv_patch_out out = {.head_out = heads};
+    qkv_patch_summary sum;
+    alloc_count_start();
+    st = qkv_patch(&out, &sum, m, story, corrupt, 12, NULL, &err);
+    n = alloc_count_stop();
+    CHECK(st == QKV_OK && n == 6 && sum.n_components == c->n_layer * c->n_head,
+          "qkv_patch of %lld components: %s, %lld allocations, want 6", (long long)sum.n_components, err.msg,
+          (long long)n);
+    free(heads);
+    free(logits);
+    free(resid);
+    qkv_model_close(m);
 }

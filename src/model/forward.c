@@ -13,7 +13,9 @@
  * (tanh). The run state is allocated at open (model.c): forward never
  * allocates, tests/test_alloc.c counts. What one call changes (masks,
  * exclusions, zeroed heads, hooks at the named activation points) comes with
- * that call (qkv_forward_opts, forward_opts.c) and is never kept.
+ * that call (qkv_forward_opts, forward_opts.c) and is never kept; a
+ * resumed call (start_resid) enters at a later layer with a given residual
+ * and takes the rows it appended to the KV caches off again.
  *
  * RoPE pairing: llama.cpp's converter permutes the rows of llama's q and k
  * weights so that ggml's "normal" rope, which rotates adjacent pairs (2i,
@@ -224,23 +226,27 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
     return hook_at(f, QKV_HOOK_RESID_POST, l, m->x, 2, n, E, 0, err);
 }
 
-/* Embedding, the layers and the final norm; logits as qkv_model_forward. */
+/* Embedding (or a resumed call's residual), the layers from the call's
+ * start_layer on and the final norm; logits as qkv_model_forward. */
 static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t *tokens, int all_logits,
                                  qkv_error *err) {
     qkv_model *m = f->m;
     const qkv_model_config *c = &m->cfg;
     const int E = c->n_embd, n = f->n;
     const size_t emb_row = qkv_ggml_row_size(m->tok_embd->type, E);
+    const float *resume = f->o->start_resid;
+    if (resume) memcpy(m->x, resume, (size_t)n * E * sizeof(float));
     for (int t = 0; t < n; t++) {
+        m->positions[t] = (int64_t)f->pos0 + m->rope_offset + f->o->rope_offset + t;
+        if (resume) continue;
         qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)m->tok_embd->data + (size_t)tokens[t] * emb_row,
                                        m->tok_embd->type, E, err);
         if (st) return st;
         if (c->embd_scale != 1.0f)
             for (int i = 0; i < E; i++) m->x[(size_t)t * E + i] *= c->embd_scale;
-        m->positions[t] = (int64_t)f->pos0 + m->rope_offset + f->o->rope_offset + t;
     }
-    qkv_status st = hook_at(f, QKV_HOOK_EMBED, -1, m->x, 2, n, E, 0, err);
-    for (int l = 0; l < c->n_layer && !st; l++)
+    qkv_status st = resume ? QKV_OK : hook_at(f, QKV_HOOK_EMBED, -1, m->x, 2, n, E, 0, err);
+    for (int l = f->o->start_layer; l < c->n_layer && !st; l++)
         if (!(st = attention_layer(f, l, err))) st = ffn_layer(f, l, err);
     if (st) return st;
     const float *norm = m->norm_w + (size_t)(2 * c->n_layer) * E;
@@ -280,7 +286,8 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
             return qkv_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
     qkv_status st = forward_opts_check(f.o, &m->cfg, err);
     if (st) return st;
-    if ((st = forward_layers(&f, logits, tokens, all_logits, err)))
+    /* a failed call, and every resumed one, leaves the caches as they were */
+    if ((st = forward_layers(&f, logits, tokens, all_logits, err)) || f.o->start_resid)
         for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], f.pos0, NULL);
     return st;
 }

@@ -124,6 +124,11 @@ qkv_status forward_opts_check(const qkv_forward_opts *o, const qkv_model_config 
         if (o->replace && h->point == QKV_HOOK_PATTERN)
             return qkv_fail(err, QKV_ERR_INVALID, "forward: hook_pattern needs the model's own attention, not a replacement");
     }
+    if (o->start_layer < 0 || o->start_layer > L)
+        return qkv_fail(err, QKV_ERR_INVALID, "forward: start layer %d outside [0, %d]", o->start_layer, L);
+    if (o->start_layer > 0 && !o->start_resid)
+        return qkv_fail(err, QKV_ERR_INVALID, "forward: start layer %d without the residual entering it (start_resid)",
+                        o->start_layer);
     if (o->replace && (o->n_exclude || (o->mask != QKV_MASK_NONE && o->mask != QKV_MASK_CAUSAL)))
         return qkv_fail(err, QKV_ERR_INVALID, "forward: exclusions and masks need the model's own attention, not a replacement");
     if (o->replace && (c->window || c->attn_softcap > 0))

@@ -154,7 +154,7 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
     /* pass 1: the full run, keeping the last row's weights */
     const qkv_hook keep_row = {.point = QKV_HOOK_PATTERN, .layer = p->layer, .fn = last_row_hook, .user = &lr};
     if ((st = run_full(m, full, tokens, n, split, &(qkv_forward_opts){.hooks = &keep_row, .n_hooks = 1}, err)) ||
-        (st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", err)))
+        (st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", "tokens", err)))
         goto done;
     summarise(sum, full, V, p->target);
     /* pass 2: each position hidden in turn; only the rows that can see it
@@ -168,7 +168,8 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
                                     &(qkv_forward_opts){.exclude = &hide, .n_exclude = 1}, err)))
             goto done;
         done_tokens += n - from;
-        if ((st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", err))) goto done;
+        if ((st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", "tokens", err)))
+            goto done;
         rows[j] = (qkv_ablate_row){.attn_mean = lr.mean[j] / lr.count, .attn_max = lr.max[j]};
         qkv_ablate_effect_of(&rows[j].effect, full, abl, V, sum->target);
         kl[j] = rows[j].effect.kl;
@@ -204,7 +205,7 @@ qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum,
         goto done;
     }
     if ((st = run_full(m, full, tokens, n, 0, NULL, err)) ||
-        (st = probe_progress(p->progress, p->progress_user, n, total, "ablate", err)))
+        (st = probe_progress(p->progress, p->progress_user, n, total, "ablate", "tokens", err)))
         goto done;
     summarise(sum, full, V, target);
     for (int l = 0; l < c->n_layer; l++)
@@ -212,7 +213,7 @@ qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum,
             const qkv_head_ref zero = {.layer = l, .head = h};
             const int64_t done_tokens = (2 + (int64_t)l * c->n_head + h) * n;
             if ((st = run_full(m, abl, tokens, n, 0, &(qkv_forward_opts){.zero_heads = &zero, .n_zero_heads = 1}, err)) ||
-                (st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", err)))
+                (st = probe_progress(p->progress, p->progress_user, done_tokens, total, "ablate", "tokens", err)))
                 goto done;
             qkv_ablate_effect_of(&effects[(size_t)l * c->n_head + h], full, abl, V, sum->target);
         }

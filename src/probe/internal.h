@@ -11,9 +11,27 @@ double probe_log_sum_exp(const float *x, int n);
 int probe_argmax(const float *x, int n);
 
 /* Tells a probe's progress callback (NULL: nothing) that done of total
- * tokens have run; QKV_ERR_CANCELLED, the message naming the probe, when it
- * returns nonzero. */
+ * units ("tokens", "patched runs") have run; QKV_ERR_CANCELLED, the message
+ * naming the probe and the count, when it returns nonzero. */
 qkv_status probe_progress(qkv_progress_fn fn, void *user, int64_t done, int64_t total, const char *probe,
-                          qkv_error *err);
+                          const char *unit, qkv_error *err);
+
+/* ------------------------------------------------------ patch (patch.c) */
+
+/* qkv_patch's metric M of a run's last logits: KL(clean || logits) or
+ * logits[answer] - logits[wrong], in double.   clean, logits: [V] */
+double probe_patch_metric(const qkv_metric *mt, const float *clean, const float *logits, int V);
+/* (patched - corrupt) / (clean - corrupt), the three M values. */
+double probe_patch_recovery(double patched, double clean, double corrupt);
+
+/* One patched run of tokens [n] from an empty cache (left empty): at
+ * (point, layer), row pos (-1: every row) of src replaces the run's own,
+ * only head `head`'s D columns for hook_z (-1: the whole row).
+ *   start_resid: [n, E] the residual entering `layer` (the corrupted run's
+ *                hook_resid_pre there): the call resumes there; NULL: a whole
+ *                forward from the embedding (the naive way, tests compare)
+ *   src:    [n, Hq*D] for hook_z, else [n, E]     logits: [V] the last position */
+qkv_status probe_patch_run(float *logits, qkv_model *m, const int32_t *tokens, int n, const float *start_resid,
+                           qkv_hook_point point, int layer, int head, int pos, const float *src, qkv_error *err);
 
 #endif

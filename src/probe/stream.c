@@ -108,7 +108,7 @@ qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32
         done_steps += c + (p->policy == QKV_STREAM_RECOMPUTE ? recompute_prefix(p, t0) : 0);
         if (qkv_model_pos(m) > peak) peak = qkv_model_pos(m);
         for (int k = 0; k < c; k++) nll[t0 + k] = (float)nll_of(logits + (size_t)k * V, V, tokens[t0 + k + 1]);
-        st = probe_progress(p->progress, p->progress_user, done_steps, total, "stream", err);
+        st = probe_progress(p->progress, p->progress_user, done_steps, total, "stream", "tokens", err);
     }
     if (max_rows) *max_rows = peak;
 done:
