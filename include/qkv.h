@@ -1485,6 +1485,86 @@ QKV_API int64_t qkv_patch_bytes(const qkv_model *m, int n, const qkv_patch_out *
 QKV_API qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, const int32_t *clean,
                              const int32_t *corrupt, int n, const qkv_patch_params *p, qkv_error *err);
 
+/* -------------------------------------------------------- probe: attribute */
+
+/*
+ * Direct logit attribution (TransformerLens's cache.decompose_resid and
+ * stack_head_results with apply_ln): each part's additive share of the
+ * difference of two logits at the last position. The final residual x
+ * (hook_resid_post of the last layer, last position) is the sum of the
+ * embedding (hook_embed: Gemma's scaled by sqrt(E)) and every layer's
+ * hook_attn_out and hook_mlp_out. Through the final RMSNorm with this run's
+ * scale s = 1 / sqrt(mean(x^2) + eps) frozen, its weight g (Gemma's GGUF
+ * stores 1 + w) and the unembedding rows u = W_U[answer] - W_U[wrong], a
+ * part c contributes
+ *   s * sum_i c_i g_i u_i      (in double)
+ * so the parts add up to the logit difference before any final soft-cap,
+ * up to the float rounding of the forward pass (tests/test_attribute.c
+ * states the tolerance). A head's part is its hook_z at the last position
+ * through its own columns of the output projection, W_O[:, h D .. (h+1) D);
+ * the heads of a layer add up to its attn only where nothing normalises the
+ * attention output after W_O (llama, qwen2, qwen3, mistral): with Gemma's
+ * post-attention norms (gemma2, gemma3) heads are NaN and heads_linear 0.
+ * The logit difference of a soft-capped model (Gemma 2) is attributed
+ * before the cap (final_softcap 1): the cap is not additive.
+ */
+typedef struct {
+    float *heads;       /* [L, Hq] caller-allocated output, or NULL; NaN where heads_linear is 0 */
+    float *attn;        /* [L] caller-allocated output */
+    float *mlp;         /* [L] caller-allocated output */
+    double embed;       /* the embedding's part */
+    double total;       /* embed + sum attn + sum mlp, of the unrounded parts */
+    double logit_diff;  /* the model's own, before any final soft-cap: its final normed row h (as the forward
+                           computes it) dotted with u, in double */
+    int heads_linear;   /* 1: heads are additive (no post-attention norm) */
+    int final_softcap;  /* 1: the model soft-caps its logits; attributed before the cap */
+    int32_t answer, wrong; /* as used: the caller's, or the model's own top-1 / top-2 where it passed -1 */
+} qkv_attribution;
+
+/* Attributes the logit difference of answer and wrong after tokens.
+ *   tokens: [n], 1 <= n <= qkv_model_n_ctx(m), run from position 0
+ *   answer: a token id, or -1 for the model's top-1 at the last position
+ *   wrong:  a token id, or -1 for the model's most likely token other than answer
+ * QKV_ERR_INVALID for NULL outputs, a bad n or token id, answer or wrong
+ * outside [-1, V), or both the same. Allocates its few rows once per call;
+ * on return the KV cache is empty. */
+QKV_API qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens, int n, int32_t answer,
+                                 int32_t wrong, qkv_error *err);
+
+/* ------------------------------------------------------------- probe: lens */
+
+/*
+ * The logit lens (nostalgebraist 2020; TransformerLens's
+ * cache.accumulated_resid with apply_ln): what the residual stream would
+ * predict if the model stopped after layer l. hook_resid_post of layer l at
+ * each position goes through the model's own final step, a forward resumed
+ * after the last layer (qkv_forward_opts.start_layer = L): the final RMSNorm
+ * with that row's own RMS, the unembedding and any final soft-cap; then a
+ * softmax (in double). The last layer's lens is the model's own output.
+ */
+typedef struct {
+    int k;              /* top tokens kept per (layer, position), 1 <= k <= V */
+    int32_t target;     /* a token whose probability is followed; -1: none */
+} qkv_lens_params;
+
+/* Caller-allocated; probabilities in [0, 1]. */
+typedef struct {
+    int32_t *top_ids;   /* [L, n, k] most likely first (the lower id first on ties) */
+    float *top_probs;   /* [L, n, k] their probabilities */
+    float *target_prob; /* [L, n] the target's probability, or NULL (needed when target >= 0) */
+} qkv_lens_out;
+
+/* The lens of every layer at every position of tokens.
+ *   tokens: [n], 1 <= n <= qkv_model_n_ctx(m), run from position 0
+ * QKV_ERR_INVALID for NULL outputs, a bad n, k or token id, a target outside
+ * [-1, V), or a target without target_prob. Memory: every layer's residual
+ * (L n E floats) and up to QKV_LENS_LOGIT_FLOATS floats of logits (rows of
+ * V, one layer's positions at a time), allocated once per call; on return
+ * the KV cache is empty. */
+#define QKV_LENS_LOGIT_FLOATS ((int64_t)1 << 24)
+QKV_API qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int n, const qkv_lens_params *p,
+                            qkv_error *err);
+
 /* ----------------------------------------------------------- probe: stream */
 
 /*

@@ -16,6 +16,14 @@ int probe_argmax(const float *x, int n);
 qkv_status probe_progress(qkv_progress_fn fn, void *user, int64_t done, int64_t total, const char *probe,
                           const char *unit, qkv_error *err);
 
+/* A hook that keeps one point's activation of every layer it is called in
+ * (store.c): buf[layer] <- a->data, per_layer floats each. */
+typedef struct {
+    float *buf;         /* [L, per_layer] */
+    size_t per_layer;
+} probe_layer_store;
+qkv_status probe_store_hook(void *user, const qkv_activation *a, qkv_error *err);
+
 /* ------------------------------------------------------ patch (patch.c) */
 
 /* qkv_patch's metric M of a run's last logits: KL(clean || logits) or

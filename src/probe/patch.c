@@ -78,22 +78,6 @@ qkv_status probe_patch_run(float *logits, qkv_model *m, const int32_t *tokens, i
     return st;
 }
 
-/* ---------------------------------------------------------------- caching */
-
-/* A hook that keeps one point's activation of every layer:
- * buf[layer] <- a->data, per_layer floats each. */
-typedef struct {
-    float *buf;         /* [L, per_layer] */
-    size_t per_layer;
-} layer_store;
-
-static qkv_status store_hook(void *user, const qkv_activation *a, qkv_error *err) {
-    (void)err;
-    const layer_store *s = user;
-    memcpy(s->buf + (size_t)a->layer * s->per_layer, a->data, s->per_layer * sizeof(float));
-    return QKV_OK;
-}
-
 /* ----------------------------------------------------------------- sweeps */
 
 /* One sweep: a point, patched per head and/or per position, with the two
@@ -174,13 +158,13 @@ static const qkv_hook_point cached_points[4] = {QKV_HOOK_Z, QKV_HOOK_RESID_PRE, 
 static qkv_status run_caching(qkv_model *m, float *logits, const int32_t *tokens, int n, float *const cache[4],
                               qkv_error *err) {
     const qkv_model_config *c = qkv_model_get_config(m);
-    layer_store stores[4];
+    probe_layer_store stores[4];
     qkv_hook hooks[4];
     int n_hooks = 0;
     for (int i = 0; i < 4; i++) {
         if (!cache[i]) continue;
-        stores[i] = (layer_store){cache[i], (size_t)n * (i == 0 ? c->n_head * c->head_dim : c->n_embd)};
-        hooks[n_hooks++] = (qkv_hook){.point = cached_points[i], .layer = QKV_ALL, .fn = store_hook, .user = &stores[i]};
+        stores[i] = (probe_layer_store){cache[i], (size_t)n * (i == 0 ? c->n_head * c->head_dim : c->n_embd)};
+        hooks[n_hooks++] = (qkv_hook){.point = cached_points[i], .layer = QKV_ALL, .fn = probe_store_hook, .user = &stores[i]};
     }
     qkv_status st = qkv_model_rewind(m, 0, err);
     if (!st) st = qkv_model_forward(m, logits, tokens, n, 0, &(qkv_forward_opts){.hooks = hooks, .n_hooks = n_hooks}, err);
