@@ -1000,8 +1000,9 @@ QKV_API qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t 
  * hook_result: the head's slice of Wo applied to its hook_z alone,
  *   out[t, h, :] = Wo[:, h*D:(h+1)*D] z[t, h, :]
  *   z: [n, Hq, D] (hook_z of layer `layer`)   out: [n, Hq, E] f32
- * computed as the forward computes z Wo^T with the other heads zeroed (bit
- * for bit the attention output of a call with those heads in zero_heads).
+ * computed by the forward's matmul on z with the other heads' entries zero:
+ * for n >= 4 bit for bit the attention output of a call with the layer's
+ * other heads in zero_heads (the matmul sums up to 3 rows in another order).
  * Summed over h it is the attention sublayer's output before any
  * post-attention norm: with one (gemma2, gemma3) hook_attn_out is that sum
  * RMS-normed, and the heads are not additive in the residual stream. Uses

@@ -10,6 +10,7 @@
  *   inspect_maps(path, ids, layers, heads, title, subtitle) -> figure:  the qkv inspect --html page
  *       at path and the --png figure's maps (inspect.c)
  *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
+ *   patch(...), attribute(...), lens(...):  qkv patch / attribute / lens (patch.c)
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  *   head_result(out, layer, z):  z [n, Hq, D] f32 (hook_z); out [n, Hq, E] f32 each head through its
  *       slice of Wo (qkv_model_head_result)
@@ -486,6 +487,30 @@ static PyObject *model_needle_run(PyObject *self, PyObject *args) {
     return r;
 }
 
+static PyObject *model_patch(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_patch(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_attribute(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_attribute(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_lens(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_lens(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
 static PyMethodDef model_methods[] = {
     {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
     {"config", model_config, METH_NOARGS, "The configuration as a dict."},
@@ -509,6 +534,11 @@ static PyMethodDef model_methods[] = {
     {"needle_prompt", model_needle_prompt, METH_VARARGS,
      "needle_prompt(hay, needle, question, system, max_answer, length, depth) -> (ids, needle_pos, needle_len, hay_tokens)."},
     {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
+    {"patch", model_patch, METH_VARARGS,
+     "patch(head_out, head_out_pos, resid_pre, attn_out, mlp_out, clean, corrupt, metric, answer, wrong, max_bytes, "
+     "progress=None)."},
+    {"attribute", model_attribute, METH_VARARGS, "attribute(heads, attn, mlp, ids, answer, wrong)."},
+    {"lens", model_lens, METH_VARARGS, "lens(top_ids, top_probs, target_prob, ids, k, target)."},
     {"inspect_maps", model_inspect_maps, METH_VARARGS,
      "inspect_maps(path, ids, layers, heads, title, subtitle, progress=None) -> the PNG figure (a capsule)."},
     {NULL, NULL, 0, NULL},

@@ -130,6 +130,13 @@ PyObject *pyq_stream_score(qkv_model *m, PyObject *args);
 PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
 PyObject *pyq_needle_run(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
 
+/* Model.patch / attribute / lens (patch.c), on an open model the caller
+ * holds; the module's spearman, token_labels and heatmap_page. */
+PyObject *pyq_patch(qkv_model *m, PyObject *args);
+PyObject *pyq_attribute(qkv_model *m, PyObject *args);
+PyObject *pyq_lens(qkv_model *m, PyObject *args);
+extern PyMethodDef pyq_patch_methods[];
+
 /* PyCFunction from a METH_VARARGS | METH_KEYWORDS function, without a cast
  * between incompatible function types (-Wcast-function-type). */
 #define PYQ_KW(fn) ((PyCFunction)(void (*)(void))(fn))

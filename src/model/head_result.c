@@ -1,18 +1,21 @@
 /*
  * head_result.c — each attention head's output in the residual basis
  * (TransformerLens's hook_result), from a layer's hook_z: the head's slice
- * of the output projection Wo applied to its z alone. It runs the forward's
- * own matmul on z with every other head zeroed, so a head's result is, bit
- * for bit, the attention output of a forward call whose other heads of that
- * layer are zeroed (qkv_forward_opts.zero_heads). It does not apply Gemma's
- * post-attention norm: with it the heads do not add up in the residual
- * stream, and the caller says so (the Python cache's stack_head_results).
+ * of the output projection Wo applied to its z alone. It is the forward's
+ * own matmul on rows that hold one head's z each, every other head's entries
+ * zero: row (t, h) of the product is head h's result at position t. It does
+ * not apply Gemma's post-attention norm: with it the heads do not add up in
+ * the residual stream, and the callers say so (qkv_attribute's NaN heads,
+ * the Python cache's stack_head_results).
  */
 #include "model/state.h"
 #include "util/error.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* Rows of one matmul: a chunk of positions, Hq rows each, at most this many floats of masked z. */
+#define HEAD_RESULT_CHUNK_FLOATS ((size_t)1 << 22)
 
 qkv_status qkv_model_head_result(float *out, qkv_model *m, int layer, const float *z, int n, qkv_error *err) {
     if (!m || !out || !z || n < 1)
@@ -22,25 +25,21 @@ qkv_status qkv_model_head_result(float *out, qkv_model *m, int layer, const floa
         return qkv_fail(err, QKV_ERR_INVALID, "head_result: layer %d outside [0, %d)", layer, c->n_layer);
     if (n > m->n_ctx)
         return qkv_fail(err, QKV_ERR_INVALID, "head_result: %d rows exceed the context of %d", n, m->n_ctx);
-    const int E = c->n_embd, Hq = c->n_head, D = c->head_dim;
-    float *zh = calloc((size_t)n * Hq * D, sizeof *zh); /* [n, Hq*D] head h's z, the other heads 0 */
-    float *r = malloc((size_t)n * E * sizeof *r);        /* [n, E] head h's result */
-    if (!zh || !r) {
-        free(zh);
-        free(r);
-        return qkv_fail(err, QKV_ERR_NOMEM, "head_result: out of memory for %d rows", n);
+    const int E = c->n_embd, Hq = c->n_head, D = c->head_dim, QD = Hq * D;
+    const size_t per_pos = (size_t)Hq * QD;
+    const int chunk = per_pos >= HEAD_RESULT_CHUNK_FLOATS ? 1 : (int)(HEAD_RESULT_CHUNK_FLOATS / per_pos);
+    const int rows = n < chunk ? n : chunk;
+    float *zmask = calloc((size_t)rows * per_pos, sizeof *zmask); /* [rows, Hq, QD]: row (t, h) holds z[t, h] at h */
+    if (!zmask) return qkv_fail(err, QKV_ERR_NOMEM, "head_result: out of memory for %d rows", rows);
+    for (int t0 = 0; t0 < n; t0 += rows) {
+        const int nt = n - t0 < rows ? n - t0 : rows;
+        for (int t = 0; t < nt; t++)
+            for (int h = 0; h < Hq; h++)
+                memcpy(zmask + (size_t)t * per_pos + (size_t)h * QD + (size_t)h * D,
+                       z + ((size_t)(t0 + t) * Hq + h) * D, (size_t)D * sizeof *zmask);
+        /* out[t0 .. t0+nt, Hq, E] <- zmask Wo^T */
+        model_matmul(out + (size_t)t0 * Hq * E, zmask, m->layers[layer].wo, nt * Hq, m->scratch, m->n_threads);
     }
-    for (int h = 0; h < Hq; h++) {
-        for (int t = 0; t < n; t++) {
-            float *row = zh + (size_t)t * Hq * D;
-            if (h) memset(row + (size_t)(h - 1) * D, 0, (size_t)D * sizeof *row);
-            memcpy(row + (size_t)h * D, z + ((size_t)t * Hq + h) * D, (size_t)D * sizeof *row);
-        }
-        model_matmul(r, zh, m->layers[layer].wo, n, m->scratch, m->n_threads); /* r <- zh Wo^T */
-        for (int t = 0; t < n; t++)
-            memcpy(out + ((size_t)t * Hq + h) * E, r + (size_t)t * E, (size_t)E * sizeof *out);
-    }
-    free(zh);
-    free(r);
+    free(zmask);
     return QKV_OK;
 }
