@@ -155,6 +155,14 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
      .help = "nucleus sampling (default 1: off)"},                                               \
     {.name = "--seed", .kind = CLI_I64, .dest = (seed), .lo = 0, .hi = 0x1p63, .metavar = "S",    \
      .help = "sampler seed (default 1)"}
+/* --ctx of the commands that run the model over one prompt (patch,
+ * attribute, lens): cli_model_open_for's ctx */
+#define CLI_FLAG_PROBE_CTX(dst)                                                                   \
+    {.name = "--ctx", .kind = CLI_INT, .dest = (dst), .lo = 1, .hi = QKV_MODEL_MAX_CTX, .metavar = "N", \
+     .help = "KV cache positions (default: the prompt's tokens)"}
+/* --npy PREFIX (cli_npy_declare): help_ names the files */
+#define CLI_FLAG_NPY_PREFIX(dst, help_) \
+    {.name = "--npy", .kind = CLI_STRING, .dest = (dst), .metavar = "PREFIX", .help = (help_)}
 #define CLI_FLAG_JSON(dst, help_) {.name = "--json", .kind = CLI_BOOL, .dest = (dst), .help = (help_)}
 #define CLI_FLAG_VERBOSE(dst)                                     \
     {.name = "--verbose", .alias = "-v", .kind = CLI_BOOL, .dest = (dst), \
@@ -189,6 +197,7 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
 typedef struct {
     const char *text, *file, *tokens, *system;
     int chat, special, no_bos, max_tokens, allow_empty;
+    const char *tokens_flag; /* the flag tokens came from, for errors (NULL: "--tokens") */
 } cli_prompt_args;
 typedef struct {
     int32_t *ids;   /* [n] */
@@ -200,6 +209,16 @@ int cli_prompt_check(const cli_prompt_args *a);
 int cli_prompt_load(cli_prompt *out, const cli_prompt_args *a, const qkv_gguf *g, const qkv_tokenizer *tok);
 int cli_prompt_labels(cli_prompt *p, const qkv_tokenizer *tok);
 void cli_prompt_free(cli_prompt *p);
+/* A readable label of one token (qkv_token_labels), malloc'd; NULL if out of memory. */
+char *cli_token_label(const qkv_tokenizer *tok, int32_t id);
+/* The token of flag's value s: text that is exactly one token (no BOS), or,
+ * when ids_too, a token id written in digits. 0, or 2 after an error line
+ * naming flag and the count. */
+int cli_one_token(int32_t *out, const char *flag, const char *s, const qkv_tokenizer *tok, int ids_too);
+/* The model for a prompt of n tokens: a KV cache of ctx positions (--ctx;
+ * 0: n), refused when ctx < n or n exceeds the model's training context.
+ * 0, or 2 after an error line (*m NULL). */
+int cli_model_open_for(qkv_model **m, const char *model, int n, int ctx, int threads);
 /* The error line for a model that would not open (a `make model` hint for
  * the default one); returns 2. */
 int cli_model_fail(const qkv_error *err, const char *model);
@@ -270,9 +289,28 @@ qkv_status cli_progress_layer_hook(void *user, const qkv_activation *a, qkv_erro
 #define CLI_MAX_OUTPUTS 8
 const char *cli_output_add(const char *path);
 FILE *cli_output_stream(const char *path);
+/* cli_output_add of prefix + name (--npy out/ioi_ and "head_out.npy":
+ * out/ioi_head_out.npy; a prefix ending in '/' is a folder, which must
+ * exist); the joined path is kept here until the outputs are finished. */
+const char *cli_output_add_joined(const char *prefix, const char *name);
 int cli_outputs_commit(void);   /* cli_outputs_finish(0) */
 void cli_outputs_discard(void); /* cli_outputs_finish(rc != 0) */
 int cli_outputs_finish(int rc);
+/* --npy PREFIX: float32 arrays written as PREFIX<name>.npy. Declare them
+ * with cli_npy_declare before computing (cli_output_add_joined; data and
+ * shape may come later), write them with cli_npy_write before the commit,
+ * then cli_npy_report prints "wrote PATH: float32 [shape]" for each. 0, or
+ * 2 after an error line. */
+typedef struct {
+    const char *name;     /* "head_out": the file PREFIXhead_out.npy */
+    const float *data;    /* [shape...] */
+    int ndim;
+    int64_t shape[4];
+    const char *tmp;      /* set by cli_npy_declare */
+} cli_npy_array;
+int cli_npy_declare(cli_npy_array *arrays, int n, const char *prefix);
+int cli_npy_write(const cli_npy_array *arrays, int n);
+void cli_npy_report(FILE *msg, const cli_npy_array *arrays, int n, const char *prefix);
 /* cli_fail("%s", msg) with each temporary's path in msg replaced by its
  * target's (a library writer names the file it was given). */
 int cli_outputs_fail(const char *msg);
@@ -282,9 +320,27 @@ void cli_svg_text(FILE *f, const char *s);
 void cli_svg_head(FILE *f, int w, int h, const char *title);
 /* s as a JSON string, quotes included (render/json.c: the one writer). */
 #define cli_json_string(f, s) qkv_json_string((f), (s), 0)
+/* An array [shape[0], ..., shape[ndim-1]] (C order, ndim >= 1) as nested
+ * JSON lists: put(f, i, user) writes element i; each innermost list on one
+ * line, the items of the outer ones on lines of their own, indent spaces in. */
+void cli_json_nested(FILE *f, int ndim, const int64_t *shape, int indent,
+                     void (*put)(FILE *f, int64_t i, const void *user), const void *user);
+/* cli_json_nested of floats v: %.9g (read back as the same float), NaN and
+ * infinities as null. */
+void cli_json_floats(FILE *f, const float *v, int ndim, const int64_t *shape, int indent);
+/* A double as JSON: %.10g, NaN and infinities as null. */
+void cli_json_double(FILE *f, double x);
 /* A float32 .npy of 3 dims (or 4 with a leading 1, dropped) of at most 2^30
  * per dim (cmd_attend.c): 0, or 2 after an error line naming path (a freed). */
 int cli_load_3d(qkv_npy *a, const char *path);
+/* The indices 0 .. count-1 of v ordered by |v|, largest first, NaN last
+ * (ties in index order); malloc'd, NULL if out of memory. */
+int64_t *cli_by_magnitude(const float *v, int64_t count);
+/* n labels for a heatmap's rows or columns: "<prefix><i>" ("layer 0",
+ * "h3"), or "<i> <names[i]>" when names is given; malloc'd (cli_labels_free);
+ * NULL after an error line. */
+char **cli_index_labels(int n, const char *prefix, char *const *names);
+void cli_labels_free(char **labels, int64_t n);
 /* The last component of a path. */
 const char *cli_basename(const char *path);
 double cli_status_mib(const char *key);  /* a /proc/self/status field ("VmRSS") in MiB, or -1 */
@@ -305,5 +361,6 @@ int cmd_sinks(int argc, char **argv);
 int cmd_ablate(int argc, char **argv);
 int cmd_stream(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
+int cmd_patch(int argc, char **argv);
 
 #endif /* QKV_CLI_H */

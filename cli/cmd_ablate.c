@@ -18,35 +18,6 @@
 
 static const char *const scopes[] = {"all", "last", NULL}; /* qkv_ablate_scope order */
 
-/* A readable label of one token (qkv_token_labels), malloc'd; NULL if out of memory. */
-static char *token_label(const qkv_tokenizer *tok, int32_t id) {
-    size_t len = 0;
-    const char *piece = qkv_token_piece(tok, id, &len);
-    char *label = NULL;
-    if (qkv_token_labels(&label, &piece, &len, 1, NULL)) return NULL;
-    return label;
-}
-
-/* --target: a token id, or text that is exactly one token. */
-static int parse_target(int32_t *out, const char *s, const qkv_tokenizer *tok) {
-    const int V = qkv_tokenizer_n_vocab(tok);
-    char *end;
-    long id = strtol(s, &end, 10);
-    if (*s >= '0' && *s <= '9' && !*end) {
-        if (id >= V) return cli_fail("--target: token id %ld outside [0, %d)", id, V);
-        *out = (int32_t)id;
-        return 0;
-    }
-    int32_t ids[4];
-    int64_t n = 0;
-    qkv_error err = {0};
-    qkv_status st = qkv_tokenize(tok, s, strlen(s), 0, 0, ids, 4, &n, &err);
-    if ((st && st != QKV_ERR_FULL) || n != 1)
-        return cli_fail("--target: '%s' is %lld tokens, not one (give a token id instead)", s, (long long)n);
-    *out = ids[0];
-    return 0;
-}
-
 static void json_target(const qkv_ablate_summary *s, const char *label) {
     printf("{\n  \"target\": {\"id\": %d, \"piece\": ", s->target);
     cli_json_string(stdout, label);
@@ -326,7 +297,7 @@ int cmd_ablate(int argc, char **argv) {
     int n = 0;
     qkv_error err = {0};
     if ((rc = cli_tokenizer_open(&g, &tok, model)) || (rc = cli_prompt_load(&pr, &pa, g, tok)) ||
-        (rc = cli_prompt_labels(&pr, tok)) || (target_s && (rc = parse_target(&target, target_s, tok))))
+        (rc = cli_prompt_labels(&pr, tok)) || (target_s && (rc = cli_one_token(&target, "--target", target_s, tok, 1))))
         goto done;
     n = pr.n;
     if (n < 2 && !heads) {
@@ -359,10 +330,10 @@ int cmd_ablate(int argc, char **argv) {
         if (!rows || !after) rc = cli_fail("out of memory");
         else if (qkv_ablate_positions(rows, &sum, m, pr.ids, &ap, n, &err)) rc = cli_fail("%s", err.msg);
         for (int j = 0; !rc && j < n; j++)
-            if (!(after[j] = token_label(tok, rows[j].effect.top))) rc = cli_fail("out of memory");
+            if (!(after[j] = cli_token_label(tok, rows[j].effect.top))) rc = cli_fail("out of memory");
     }
     cli_progress_finish();
-    if (!rc && !(target_label = token_label(tok, sum.target))) rc = cli_fail("out of memory");
+    if (!rc && !(target_label = cli_token_label(tok, sum.target))) rc = cli_fail("out of memory");
     if (rc) goto done;
     const double t1 = cli_now_s();
     char title[512], where[64] = "every layer and head";

@@ -21,6 +21,7 @@ static const command commands[] = {
     {"inspect", cmd_inspect, "attention maps of a real model on your text: HTML page, PNG, .npy, JSON"},
     {"sinks", cmd_sinks, "how much attention piles on the first tokens over long text, per layer and head"},
     {"ablate", cmd_ablate, "weight against influence: hide each token's key in turn, KL of the next-token distribution"},
+    {"patch", cmd_patch, "activation patching: which heads and layers carry the clean run's answer"},
     {"stream", cmd_stream, "perplexity with a bounded KV cache: full, sliding window, attention sinks, recompute"},
     {"needle", cmd_needle, "needle in a haystack: is the fact found, and how much attention the answer puts on it"},
     {"demo", cmd_demo, "the embedded default walk-through run by `make demo`"},

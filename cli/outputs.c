@@ -37,6 +37,8 @@ typedef struct {
 } output;
 
 static output g_out[CLI_MAX_OUTPUTS];
+/* The targets cli_output_add_joined made, one per slot of g_out. */
+static char g_joined[CLI_MAX_OUTPUTS][PATH_MAX];
 /* Outputs whose temporary exists: the signal handler removes tmp of [0, g_n). */
 static volatile sig_atomic_t g_n;
 
@@ -138,6 +140,19 @@ const char *cli_output_add(const char *path) {
     umask(mask);
     fchmod(o->fd, exists ? sb.st_mode & 07777 : 0666 & ~mask);
     return o->tmp;
+}
+
+const char *cli_output_add_joined(const char *prefix, const char *name) {
+    if (!prefix || !*prefix) {
+        cli_fail("an output prefix is empty");
+        return NULL;
+    }
+    char *path = g_joined[g_n < CLI_MAX_OUTPUTS ? g_n : 0];
+    if ((size_t)snprintf(path, PATH_MAX, "%s%s", prefix, name) >= PATH_MAX) {
+        cli_fail("%s%s: path too long", prefix, name);
+        return NULL;
+    }
+    return cli_output_add(path);
 }
 
 FILE *cli_output_stream(const char *path) {
@@ -243,4 +258,29 @@ int cli_outputs_fail(const char *msg) {
     }
     line[n] = 0;
     return cli_fail("%s", line);
+}
+
+int cli_npy_declare(cli_npy_array *arrays, int n, const char *prefix) {
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.npy", arrays[i].name);
+        if (!(arrays[i].tmp = cli_output_add_joined(prefix, name))) return CLI_EXIT_BAD_INPUT;
+    }
+    return 0;
+}
+
+int cli_npy_write(const cli_npy_array *arrays, int n) {
+    qkv_error err = {0};
+    for (int i = 0; i < n; i++)
+        if (qkv_npy_save_f32(arrays[i].tmp, arrays[i].data, arrays[i].ndim, arrays[i].shape, &err))
+            return cli_outputs_fail(err.msg);
+    return 0;
+}
+
+void cli_npy_report(FILE *msg, const cli_npy_array *arrays, int n, const char *prefix) {
+    for (int i = 0; i < n; i++) {
+        fprintf(msg, "wrote %s%s.npy: float32 [", prefix, arrays[i].name);
+        for (int d = 0; d < arrays[i].ndim; d++) fprintf(msg, "%s%lld", d ? ", " : "", (long long)arrays[i].shape[d]);
+        fprintf(msg, "]\n");
+    }
 }

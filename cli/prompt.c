@@ -73,7 +73,7 @@ int cli_prompt_load(cli_prompt *out, const cli_prompt_args *a, const qkv_gguf *g
     if (rc) return rc;
     if (a->tokens) {
         cli_ints l = {0};
-        rc = cli_parse_ints(&l, "--tokens", a->tokens, 0, qkv_tokenizer_n_vocab(tok) - 1);
+        rc = cli_parse_ints(&l, a->tokens_flag ? a->tokens_flag : "--tokens", a->tokens, 0, qkv_tokenizer_n_vocab(tok) - 1);
         out->ids = malloc((size_t)(l.n ? l.n : 1) * sizeof(int32_t));
         if (!rc && !out->ids) rc = cli_fail("out of memory");
         for (int i = 0; !rc && i < l.n; i++) out->ids[i] = l.v[i];
@@ -117,6 +117,49 @@ int cli_prompt_load_from(cli_prompt *out, const cli_prompt_args *a, const char *
     qkv_tokenizer_free(tok);
     qkv_gguf_close(g);
     return rc;
+}
+
+char *cli_token_label(const qkv_tokenizer *tok, int32_t id) {
+    size_t len = 0;
+    const char *piece = qkv_token_piece(tok, id, &len);
+    char *label = NULL;
+    if (qkv_token_labels(&label, &piece, &len, 1, NULL)) return NULL;
+    return label;
+}
+
+int cli_one_token(int32_t *out, const char *flag, const char *s, const qkv_tokenizer *tok, int ids_too) {
+    const int V = qkv_tokenizer_n_vocab(tok);
+    char *end;
+    long id = strtol(s, &end, 10);
+    if (ids_too && *s >= '0' && *s <= '9' && !*end) {
+        if (id >= V) return cli_fail("%s: token id %ld outside [0, %d)", flag, id, V);
+        *out = (int32_t)id;
+        return 0;
+    }
+    int32_t ids[4];
+    int64_t n = 0;
+    qkv_error err = {0};
+    qkv_status st = qkv_tokenize(tok, s, strlen(s), 0, 0, ids, 4, &n, &err);
+    if ((st && st != QKV_ERR_FULL) || n != 1)
+        return cli_fail("%s: '%s' is %lld tokens, not one%s", flag, s, (long long)n,
+                        ids_too ? " (give a token id instead)" : "");
+    *out = ids[0];
+    return 0;
+}
+
+int cli_model_open_for(qkv_model **m, const char *model, int n, int ctx, int threads) {
+    *m = NULL;
+    if (ctx && ctx < n) return cli_fail("--ctx %d holds fewer positions than the prompt's %d tokens", ctx, n);
+    const qkv_model_params mp = {.n_ctx = ctx ? ctx : n, .kv_dtype = QKV_DTYPE_F32, .n_threads = threads};
+    qkv_error err = {0};
+    if (qkv_model_open(m, model, &mp, &err)) return cli_model_fail(&err, model);
+    const int train = qkv_model_get_config(*m)->n_ctx_train;
+    if (n > train) {
+        qkv_model_close(*m);
+        *m = NULL;
+        return cli_fail("the prompt has %d tokens, more than the model's context of %d", n, train);
+    }
+    return 0;
 }
 
 void cli_prompt_free(cli_prompt *p) {

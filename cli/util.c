@@ -131,6 +131,53 @@ char *cli_read_file(const char *path, size_t max_bytes, size_t *len) {
     return buf;
 }
 
+typedef struct {
+    double key; /* |v|, -1 for NaN */
+    int64_t i;
+} ranked;
+
+static int by_key_desc(const void *pa, const void *pb) {
+    const ranked *a = pa, *b = pb;
+    if (a->key != b->key) return a->key < b->key ? 1 : -1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+int64_t *cli_by_magnitude(const float *v, int64_t count) {
+    ranked *r = malloc((size_t)(count > 0 ? count : 1) * sizeof *r);
+    int64_t *idx = malloc((size_t)(count > 0 ? count : 1) * sizeof *idx);
+    if (!r || !idx) {
+        free(r);
+        free(idx);
+        return NULL;
+    }
+    for (int64_t i = 0; i < count; i++) r[i] = (ranked){isnan(v[i]) ? -1 : fabs(v[i]), i};
+    qsort(r, (size_t)count, sizeof *r, by_key_desc);
+    for (int64_t i = 0; i < count; i++) idx[i] = r[i].i;
+    free(r);
+    return idx;
+}
+
+char **cli_index_labels(int n, const char *prefix, char *const *names) {
+    char **l = calloc((size_t)(n > 0 ? n : 1), sizeof *l);
+    for (int i = 0; l && i < n; i++) {
+        const size_t len = strlen(names ? names[i] : prefix) + 16;
+        if (!(l[i] = malloc(len))) {
+            cli_labels_free(l, i);
+            l = NULL;
+            break;
+        }
+        if (names) snprintf(l[i], len, "%d %s", i, names[i]);
+        else snprintf(l[i], len, "%s%d", prefix, i);
+    }
+    if (!l) cli_fail("out of memory");
+    return l;
+}
+
+void cli_labels_free(char **labels, int64_t n) {
+    for (int64_t i = 0; labels && i < n; i++) free(labels[i]);
+    free(labels);
+}
+
 const char *cli_basename(const char *path) {
     const char *slash = strrchr(path, '/');
     return slash ? slash + 1 : path;
@@ -172,6 +219,43 @@ void cli_svg_head(FILE *f, int w, int h, const char *title) {
             w, h, w, h);
     cli_svg_text(f, title);
     fputs("</text>\n", f);
+}
+
+static void json_nested_at(FILE *f, int d, int ndim, const int64_t *shape, int64_t *i, int indent,
+                           void (*put)(FILE *f, int64_t i, const void *user), const void *user) {
+    fputc('[', f);
+    for (int64_t k = 0; k < shape[d]; k++) {
+        if (d + 1 < ndim) {
+            fprintf(f, "%s\n%*s", k ? "," : "", indent + 2 * (d + 1), "");
+            json_nested_at(f, d + 1, ndim, shape, i, indent, put, user);
+        } else {
+            if (k) fputs(", ", f);
+            put(f, (*i)++, user);
+        }
+    }
+    if (d + 1 < ndim && shape[d] > 0) fprintf(f, "\n%*s", indent + 2 * d, "");
+    fputc(']', f);
+}
+
+void cli_json_nested(FILE *f, int ndim, const int64_t *shape, int indent,
+                     void (*put)(FILE *f, int64_t i, const void *user), const void *user) {
+    int64_t i = 0;
+    json_nested_at(f, 0, ndim, shape, &i, indent, put, user);
+}
+
+void cli_json_double(FILE *f, double x) {
+    if (isfinite(x)) fprintf(f, "%.10g", x);
+    else fputs("null", f);
+}
+
+static void put_float(FILE *f, int64_t i, const void *v) {
+    const float x = ((const float *)v)[i];
+    if (isfinite(x)) fprintf(f, "%.9g", (double)x);
+    else fputs("null", f);
+}
+
+void cli_json_floats(FILE *f, const float *v, int ndim, const int64_t *shape, int indent) {
+    cli_json_nested(f, ndim, shape, indent, put_float, v);
 }
 
 void cli_put_token(const qkv_tokenizer *tok, int32_t id, int print_ids, int first) {

@@ -55,16 +55,6 @@ static void page_parts(const char **title, const char **title_end, const char **
     assert(*data && "render/inspect_page.html has the data mark");
 }
 
-/* s as HTML text. */
-static void put_html_text(FILE *f, const char *s) {
-    for (const char *p = s ? s : ""; *p; p++) {
-        if (*p == '<') fputs("&lt;", f);
-        else if (*p == '>') fputs("&gt;", f);
-        else if (*p == '&') fputs("&amp;", f);
-        else fputc(*p, f);
-    }
-}
-
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 static void b64_group(qkv_html_writer *h, const unsigned char *b, int n) {
@@ -137,7 +127,7 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
     const char *title, *title_end, *data;
     page_parts(&title, &title_end, &data);
     fwrite(render_inspect_page, 1, (size_t)(title - render_inspect_page), f);
-    put_html_text(f, info->title);
+    qkv_html_text(f, info->title);
     fwrite(title_end, 1, (size_t)(data - title_end), f);
     fputs("<script id=\"qkv-meta\" type=\"application/json\">\n{\"title\": ", f);
     qkv_json_string(f, info->title, 1);

@@ -45,6 +45,10 @@ void qkv_token_labels_free(char **labels, int n);
  * can stand inside an HTML <script> block. */
 void qkv_json_string(FILE *f, const char *s, int in_script);
 
+/* s (UTF-8, NULL as "") as HTML text or a quoted attribute's value: <, >, &
+ * and " escaped. */
+void qkv_html_text(FILE *f, const char *s);
+
 /* A set of causal maps for the writers below: n_layers x n_heads maps of
  * [n_tok, n_tok] (query rows, key columns). */
 typedef struct {
@@ -107,6 +111,31 @@ qkv_status qkv_png_maps_encode(const qkv_png_maps *pm, uint8_t **png, size_t *le
  * or qkv_png_maps_encode + qkv_file_replace). */
 qkv_status qkv_png_maps_save(const qkv_png_maps *pm, const char *path, qkv_error *err);
 void qkv_png_maps_free(qkv_png_maps *pm);
+
+/* ------------------------------------------------- heatmap tables (HTML) */
+
+/* One small matrix (a layer x head or layer x position array) for
+ * qkv_heatmap_page: a table cell per value, coloured by it. */
+typedef struct {
+    const char *title;              /* the map's heading, UTF-8 */
+    const char *caption;            /* a paragraph under it, or NULL */
+    int rows, cols;
+    const char *const *row_labels;  /* [rows] */
+    const char *const *col_labels;  /* [cols] */
+    const float *values;            /* [rows, cols]; NaN or inf: a grey cell, no colour */
+    const char *const *text;        /* [rows, cols] what each cell shows, or NULL: its value (%.2f) */
+    const char *const *hover;       /* [rows, cols] more lines on hover (NULL entries: none), or NULL */
+    int diverging;                  /* 1: blue < 0 < red by |v| / vmax; 0: white to blue over [0, vmax] */
+    double vmax;                    /* the value of the strongest colour (larger ones saturate); 0: max |v| */
+} qkv_heatmap;
+
+/* A self-contained HTML page (inline CSS, no script, no network): title,
+ * intro (each line a paragraph; may be NULL), then each map with its rows'
+ * and columns' labels; hovering a cell shows "row, column: value" and its
+ * hover text. Written to f as it goes; QKV_ERR_INVALID for a map without
+ * cells, values or labels, QKV_ERR_IO when f has a write error. */
+qkv_status qkv_heatmap_page(FILE *f, const char *title, const char *intro, const qkv_heatmap *maps, int n_maps,
+                            qkv_error *err);
 
 /* Writes data [len] to path whole or not at all: into a new temporary beside
  * it (PATH.qkv-XXXXXX), synced, then renamed onto path. An existing path must

@@ -9,6 +9,7 @@
 #include "qkv.h"
 #include "util/cpu.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -245,6 +246,28 @@ char *test_read_file(const char *path, size_t *len) {
     close(fd);
     if (len) *len = strlen(s);
     return s;
+}
+
+void test_write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+void test_check_untouched(const char *file, int line, const char *path, const char *text) {
+    char *now = test_read_file(path, NULL);
+    if (!now || strcmp(now, text)) test_fail(file, line, "%s was changed: %.40s", path, now ? now : "(gone)");
+    free(now);
+}
+
+int test_count_temporaries(void) {
+    DIR *d = opendir(test_tmpdir());
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".qkv-") != NULL;
+    if (d) closedir(d);
+    return n;
 }
 
 const char *test_fixture_dir(void) {

@@ -214,6 +214,17 @@ TEST(alloc_fail_probe_commands) {
                200, 23);
 }
 
+/* The interpretability commands on the tiny Llama-3.1 fixture (2 layers):
+ * every sweep and output of patch in milliseconds a run. */
+TEST(alloc_fail_patch_commands) {
+    char tiny[600];
+    snprintf(tiny, sizeof tiny, "%s/model/tiny31/tiny-llama31.gguf", test_fixture_dir());
+    sweep("patch --per-position --html --npy --json", cmd_patch,
+          (const char *const[]){"patch", "-m", tiny, "--clean-tokens", "509,72,85,97", "--corrupt-tokens", "509,72,86,97",
+                                "--metric", "logit-diff", "--answer", "y", "--wrong", "ar", "--per-position", "--html",
+                                out_path(0, "p.html"), "--npy", out_path(1, "p_"), "--json", "--threads", "1", NULL});
+}
+
 TEST(alloc_fail_article_commands) {
     sweep("explain", cmd_explain, (const char *const[]){"explain", NULL});
     sweep("cost", cmd_cost, (const char *const[]){"cost", NULL});

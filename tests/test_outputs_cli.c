@@ -12,7 +12,6 @@
 
 #include "qkv.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,31 +43,6 @@ static void write_inputs(void) {
     free(x);
 }
 
-static void put_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
-/* path still holds exactly text. */
-static void check_untouched(const char *file, int line, const char *path, const char *text) {
-    char *now = test_read_file(path, NULL);
-    if (!now || strcmp(now, text)) test_fail(file, line, "%s was changed: %.40s", path, now ? now : "(gone)");
-    free(now);
-}
-#define CHECK_UNTOUCHED(path, text) check_untouched(__FILE__, __LINE__, path, text)
-
-/* Files in the test's directory whose name holds ".qkv-": left temporaries. */
-static int temporaries(void) {
-    DIR *d = opendir(test_tmpdir());
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".qkv-") != NULL;
-    if (d) closedir(d);
-    return n;
-}
-
 /* test_run_cli under a file-size limit of `bytes`: a write past it fails
  * with EFBIG, as a full disk fails with ENOSPC. */
 static int run_disk_full(const char *const *argv, rlim_t bytes, char **out, char **err) {
@@ -97,8 +71,8 @@ static void check_failed(const char *file, int line, int rc, const char *out, co
 TEST(outputs_attend_failure_keeps_previous_files) {
     write_inputs();
     const char *o = tmp_path(3, "old.npy"), *l = tmp_path(4, "old-lse.npy");
-    put_file(o, "previous O");
-    put_file(l, "previous LSE");
+    test_write_file(o, "previous O");
+    test_write_file(l, "previous LSE");
     /* an output that cannot be created: refused before any work, old.npy kept */
     CHECK_BAD_CLI(((const char *const[]){"attend", "--q", g_p[0], "--k", g_p[1], "--v", g_p[2], "--out", o, "--lse",
                                          "/nonexistent/x", NULL}),
@@ -113,7 +87,7 @@ TEST(outputs_attend_failure_keeps_previous_files) {
     free(err);
     CHECK_UNTOUCHED(o, "previous O");
     CHECK_UNTOUCHED(l, "previous LSE");
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
     /* and the same run with room: both replaced by arrays */
     rc = test_run_cli(argv, NULL, NULL, &err);
     CHECK(rc == 0, "exit %d: %s", rc, err);
@@ -123,20 +97,20 @@ TEST(outputs_attend_failure_keeps_previous_files) {
     CHECK(qkv_npy_load(&b, l, NULL) == QKV_OK && b.count == 2 * 256, "LSE not written");
     qkv_npy_free(&a);
     qkv_npy_free(&b);
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
 }
 
 TEST(outputs_same_file_twice_refused) {
     write_inputs();
     const char *o = tmp_path(3, "same.npy");
-    put_file(o, "previous");
+    test_write_file(o, "previous");
     char other[700]; /* the same file spelled another way */
     snprintf(other, sizeof other, "%s/./same.npy", test_tmpdir());
     CHECK_BAD_CLI(((const char *const[]){"attend", "--q", g_p[0], "--k", g_p[1], "--v", g_p[2], "--out", o, "--lse",
                                          other, NULL}),
                   "named twice");
     CHECK_UNTOUCHED(o, "previous");
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
 }
 
 TEST(outputs_refuse_targets_that_are_not_regular_files) {
@@ -144,7 +118,7 @@ TEST(outputs_refuse_targets_that_are_not_regular_files) {
     const char *fifo = tmp_path(3, "fifo"), *link = tmp_path(4, "link.npy"), *pointee = tmp_path(5, "pointee.npy"),
                *dir = tmp_path(6, "dir");
     CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
-    put_file(pointee, "the link's file");
+    test_write_file(pointee, "the link's file");
     CHECK(symlink(pointee, link) == 0, "symlink");
     mkdir(dir, 0755);
     struct {
@@ -160,15 +134,15 @@ TEST(outputs_refuse_targets_that_are_not_regular_files) {
     CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode), "the symlink was replaced");
     CHECK_UNTOUCHED(pointee, "the link's file");
     CHECK(lstat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode), "/dev/null");
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
 }
 
 TEST(outputs_inspect_all_or_nothing) {
     const char *m = test_model_path();
     if (!test_require_model()) return;
     const char *a = tmp_path(3, "a.npy"), *b = tmp_path(4, "b.html"), *c = tmp_path(5, "c.png");
-    put_file(a, "previous a");
-    put_file(b, "previous b");
+    test_write_file(a, "previous a");
+    test_write_file(b, "previous b");
     /* a bad third output: a and b are untouched */
     CHECK_BAD_CLI(((const char *const[]){"inspect", "-m", m, "-p", "Hello world", "--layers", "0", "--heads", "0",
                                          "--npy", a, "--html", b, "--png", "/bad/c.png", NULL}),
@@ -191,7 +165,7 @@ TEST(outputs_inspect_all_or_nothing) {
     CHECK_UNTOUCHED(a, "previous a");
     CHECK_UNTOUCHED(b, "previous b");
     CHECK(!test_file_exists(c), "the PNG appeared");
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
     /* with room: all three replaced, the JSON on stdout */
     rc = test_run_cli(argv, NULL, &out, &err);
     CHECK(rc == 0 && out && strstr(out, "\"maps\""), "exit %d: %s", rc, err);
@@ -204,7 +178,7 @@ TEST(outputs_inspect_all_or_nothing) {
     CHECK(qkv_npy_load(&x, a, NULL) == QKV_OK && x.ndim == 4, "the .npy");
     qkv_npy_free(&x);
     CHECK(test_file_exists(c), "no PNG");
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
 }
 
 TEST(outputs_run_logits_kept_only_on_success) {
@@ -219,18 +193,18 @@ TEST(outputs_run_logits_kept_only_on_success) {
     free(out);
     free(err);
     CHECK(!test_file_exists(l), "a failed run left its --logits file");
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
     /* a prompt longer than the context: refused, and nothing written */
     CHECK_BAD_CLI(((const char *const[]){"run", "-m", m, "--tokens", "1,9690,198", "--ctx", "2", "--logits", l, NULL}),
                   "context");
-    CHECK(!test_file_exists(l) && temporaries() == 0, "a refused run left a file");
+    CHECK(!test_file_exists(l) && test_count_temporaries() == 0, "a refused run left a file");
 }
 
 TEST(outputs_sinks_svg_leaves_users_tmp_alone) {
     const char *m = test_model_path();
     if (!test_require_model()) return;
     const char *svg = tmp_path(3, "x.svg"), *mine = tmp_path(4, "x.svg.tmp");
-    put_file(mine, "the user's own file");
+    test_write_file(mine, "the user's own file");
     const char *argv[] = {"sinks", "-m", m, "-p", "one two three four five six seven eight nine ten eleven twelve",
                           "--skip", "2", "--svg", svg, "--json", NULL};
     char *out = NULL, *err = NULL;
@@ -243,13 +217,13 @@ TEST(outputs_sinks_svg_leaves_users_tmp_alone) {
     free(plot);
     CHECK_UNTOUCHED(mine, "the user's own file");
     /* a full disk while writing the plot: exit 2, no JSON printed first */
-    put_file(svg, "previous plot");
+    test_write_file(svg, "previous plot");
     rc = run_disk_full(argv, 2 << 10, &out, &err);
     CHECK_FAILED(rc, out, err, "x.svg");
     free(out);
     free(err);
     CHECK_UNTOUCHED(svg, "previous plot");
-    CHECK(temporaries() == 0, "%d temporaries left", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left", test_count_temporaries());
 }
 
 TEST(outputs_sigterm_removes_temporaries) {
@@ -266,7 +240,7 @@ TEST(outputs_sigterm_removes_temporaries) {
     /* the temporary exists from the start of the run; kill the run once it does */
     int seen = 0;
     for (int i = 0; i < 2000 && !seen; i++) {
-        seen = temporaries() > 0;
+        seen = test_count_temporaries() > 0;
         if (!seen) nanosleep(&(struct timespec){0, 5000000}, NULL);
     }
     CHECK(seen, "no temporary appeared within 10 s");
@@ -274,6 +248,6 @@ TEST(outputs_sigterm_removes_temporaries) {
     int st = 0;
     waitpid(pid, &st, 0);
     CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "did not die of SIGTERM (status %d)", st);
-    CHECK(temporaries() == 0, "%d temporaries left after SIGTERM", temporaries());
+    CHECK(test_count_temporaries() == 0, "%d temporaries left after SIGTERM", test_count_temporaries());
     CHECK(!test_file_exists(svg), "a killed run left its output");
 }

@@ -1,6 +1,6 @@
 /*
  * test_progress_cli.c — the progress line of the long commands (stream,
- * ablate, ablate --heads, sinks, inspect, run, needle, bench sweeps):
+ * ablate, ablate --heads, sinks, inspect, run, patch, needle, bench sweeps):
  *   - forced on (--progress) with small inputs, stderr holds the command's
  *     line ("<label>: done/total unit (p%), elapsed, ~rest left") drawn with
  *     \r and erased at the end (its last \r segment blank), and stdout holds
@@ -123,6 +123,8 @@ TEST(progress_cli_on_tiny_llama31) {
         {"sinks: ", {"sinks", "-m", m, "--tokens", ids, "--skip", "4", "--json", NULL}},
         {"inspect: ", {"inspect", "-m", m, "--tokens", ids, "--json", NULL}},
         {"run: prefill: ", {"run", "-m", m, "--tokens", ids, "-n", "4", "--print-ids", NULL}},
+        {"patch: ", {"patch", "-m", m, "--clean-tokens", "11,48,85,122,159,196", "--corrupt-tokens", "12,48,85,122,159,196",
+                     "--json", NULL}},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) check_command(&cmds[i]);
 }

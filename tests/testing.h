@@ -97,6 +97,15 @@ int test_file_exists(const char *path);
 /* Reads a whole file (malloc'd, NUL-terminated) or returns NULL. */
 char *test_read_file(const char *path, size_t *len);
 
+/* Writes text to path (created or truncated). */
+void test_write_file(const char *path, const char *text);
+/* Fails the running test unless path still holds exactly text. */
+void test_check_untouched(const char *file, int line, const char *path, const char *text);
+#define CHECK_UNTOUCHED(path, text) test_check_untouched(__FILE__, __LINE__, path, text)
+/* Files in the test's directory whose name holds ".qkv-": temporaries a
+ * command left behind (cli/outputs.c names them PATH.qkv-XXXXXX). */
+int test_count_temporaries(void);
+
 /* Directory holding committed fixtures (tests/fixtures). */
 const char *test_fixture_dir(void);
 
