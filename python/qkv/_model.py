@@ -288,7 +288,8 @@ class Model:
           blocks.L.attn.hook_pattern                                 [Hq, n, n]
         hook_q / hook_k are before RoPE, hook_rot_q / hook_rot_k after it;
         ln_final.hook_normalized is x / rms(x), before the norm's weight (as
-        TransformerLens's RMSNorm). names_filter: None (every point: the patterns are
+        TransformerLens's RMSNorm). The cache also takes TransformerLens's
+        decompose_resid, stack_head_results and apply_ln_to_stack. names_filter: None (every point: the patterns are
         L x Hq x n x n floats, so keep prompts short), a name, a list of names
         ("blocks.*.<point>" for every layer), or a callable name -> bool.
         ValueError naming any unknown name. zero_heads: as forward's."""

@@ -38,6 +38,11 @@ def token_labels(pieces):
     return _qkv.token_labels([bytes(p) for p in pieces])
 
 
+def _label(piece):
+    """One piece's label (token_labels), for the pages' text."""
+    return token_labels([piece])[0]
+
+
 def _page(title, intro, maps):
     """The self-contained heatmap page (qkv_heatmap_page) of maps: dicts with title,
     caption, values [rows, cols], row_labels, col_labels and optional text, hover
@@ -145,8 +150,8 @@ class PatchResult(_Page):
                 maps.append(dict(title=f"head_out_pos: head {h} at one position", values=self.head_out_pos[:, h],
                                  row_labels=_layer_labels(L), col_labels=pos, diverging=True, vmax=1.0))
         what = ("1 - KL(p_clean || p_patched) / KL(p_clean || p_corrupt)" if self.metric == "kl" else
-                f"(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = logit[{self.answer_piece!r}] - "
-                f"logit[{self.wrong_piece!r}]")
+                f"(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = logit[{_label(self.answer_piece)}] - "
+                f"logit[{_label(self.wrong_piece)}]")
         intro = (f"Recovery at the last position, {what}: red brings the clean behaviour back (1: all of it), blue "
                  f"pushes the other way; not clipped.\nMetric: clean {self.clean:.6g}, corrupt {self.corrupt:.6g}.\n"
                  f"{self.layer_token_steps:,} layer-token steps run, {self.naive_layer_token_steps:,} for a full "
@@ -192,14 +197,14 @@ class Attribution(_Page):
             maps.append(dict(title="heads: each head's output through its slice of the output projection",
                              values=self.heads, row_labels=_layer_labels(L),
                              col_labels=[f"H{h}" for h in range(self.heads.shape[1])], diverging=True))
-        intro = (f"Each part's share of logit[{self.answer_piece!r}] - logit[{self.wrong_piece!r}] = "
+        intro = (f"Each part's share of logit[{_label(self.answer_piece)}] - logit[{_label(self.wrong_piece)}] = "
                  f"{self.logit_diff:.6g} at the last position, through the final norm with this run's RMS frozen; "
                  f"embed {self.embed:.6g}, total {self.total:.6g}."
                  + ("" if self.heads_linear else "\nHeads are not additive here (a post-attention norm): per layer only."))
         return _page(f"{os.path.basename(self.model)}: direct logit attribution", intro, maps)
 
     def __repr__(self):
-        return (f"<qkv.Attribution: {self.answer_piece!r} - {self.wrong_piece!r} = {self.logit_diff:.4g}, "
+        return (f"<qkv.Attribution: {_label(self.answer_piece)} - {_label(self.wrong_piece)} = {self.logit_diff:.4g}, "
                 f"total {self.total:.4g}, heads {'per head' if self.heads_linear else 'not additive'}>")
 
 
@@ -228,7 +233,7 @@ class Lens(_Page):
                      values=self.top_probs[:, :, 0], row_labels=_layer_labels(L), col_labels=self.tokens, text=text,
                      hover=hover, vmax=1.0)]
         if self.target_prob is not None:
-            maps.append(dict(title=f"probability of {self.target_piece!r}", values=self.target_prob,
+            maps.append(dict(title=f"probability of {_label(self.target_piece)}", values=self.target_prob,
                              row_labels=_layer_labels(L), col_labels=self.tokens, hover=hover))
         return _page(f"{os.path.basename(self.model)}: logit lens", "Each layer's residual stream (hook_resid_post) "
                      "through the final norm and the unembedding, at each position.", maps)

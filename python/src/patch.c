@@ -227,8 +227,120 @@ done:
     return out;
 }
 
+/* ------------------------------------------------------------ heatmap page */
+
+/* The strings of one map, kept alive (as UTF-8 in Python objects) until the page is written. */
+typedef struct {
+    qkv_heatmap map;
+    Py_buffer values;
+    const char **labels;  /* row labels, column labels, text, hover: 2 (rows + cols) + 2 rows x cols at most */
+} map_args;
+
+/* The UTF-8 of str (kept by its object), or NULL with TypeError. */
+static const char *utf8_of(PyObject *s, const char *what) {
+    if (!PyUnicode_Check(s)) return PyErr_Format(PyExc_TypeError, "heatmap_page: %s must be str", what), NULL;
+    return PyUnicode_AsUTF8(s);
+}
+
+/* count strings from a sequence (or a sequence of rows of cols) into out; None entries NULL if allowed. */
+static int strings_of(const char **out, PyObject *seq, Py_ssize_t rows, Py_ssize_t cols, int none_ok,
+                      const char *what) {
+    PyObject *outer = PySequence_Fast(seq, what);
+    if (!outer) return -1;
+    int rc = 0;
+    if (PySequence_Fast_GET_SIZE(outer) != rows)
+        rc = (PyErr_Format(PyExc_ValueError, "heatmap_page: %s has %zd entries, expected %zd", what,
+                           PySequence_Fast_GET_SIZE(outer), rows), -1);
+    for (Py_ssize_t r = 0; !rc && r < rows; r++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(outer, r);
+        if (cols == 0) {
+            out[r] = none_ok && item == Py_None ? NULL : utf8_of(item, what);
+            if (!out[r] && PyErr_Occurred()) rc = -1;
+            continue;
+        }
+        rc = strings_of(out + r * cols, item, cols, 0, none_ok, what);
+    }
+    Py_DECREF(outer);
+    return rc;
+}
+
+/* One map's dict into a (the dict's objects keep its strings). */
+static int map_of(map_args *a, PyObject *d) {
+    if (!PyDict_Check(d)) return PyErr_SetString(PyExc_TypeError, "heatmap_page: each map is a dict"), -1;
+    PyObject *title = PyDict_GetItemString(d, "title"), *values = PyDict_GetItemString(d, "values");
+    PyObject *rl = PyDict_GetItemString(d, "row_labels"), *cl = PyDict_GetItemString(d, "col_labels");
+    PyObject *caption = PyDict_GetItemString(d, "caption"), *text = PyDict_GetItemString(d, "text");
+    PyObject *hover = PyDict_GetItemString(d, "hover"), *div = PyDict_GetItemString(d, "diverging");
+    PyObject *vmax = PyDict_GetItemString(d, "vmax");
+    if (!title || !values || !rl || !cl)
+        return PyErr_SetString(PyExc_ValueError, "heatmap_page: a map needs title, values, row_labels, col_labels"), -1;
+    const Py_ssize_t rows = PySequence_Size(rl), cols = PySequence_Size(cl);
+    if (rows < 1 || cols < 1 || rows > INT32_MAX || cols > INT32_MAX)
+        return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "heatmap_page: a map without cells"), -1);
+    if (pyq_buffer(&a->values, values, PYQ_F32, rows * cols, 0, "values") < 0) return -1;
+    a->labels = calloc((size_t)(rows + cols + 2 * rows * cols), sizeof *a->labels);
+    if (!a->labels) return PyErr_NoMemory(), -1;
+    const char **row_l = a->labels, **col_l = row_l + rows, **text_l = col_l + cols, **hover_l = text_l + rows * cols;
+    a->map = (qkv_heatmap){.rows = (int)rows, .cols = (int)cols, .values = a->values.buf, .row_labels = row_l,
+                           .col_labels = col_l};
+    if (!(a->map.title = utf8_of(title, "title"))) return -1;
+    if (caption && caption != Py_None && !(a->map.caption = utf8_of(caption, "caption"))) return -1;
+    if (strings_of(row_l, rl, rows, 0, 0, "row_labels") < 0 || strings_of(col_l, cl, cols, 0, 0, "col_labels") < 0)
+        return -1;
+    if (text && text != Py_None) {
+        if (strings_of(text_l, text, rows, cols, 0, "text") < 0) return -1;
+        a->map.text = text_l;
+    }
+    if (hover && hover != Py_None) {
+        if (strings_of(hover_l, hover, rows, cols, 1, "hover") < 0) return -1;
+        a->map.hover = hover_l;
+    }
+    a->map.diverging = div && PyObject_IsTrue(div) == 1;
+    if (vmax && vmax != Py_None && (a->map.vmax = PyFloat_AsDouble(vmax)) == -1.0 && PyErr_Occurred()) return -1;
+    return 0;
+}
+
+static PyObject *py_heatmap_page(PyObject *self, PyObject *args) {
+    (void)self;
+    const char *title, *intro = NULL;
+    PyObject *maps_obj;
+    if (!PyArg_ParseTuple(args, "szO", &title, &intro, &maps_obj)) return NULL;
+    PyObject *seq = PySequence_Fast(maps_obj, "heatmap_page: maps must be a list of dicts");
+    if (!seq) return NULL;
+    const Py_ssize_t k = PySequence_Fast_GET_SIZE(seq);
+    map_args *a = calloc((size_t)k + 1, sizeof *a);
+    qkv_heatmap *maps = calloc((size_t)k + 1, sizeof *maps);
+    PyObject *page = NULL;
+    int ok = a && maps ? 1 : (PyErr_NoMemory(), 0);
+    for (Py_ssize_t i = 0; ok && i < k; i++) {
+        ok = map_of(&a[i], PySequence_Fast_GET_ITEM(seq, i)) == 0;
+        if (ok) maps[i] = a[i].map;
+    }
+    if (ok) {
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        qkv_error err = {0};
+        qkv_status st = f ? qkv_heatmap_page(f, title, intro, maps, (int)k, &err) : QKV_ERR_NOMEM;
+        if (f && fclose(f) && !st) st = QKV_ERR_NOMEM;
+        if (st == QKV_OK) page = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "replace");
+        else if (st == QKV_ERR_NOMEM && !err.msg[0]) PyErr_NoMemory();
+        else pyq_raise(&err);
+        free(buf);
+    }
+    for (Py_ssize_t i = 0; a && i < k; i++) {
+        release(&a[i].values);
+        free(a[i].labels);
+    }
+    free(a);
+    free(maps);
+    Py_DECREF(seq);
+    return page;
+}
+
 PyMethodDef pyq_patch_methods[] = {
     {"spearman", py_spearman, METH_VARARGS, "spearman(x, y) -> Spearman's rank correlation (float64 arrays)."},
     {"token_labels", py_token_labels, METH_VARARGS, "token_labels([bytes]) -> [str]: readable token labels."},
+    {"heatmap_page", py_heatmap_page, METH_VARARGS, "heatmap_page(title, intro, maps) -> str: a heatmap page."},
     {NULL, NULL, 0, NULL},
 };

@@ -17,6 +17,14 @@ def fixture(*parts):
     return np.load(FIXTURES.joinpath(*parts))
 
 
+def qkv_cli_bin():
+    """The CLI the tests compare with: $QKV_BIN, else build/qkv; skips the test when it is missing."""
+    path = pathlib.Path(os.environ.get("QKV_BIN", ROOT / "build" / "qkv"))
+    if not path.exists():
+        pytest.skip(f"{path} missing (make)")
+    return path
+
+
 def model_path():
     return pathlib.Path(os.environ.get("QKV_MODEL", ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 

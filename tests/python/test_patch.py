@@ -16,10 +16,14 @@ qkv_attribute, qkv_lens) against independent paths through the same model:
     sweep, a memory limit too small) is one ValueError, and the model is usable
     after it; the results' pages (inline in Jupyter) hold their heatmaps.
 """
+import json
+import subprocess
+
 import numpy as np
 import pytest
 
 import qkv
+from conftest import GEMMA3, qkv_cli_bin
 
 CLEAN, CORRUPT = "年假怎么申请？", "病假怎么申请？"
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
@@ -94,16 +98,40 @@ def test_patch_result_fields(gemma3, leave):
     assert len(top) == 5 and abs(top[0][4]) >= abs(top[-1][4])
 
 
-def test_patch_per_position(gemma3):
-    """<bos>年 against <bos>病: the prompts differ at the last position only, so a
-    head patched there alone is the head patched everywhere (the same forward call,
-    bit for bit), and at position 0 it is the corrupted run (exactly 0, not run)."""
-    r = gemma3.patch("年", "病", sweeps=["head_out", "head_out_pos"])
-    c = gemma3.config
+@pytest.fixture(scope="module")
+def short(gemma3):
+    """<bos>年 against <bos>病, head_out and head_out_pos."""
+    return gemma3.patch("年", "病", sweeps=["head_out", "head_out_pos"])
+
+
+def test_patch_per_position(gemma3, short):
+    """The prompts differ at the last position only, so a head patched there alone is
+    the head patched everywhere (the same forward call, bit for bit), and at
+    position 0 it is the corrupted run (exactly 0, not run)."""
+    r, c = short, gemma3.config
     assert r.head_out_pos.shape == (c.n_layer, c.n_head, 2) and r.resid_pre is None
     assert not r.head_out_pos[:, :, 0].any() and r.n_unchanged == c.n_layer * c.n_head
     assert np.array_equal(r.head_out_pos[:, :, 1], r.head_out)
     assert np.abs(r.head_out).max() > 0.01
+
+
+def test_patch_is_the_cli_json(short):
+    """`qkv patch --json` on the same pair: every array equal bit for bit (the JSON's
+    floats are float32 printed with 9 significant digits), the metric's values to
+    their printed 10 digits, the tokens and the cost equal."""
+    out = subprocess.run([str(qkv_cli_bin()), "patch", "-m", str(GEMMA3), "--clean", "年", "--corrupt", "病",
+                          "--sweeps", "head_out,head_out_pos", "--json", "--threads", "2"],
+                         check=True, capture_output=True, text=True)
+    cli = json.loads(out.stdout)
+    for name in ("head_out", "head_out_pos"):
+        assert np.array_equal(np.array(cli[name], dtype=np.float32), getattr(short, name)), name
+    assert cli["resid_pre"] is None and short.resid_pre is None
+    assert cli["clean"] == short.clean and cli["corrupt"] == pytest.approx(short.corrupt, rel=1e-9)
+    assert [t["id"] for t in cli["clean_tokens"]] == list(short.clean_ids)
+    assert [t["piece"] for t in cli["corrupt_tokens"]] == short.corrupt_tokens
+    assert cli["cost"] == dict(layer_token_steps=short.layer_token_steps,
+                               naive_layer_token_steps=short.naive_layer_token_steps, n_components=short.n_components)
+
 
 def test_patch_identities(gemma3, leave):
     """resid_pre of layer 0 at the differing position makes the corrupted run the
