@@ -210,13 +210,6 @@ static PyObject *model_piece(PyObject *self, PyObject *args) {
     return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
 }
 
-/* buffer of int32 from obj with its element count in *n */
-static int int32_list(Py_buffer *b, PyObject *obj, Py_ssize_t *n, const char *what) {
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    *n = b->len / 4;
-    PyBuffer_Release(b);
-    return pyq_buffer(b, obj, PYQ_I32, *n, 0, what);
-}
 
 /* forward(logits, ids, all, hooks=None, zero_heads=None): one call, appending
  * to the cache, with this call's options (hooks.c). */
@@ -230,7 +223,7 @@ static PyObject *model_forward(PyObject *self, PyObject *args, PyObject *kw) {
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
     Py_buffer bi, bl = {0};
     Py_ssize_t n;
-    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (pyq_buffer_n(&bi, ids_obj, PYQ_I32, &n, "ids") < 0) return NULL;
     if (n < 1 || n > INT32_MAX) return PyBuffer_Release(&bi), PyErr_Format(PyExc_ValueError, "forward: %zd tokens", n);
     const int V = qkv_model_get_config(o->m)->n_vocab;
     if (logits_obj != Py_None && pyq_buffer(&bl, logits_obj, PYQ_F32, (all ? n : 1) * (Py_ssize_t)V, 1, "logits") < 0)
@@ -280,11 +273,11 @@ static PyObject *model_head_result(PyObject *self, PyObject *args) {
     const qkv_model_config *c = qkv_model_get_config(o->m);
     const Py_ssize_t HD = (Py_ssize_t)c->n_head * c->head_dim;
     Py_buffer bz, bo;
-    if (PyObject_GetBuffer(z_obj, &bz, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    const Py_ssize_t n = bz.len / 4 / HD;
-    PyBuffer_Release(&bz);
-    if (n < 1 || n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "head_result: %zd rows", n);
-    if (pyq_buffer(&bz, z_obj, PYQ_F32, n * HD, 0, "z") < 0) return NULL;
+    Py_ssize_t count;
+    if (pyq_buffer_n(&bz, z_obj, PYQ_F32, &count, "z") < 0) return NULL;
+    const Py_ssize_t n = count / HD;
+    if (n < 1 || n > INT32_MAX || count % HD)
+        return PyBuffer_Release(&bz), PyErr_Format(PyExc_ValueError, "head_result: z of %zd floats, not n x %zd", count, HD);
     if (pyq_buffer(&bo, out_obj, PYQ_F32, n * c->n_head * (Py_ssize_t)c->n_embd, 1, "out") < 0)
         return PyBuffer_Release(&bz), NULL;
     qkv_error err = {0};
@@ -341,10 +334,10 @@ static PyObject *model_maps(PyObject *self, PyObject *args) {
     Py_ssize_t n, nl, nh, nr;
     PyObject *r = NULL;
     int *slot = NULL;
-    if (int32_list(&bi, ids_obj, &n, "ids") < 0) goto done;
-    if (int32_list(&bla, layers_obj, &nl, "layers") < 0) goto done;
-    if (int32_list(&bhe, heads_obj, &nh, "heads") < 0) goto done;
-    if (int32_list(&bro, rows_obj, &nr, "rows") < 0) goto done;
+    if (pyq_buffer_n(&bi, ids_obj, PYQ_I32, &n, "ids") < 0) goto done;
+    if (pyq_buffer_n(&bla, layers_obj, PYQ_I32, &nl, "layers") < 0) goto done;
+    if (pyq_buffer_n(&bhe, heads_obj, PYQ_I32, &nh, "heads") < 0) goto done;
+    if (pyq_buffer_n(&bro, rows_obj, PYQ_I32, &nr, "rows") < 0) goto done;
     if (n < 1 || n > INT32_MAX || nl < 1 || nh < 1 || nr < 1) {
         PyErr_SetString(PyExc_ValueError, "attention maps: no token, layer, head or row");
         goto done;
@@ -403,7 +396,7 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     const Py_ssize_t LH = (Py_ssize_t)cfg->n_layer * cfg->n_head;
     Py_buffer bm, bc, bi;
     Py_ssize_t n;
-    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (pyq_buffer_n(&bi, ids_obj, PYQ_I32, &n, "ids") < 0) return NULL;
     if (n < 1 || n > INT32_MAX) return PyBuffer_Release(&bi), PyErr_Format(PyExc_ValueError, "sinks: %zd tokens", n);
     if (pyq_buffer(&bm, means_obj, PYQ_F64, 6 * LH, 1, "means") < 0) return PyBuffer_Release(&bi), NULL;
     if (pyq_buffer(&bc, counts_obj, PYQ_I64, 2 * LH, 1, "counts") < 0)

@@ -29,10 +29,7 @@
 
 /* ids as an int32 buffer held in *b, its length in *n (>= 1). */
 static int ids_of(Py_buffer *b, PyObject *obj, Py_ssize_t *n, const char *what) {
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    *n = b->len / 4;
-    PyBuffer_Release(b);
-    if (pyq_buffer(b, obj, PYQ_I32, *n, 0, what) < 0) return -1;
+    if (pyq_buffer_n(b, obj, PYQ_I32, n, what) < 0) return -1;
     if (*n < 1 || *n > INT32_MAX) {
         PyBuffer_Release(b);
         return PyErr_Format(PyExc_ValueError, "%s: %zd tokens", what, *n), -1;
@@ -147,7 +144,7 @@ PyObject *pyq_lens(qkv_model *m, PyObject *args) {
         return PyBuffer_Release(&bi), PyBuffer_Release(&bt), NULL;
     if (out_of(&bg, &tp, target_out, L * n, "target_prob") < 0)
         return PyBuffer_Release(&bi), PyBuffer_Release(&bt), PyBuffer_Release(&bp), NULL;
-    const qkv_lens_out out = {.top_ids = bt.buf, .top_probs = bp.buf, .target_prob = tp};
+    qkv_lens_out out = {.top_ids = bt.buf, .top_probs = bp.buf, .target_prob = tp};
     const qkv_lens_params p = {.k = k, .target = target};
     qkv_error err = {0};
     qkv_status st;
@@ -169,11 +166,9 @@ static PyObject *py_spearman(PyObject *self, PyObject *args) {
     PyObject *x_obj, *y_obj;
     if (!PyArg_ParseTuple(args, "OO", &x_obj, &y_obj)) return NULL;
     Py_buffer bx, by;
-    if (PyObject_GetBuffer(x_obj, &bx, PyBUF_C_CONTIGUOUS) < 0) return NULL;
-    const Py_ssize_t n = bx.len / 8;
-    PyBuffer_Release(&bx);
-    if (n > INT32_MAX) return PyErr_Format(PyExc_ValueError, "spearman: %zd values", n);
-    if (pyq_buffer(&bx, x_obj, PYQ_F64, n, 0, "x") < 0) return NULL;
+    Py_ssize_t n;
+    if (pyq_buffer_n(&bx, x_obj, PYQ_F64, &n, "x") < 0) return NULL;
+    if (n > INT32_MAX) return PyBuffer_Release(&bx), PyErr_Format(PyExc_ValueError, "spearman: %zd values", n);
     if (pyq_buffer(&by, y_obj, PYQ_F64, n, 0, "y") < 0) return PyBuffer_Release(&bx), NULL;
     double r;
     Py_BEGIN_ALLOW_THREADS

@@ -29,6 +29,9 @@ PyObject *pyq_raise(const qkv_error *e);
  * and returns -1 (nothing to release). Release with PyBuffer_Release. */
 int pyq_buffer(Py_buffer *b, PyObject *obj, pyq_elem elem, Py_ssize_t count, int writable, const char *what);
 
+/* pyq_buffer (read-only) of however many elements obj holds: their count in *n. */
+int pyq_buffer_n(Py_buffer *b, PyObject *obj, pyq_elem elem, Py_ssize_t *n, const char *what);
+
 /* The kv element type of a K/V buffer kind (f32, f16, or u16 as bf16). */
 qkv_dtype pyq_kv_dtype(pyq_elem e);
 
