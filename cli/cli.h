@@ -219,6 +219,19 @@ int cli_one_token(int32_t *out, const char *flag, const char *s, const qkv_token
  * 0: n), refused when ctx < n or n exceeds the model's training context.
  * 0, or 2 after an error line (*m NULL). */
 int cli_model_open_for(qkv_model **m, const char *model, int n, int ctx, int threads);
+/* What a command that runs the model over one prompt opens: the GGUF's
+ * tokenizer, the prompt with its labels, the model for it. */
+typedef struct {
+    qkv_gguf *gguf;
+    qkv_tokenizer *tok;
+    cli_prompt pr;
+    qkv_model *model;
+} cli_session;
+/* cli_tokenizer_open, cli_prompt_load and cli_prompt_labels of pa, then
+ * cli_model_open_for (ctx, threads). 0, or 2 after an error line; close it
+ * either way. */
+int cli_session_open(cli_session *s, const char *model, const cli_prompt_args *pa, int ctx, int threads);
+void cli_session_close(cli_session *s);
 /* The error line for a model that would not open (a `make model` hint for
  * the default one); returns 2. */
 int cli_model_fail(const qkv_error *err, const char *model);
@@ -330,6 +343,10 @@ void cli_json_nested(FILE *f, int ndim, const int64_t *shape, int indent,
 void cli_json_floats(FILE *f, const float *v, int ndim, const int64_t *shape, int indent);
 /* A double as JSON: %.10g, NaN and infinities as null. */
 void cli_json_double(FILE *f, double x);
+/* One token as JSON: {"id": id, "piece": label}, or null for id < 0. */
+void cli_json_token(FILE *f, int32_t id, const char *label);
+/* A prompt's tokens as a JSON list of cli_json_token (labels from cli_prompt_labels). */
+void cli_json_prompt(FILE *f, const cli_prompt *p);
 /* A float32 .npy of 3 dims (or 4 with a leading 1, dropped) of at most 2^30
  * per dim (cmd_attend.c): 0, or 2 after an error line naming path (a freed). */
 int cli_load_3d(qkv_npy *a, const char *path);
@@ -362,5 +379,7 @@ int cmd_ablate(int argc, char **argv);
 int cmd_stream(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
 int cmd_patch(int argc, char **argv);
+int cmd_attribute(int argc, char **argv);
+int cmd_lens(int argc, char **argv);
 
 #endif /* QKV_CLI_H */

@@ -45,6 +45,7 @@ typedef struct {
     qkv_patch_summary sum;
     int n, nl, nh;
     char **pos_labels;          /* [n] the clean token, "clean→corrupt" where they differ */
+    char *differs;              /* [n] 1 where the prompts' tokens differ */
     char *answer_label, *wrong_label;
     int32_t answer, wrong;
 } patch_result;
@@ -141,9 +142,12 @@ static int load_prompts(cli_prompt *clean, cli_prompt *corrupt, const patch_args
 
 /* r->pos_labels: the clean token, or "clean→corrupt" where the prompts differ. */
 static int position_labels(patch_result *r, const cli_prompt *clean, const cli_prompt *corrupt) {
-    if (!(r->pos_labels = calloc((size_t)r->n, sizeof(char *)))) return cli_fail("out of memory");
+    r->pos_labels = calloc((size_t)r->n, sizeof(char *));
+    r->differs = calloc((size_t)r->n, 1);
+    if (!r->pos_labels || !r->differs) return cli_fail("out of memory");
     for (int p = 0; p < r->n; p++) {
         const int same = clean->ids[p] == corrupt->ids[p];
+        r->differs[p] = (char)!same;
         const size_t len = strlen(clean->labels[p]) + strlen(corrupt->labels[p]) + 4;
         if (!(r->pos_labels[p] = malloc(len))) return cli_fail("out of memory");
         if (same) snprintf(r->pos_labels[p], len, "%s", clean->labels[p]);
@@ -210,7 +214,7 @@ static int print_table(const patch_args *a, const patch_result *r) {
     printf("qkv patch: %s, %d tokens, %d layers x %d heads\n", cli_basename(a->model), r->n, r->nl, r->nh);
     printf("positions that differ:");
     for (int p = 0; p < r->n; p++)
-        if (strstr(r->pos_labels[p], "\xE2\x86\x92")) printf(" %d (%s)", p, r->pos_labels[p]);
+        if (r->differs[p]) printf(" %d (%s)", p, r->pos_labels[p]);
     metric_lines(line, sizeof line, a, r);
     printf("\n%s\n", line);
     int w = 5;
@@ -235,8 +239,7 @@ static int print_table(const patch_args *a, const patch_result *r) {
             const int64_t c1 = r->shape[s][1], c2 = r->shape[s][2];
             const int layer = (int)(i / (c1 * c2)), mid = (int)(i / c2 % c1), last = (int)(i % c2);
             printf("  %5d", layer);
-            if (s == HEAD_OUT) printf("  %4d", mid);
-            if (s == HEAD_OUT_POS) printf("  %4d", mid);
+            if (s == HEAD_OUT || s == HEAD_OUT_POS) printf("  %4d", mid); /* the head */
             if (s != HEAD_OUT) {
                 const int p = s == HEAD_OUT_POS ? last : mid;
                 printf("  %3d  ", p);
@@ -251,37 +254,18 @@ static int print_table(const patch_args *a, const patch_result *r) {
     return 0;
 }
 
-static void json_token(const char *key, int32_t id, const char *label) {
-    printf("  \"%s\": ", key);
-    if (id < 0) {
-        printf("null,\n");
-        return;
-    }
-    printf("{\"id\": %d, \"piece\": ", id);
-    cli_json_string(stdout, label);
-    printf("},\n");
-}
-
-static void json_tokens(const char *key, const cli_prompt *p) {
-    printf("  \"%s\": [", key);
-    for (int i = 0; i < p->n; i++) {
-        printf("%s{\"id\": %d, \"piece\": ", i ? ", " : "", p->ids[i]);
-        cli_json_string(stdout, p->labels[i]);
-        printf("}");
-    }
-    printf("],\n");
-}
-
 static void print_json(const patch_args *a, const patch_result *r, const cli_prompt *clean, const cli_prompt *corrupt) {
     printf("{\n  \"model\": ");
     cli_json_string(stdout, a->model);
-    printf(",\n  \"metric\": \"%s\",\n", metrics[a->metric]);
-    json_token("answer", r->answer, r->answer_label);
-    json_token("wrong", r->wrong, r->wrong_label);
-    printf("  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n", r->n, r->nl, r->nh);
-    json_tokens("clean_tokens", clean);
-    json_tokens("corrupt_tokens", corrupt);
-    printf("  \"clean\": ");
+    printf(",\n  \"metric\": \"%s\",\n  \"answer\": ", metrics[a->metric]);
+    cli_json_token(stdout, r->answer, r->answer_label);
+    printf(",\n  \"wrong\": ");
+    cli_json_token(stdout, r->wrong, r->wrong_label);
+    printf(",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"clean_tokens\": ", r->n, r->nl, r->nh);
+    cli_json_prompt(stdout, clean);
+    printf(",\n  \"corrupt_tokens\": ");
+    cli_json_prompt(stdout, corrupt);
+    printf(",\n  \"clean\": ");
     cli_json_double(stdout, r->sum.clean);
     printf(",\n  \"corrupt\": ");
     cli_json_double(stdout, r->sum.corrupt);
@@ -411,9 +395,8 @@ int cmd_patch(int argc, char **argv) {
 done:
     cli_progress_finish();
     for (int s = 0; s < N_SWEEPS; s++) free(r.v[s]);
-    if (r.pos_labels)
-        for (int p = 0; p < r.n; p++) free(r.pos_labels[p]);
-    free(r.pos_labels);
+    cli_labels_free(r.pos_labels, r.pos_labels ? r.n : 0);
+    free(r.differs);
     free(r.answer_label);
     free(r.wrong_label);
     qkv_model_close(m);

@@ -22,6 +22,8 @@ static const command commands[] = {
     {"sinks", cmd_sinks, "how much attention piles on the first tokens over long text, per layer and head"},
     {"ablate", cmd_ablate, "weight against influence: hide each token's key in turn, KL of the next-token distribution"},
     {"patch", cmd_patch, "activation patching: which heads and layers carry the clean run's answer"},
+    {"attribute", cmd_attribute, "direct logit attribution: each head's, layer's and the embedding's share of a logit difference"},
+    {"lens", cmd_lens, "logit lens: what each layer's residual stream would predict, at every position"},
     {"stream", cmd_stream, "perplexity with a bounded KV cache: full, sliding window, attention sinks, recompute"},
     {"needle", cmd_needle, "needle in a haystack: is the fact found, and how much attention the answer puts on it"},
     {"demo", cmd_demo, "the embedded default walk-through run by `make demo`"},

@@ -162,6 +162,23 @@ int cli_model_open_for(qkv_model **m, const char *model, int n, int ctx, int thr
     return 0;
 }
 
+int cli_session_open(cli_session *s, const char *model, const cli_prompt_args *pa, int ctx, int threads) {
+    memset(s, 0, sizeof *s);
+    int rc;
+    if ((rc = cli_tokenizer_open(&s->gguf, &s->tok, model)) || (rc = cli_prompt_load(&s->pr, pa, s->gguf, s->tok)) ||
+        (rc = cli_prompt_labels(&s->pr, s->tok)))
+        return rc;
+    return cli_model_open_for(&s->model, model, s->pr.n, ctx, threads);
+}
+
+void cli_session_close(cli_session *s) {
+    qkv_model_close(s->model);
+    cli_prompt_free(&s->pr);
+    qkv_tokenizer_free(s->tok);
+    qkv_gguf_close(s->gguf);
+    memset(s, 0, sizeof *s);
+}
+
 void cli_prompt_free(cli_prompt *p) {
     if (p->labels) qkv_token_labels_free(p->labels, p->n);
     free(p->labels);

@@ -248,6 +248,25 @@ void cli_json_double(FILE *f, double x) {
     else fputs("null", f);
 }
 
+void cli_json_token(FILE *f, int32_t id, const char *label) {
+    if (id < 0) {
+        fputs("null", f);
+        return;
+    }
+    fprintf(f, "{\"id\": %d, \"piece\": ", id);
+    cli_json_string(f, label);
+    fputc('}', f);
+}
+
+void cli_json_prompt(FILE *f, const cli_prompt *p) {
+    fputc('[', f);
+    for (int i = 0; i < p->n; i++) {
+        if (i) fputs(", ", f);
+        cli_json_token(f, p->ids[i], p->labels[i]);
+    }
+    fputc(']', f);
+}
+
 static void put_float(FILE *f, int64_t i, const void *v) {
     const float x = ((const float *)v)[i];
     if (isfinite(x)) fprintf(f, "%.9g", (double)x);

@@ -215,7 +215,7 @@ TEST(alloc_fail_probe_commands) {
 }
 
 /* The interpretability commands on the tiny Llama-3.1 fixture (2 layers):
- * every sweep and output of patch in milliseconds a run. */
+ * every sweep and output of patch, attribute and lens in milliseconds a run. */
 TEST(alloc_fail_patch_commands) {
     char tiny[600];
     snprintf(tiny, sizeof tiny, "%s/model/tiny31/tiny-llama31.gguf", test_fixture_dir());
@@ -223,6 +223,15 @@ TEST(alloc_fail_patch_commands) {
           (const char *const[]){"patch", "-m", tiny, "--clean-tokens", "509,72,85,97", "--corrupt-tokens", "509,72,86,97",
                                 "--metric", "logit-diff", "--answer", "y", "--wrong", "ar", "--per-position", "--html",
                                 out_path(0, "p.html"), "--npy", out_path(1, "p_"), "--json", "--threads", "1", NULL});
+    sweep("attribute --html --npy --json", cmd_attribute,
+          (const char *const[]){"attribute", "-m", tiny, "--tokens", "509,72,85,97", "--html", out_path(0, "a.html"), "--npy",
+                                out_path(1, "a_"), "--json", "--threads", "1", NULL});
+    sweep("lens --html --json (its own top-1 as target)", cmd_lens,
+          (const char *const[]){"lens", "-m", tiny, "--tokens", "509,72,85,97", "-k", "2", "--html", out_path(0, "l.html"),
+                                "--json", "--threads", "1", NULL});
+    sweep("lens --target (a table)", cmd_lens,
+          (const char *const[]){"lens", "-m", tiny, "--tokens", "509,72,85,97", "--target", "y", "--pos", "0,-1",
+                                "--threads", "1", NULL});
 }
 
 TEST(alloc_fail_article_commands) {

@@ -20,7 +20,8 @@
 #include <string.h>
 
 static const char *const commands[] = {"attend", "bench", "cost", "explain", "scaling",
-                                       "run", "tokenize", "inspect", "sinks", "ablate", "patch", "stream", "demo", NULL};
+                                       "run", "tokenize", "inspect", "sinks", "ablate", "patch", "attribute", "lens",
+                                       "stream", "demo", NULL};
 
 /* The flags of one help line "  -m, --model FILE   text": names into names[],
  * returns how many; *has_value when a metavar follows them. */
@@ -85,7 +86,7 @@ TEST(cli_every_command_rejects_bad_flags) {
         {"attend", "--window", "0"}, {"bench", "--n", "0"},         {"cost", "--layers", "0"},
         {"explain", "--input", NULL}, {"scaling", "--positions", "1"}, {"run", "--top-p", "2"},
         {"tokenize", "--tokens", "1,99999"}, {"inspect", "--first", "0"}, {"sinks", "--skip", "-1"},
-        {"ablate", "--head", "-2"}, {"patch", "--max-mib", "0"},
+        {"ablate", "--head", "-2"}, {"patch", "--max-mib", "0"}, {"attribute", "--top", "0"}, {"lens", "-k", "101"},
         {"stream", "--window", "0"}, {"demo", "--n", "5000"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -358,10 +358,227 @@ TEST(patch_cli_gemma3_leave_pair) {
     test_json_free(j);
 }
 
+/* -------------------------------------------------------------- attribute */
+
+TEST(patch_cli_attribute_equals_the_library) {
+    const char *m = test_model_path();
+    if (!test_require_model()) return;
+    const char *html = tmp_path(0, "dla.html"), *prefix = tmp_path(1, "dla_");
+    const char *argv[] = {"attribute", "-m", m, "-p", "Mary and John went out. John gave it to", "--answer", " Mary",
+                          "--wrong", " John", "--json", "--html", html, "--npy", prefix, "--threads", "1", NULL};
+    test_json *j = run_json(argv);
+    if (!j) return;
+    int n = 0;
+    int32_t *ids = json_ids(j, "tokens", &n);
+    const int L = 30, H = 9;
+    const test_json *chosen = test_json_get(j, "chosen"), *linear = test_json_get(j, "heads_linear");
+    CHECK(chosen && chosen->string && !strcmp(chosen->string, "given") && linear && linear->number == 1,
+          "chosen given, heads linear (llama)");
+    qkv_model *mod = open_model(m, n);
+    float *heads = malloc((size_t)L * H * 4), *attn = malloc((size_t)L * 4), *mlp = malloc((size_t)L * 4);
+    qkv_attribution at = {.heads = heads, .attn = attn, .mlp = mlp};
+    qkv_error err = {0};
+    const int32_t mary = one_token(m, " Mary"), john = one_token(m, " John");
+    const int ok = mod && qkv_attribute(&at, mod, ids, n, mary, john, &err) == QKV_OK;
+    CHECK(ok, "qkv_attribute: %s", err.msg);
+    if (ok) {
+        const int64_t lh[2] = {L, H}, l1[1] = {L};
+        double *h = json_array(j, "heads", 2, lh), *a = json_array(j, "attn", 1, l1), *f = json_array(j, "mlp", 1, l1);
+        check_same("heads", h, heads, L * H);
+        check_same("attn", a, attn, L);
+        check_same("mlp", f, mlp, L);
+        /* the JSON's parts add up to its total as the library's do (float sums in double: 1e-6 of the scale) */
+        double sum = json_num(j, "embed"), scale = fabs(sum);
+        for (int l = 0; a && f && l < L; l++) sum += a[l] + f[l], scale += fabs(a[l]) + fabs(f[l]);
+        CHECK(fabs(sum - json_num(j, "total")) <= 1e-6 * scale, "parts %.9g, total %.9g", sum, json_num(j, "total"));
+        CHECK(fabs(json_num(j, "total") - at.total) <= 1e-9 * scale && fabs(json_num(j, "logit_diff") - at.logit_diff) <= 1e-9 * scale &&
+                  fabs(json_num(j, "embed") - at.embed) <= 1e-9 * scale,
+              "total, logit_diff, embed");
+        CHECK(json_num(test_json_get(j, "answer"), "id") == mary && json_num(test_json_get(j, "wrong"), "id") == john,
+              "answer and wrong");
+        char p[800];
+        snprintf(p, sizeof p, "%sheads.npy", prefix);
+        check_npy(p, 2, lh, heads);
+        snprintf(p, sizeof p, "%sattn.npy", prefix);
+        check_npy(p, 1, l1, attn);
+        snprintf(p, sizeof p, "%smlp.npy", prefix);
+        check_npy(p, 1, l1, mlp);
+        free(h), free(a), free(f);
+    }
+    static const char *const labels[] = {DOT "Mary", DOT "John", "layer 29", "h8", NULL};
+    check_page(html, labels);
+    /* without --answer/--wrong: the model's top-1 and top-2, as the library picks them */
+    const char *top2[] = {"attribute", "-m", m, "-p", "Mary and John went out. John gave it to", "--json", "--threads", "1", NULL};
+    test_json *t = run_json(top2);
+    qkv_attribution at2 = {.heads = heads, .attn = attn, .mlp = mlp};
+    if (t && mod && qkv_attribute(&at2, mod, ids, n, -1, -1, &err) == QKV_OK) {
+        const test_json *c2 = test_json_get(t, "chosen");
+        CHECK(c2 && c2->string && !strcmp(c2->string, "top-2"), "chosen top-2");
+        CHECK(json_num(test_json_get(t, "answer"), "id") == at2.answer && json_num(test_json_get(t, "wrong"), "id") == at2.wrong &&
+                  at2.answer != at2.wrong,
+              "top-2: %d %d", at2.answer, at2.wrong);
+    }
+    /* --answer alone: wrong is the model's most likely other token, as the library picks it */
+    const char *runner_up[] = {"attribute", "-m", m, "-p", "Mary and John went out. John gave it to", "--answer", " John",
+                               "--json", "--threads", "1", NULL};
+    test_json *r = run_json(runner_up);
+    if (r && mod && qkv_attribute(&at2, mod, ids, n, john, -1, &err) == QKV_OK) {
+        const test_json *c3 = test_json_get(r, "chosen");
+        CHECK(c3 && c3->string && !strcmp(c3->string, "runner-up"), "chosen runner-up");
+        CHECK(json_num(test_json_get(r, "answer"), "id") == john && json_num(test_json_get(r, "wrong"), "id") == at2.wrong,
+              "runner-up: %d", at2.wrong);
+    }
+    test_json_free(r);
+    /* the table: the sums and the model's own difference */
+    const char *table[] = {"attribute", "-m", m, "-p", "Mary and John went out. John gave it to", "--answer", " Mary", "--wrong",
+                           " John", "--threads", "1", NULL};
+    char *so = NULL;
+    CHECK(test_run_cli(table, NULL, &so, NULL) == 0 && so && strstr(so, "total (embed + attn + mlp) = ") &&
+              strstr(so, "the model's own logit difference = ") && strstr(so, "heads (each head's output") &&
+              !strstr(so, "not additive"),
+          "table: %s", so ? so : "");
+    free(so);
+    test_json_free(t);
+    qkv_model_close(mod);
+    free(heads), free(attn), free(mlp), free(ids);
+    test_json_free(j);
+}
+
+TEST(patch_cli_attribute_bad_input) {
+    const char *m = test_model_path();
+    if (!test_require_model()) return;
+    static const bad_case cases[] = {
+        {{"-p", "Paris is in", "--wrong", " France"}, "--wrong needs --answer"},
+        {{"-p", "Paris is in", "--answer", " South Africa", "--wrong", " Spain"}, "--answer: ' South Africa' is 2 tokens, not one"},
+        {{"-p", "Paris is in", "--answer", " France", "--wrong", " France"}, "are the same token"},
+        {{"-p", ""}, "-p: the text is empty"},
+        {{"-p", "Paris is in", "--ctx", "1"}, "--ctx 1 holds fewer positions"},
+        {{"--tokens", "1,2", "--chat"}, "--chat needs text"},
+    };
+    check_bad_cases("attribute", m, cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(patch_cli_attribute_gemma3_heads_not_additive) {
+    if (!test_require_gemma3()) return;
+    const char *argv[] = {"attribute", "-m", test_gemma3_path(), "-p", "年假怎么申请？", "--json", NULL};
+    test_json *j = run_json(argv);
+    if (j) {
+        const int64_t lh[2] = {18, 4};
+        double *h = json_array(j, "heads", 2, lh);
+        int nulls = 0;
+        for (int i = 0; h && i < 18 * 4; i++) nulls += isnan(h[i]);
+        CHECK(nulls == 18 * 4 && test_json_get(j, "heads_linear")->number == 0, "Gemma's heads are null, not additive");
+        free(h);
+    }
+    test_json_free(j);
+    const char *table[] = {"attribute", "-m", test_gemma3_path(), "-p", "年假怎么申请？", NULL};
+    char *so = NULL;
+    CHECK(test_run_cli(table, NULL, &so, NULL) == 0 && so && strstr(so, "heads: not additive in gemma3"), "table: %s",
+          so ? so : "");
+    free(so);
+}
+
+/* ------------------------------------------------------------------- lens */
+
+TEST(patch_cli_lens_equals_the_library) {
+    const char *m = test_model_path();
+    if (!test_require_model()) return;
+    const char *html = tmp_path(0, "lens.html");
+    const char *argv[] = {"lens", "-m", m, "-p", "The capital of France is", "-k", "3", "--json", "--html", html,
+                          "--threads", "1", NULL};
+    test_json *j = run_json(argv);
+    if (!j) return;
+    int n = 0;
+    int32_t *ids = json_ids(j, "tokens", &n);
+    const int L = 30, k = 3;
+    CHECK(json_num(j, "k") == 3 && json_num(j, "n_layer") == L && json_num(j, "n_tokens") == n, "k, n_layer, n_tokens");
+    qkv_model *mod = open_model(m, n);
+    /* the default target: the model's own top-1 at the last position */
+    const int V = mod ? qkv_model_get_config(mod)->n_vocab : 1;
+    float *logits = malloc((size_t)V * 4);
+    qkv_error err = {0};
+    int32_t top1 = 0;
+    if (mod && qkv_model_forward(mod, logits, ids, n, 0, NULL, &err) == QKV_OK)
+        for (int v = 1; v < V; v++)
+            if (logits[v] > logits[top1]) top1 = v;
+    if (mod) qkv_model_rewind(mod, 0, &err);
+    CHECK(json_num(test_json_get(j, "target"), "id") == top1, "target %g, the model's top-1 %d",
+          json_num(test_json_get(j, "target"), "id"), top1);
+    int32_t *tid = malloc((size_t)L * n * k * 4);
+    float *tp = malloc((size_t)L * n * k * 4), *pt = malloc((size_t)L * n * 4);
+    qkv_lens_out out = {.top_ids = tid, .top_probs = tp, .target_prob = pt};
+    const qkv_lens_params lp = {.k = k, .target = top1};
+    const int ok = mod && qkv_lens(&out, mod, ids, n, &lp, &err) == QKV_OK;
+    CHECK(ok, "qkv_lens: %s", err.msg);
+    if (ok) {
+        const int64_t lnk[3] = {L, n, k}, ln[2] = {L, n};
+        double *x = json_array(j, "top_ids", 3, lnk), *p = json_array(j, "top_probs", 3, lnk),
+               *t = json_array(j, "target_prob", 2, ln);
+        float *xf = malloc((size_t)L * n * k * 4);
+        for (int i = 0; i < L * n * k; i++) xf[i] = (float)tid[i];
+        check_same("top_ids", x, xf, (int64_t)L * n * k);
+        check_same("top_probs", p, tp, (int64_t)L * n * k);
+        check_same("target_prob", t, pt, (int64_t)L * n);
+        CHECK(tid[((size_t)(L - 1) * n + n - 1) * k] == top1, "the last layer's lens is the model's output");
+        /* top_pieces: [L][n][k] strings */
+        const test_json *pieces = test_json_get(j, "top_pieces");
+        int shaped = pieces && pieces->kind == TEST_JSON_ARRAY && pieces->n == L;
+        for (int l = 0; shaped && l < L; l++) {
+            shaped = pieces->items[l].n == n;
+            for (int q = 0; shaped && q < n; q++)
+                shaped = pieces->items[l].items[q].n == k && pieces->items[l].items[q].items[0].kind == TEST_JSON_STRING;
+        }
+        CHECK(shaped, "top_pieces is not [L][n][k] strings");
+        free(x), free(p), free(t), free(xf);
+    }
+    static const char *const labels[] = {DOT "France", DOT "capital", "layer 29", "top 3:", NULL};
+    check_page(html, labels);
+    /* --target and --pos in the table */
+    const char *table[] = {"lens", "-m", m, "-p", "The capital of France is", "--target", " Paris", "--pos", "0,-1",
+                           "--threads", "1", NULL};
+    char *so = NULL;
+    CHECK(test_run_cli(table, NULL, &so, NULL) == 0 && so && strstr(so, "target " DOT "Paris\n") &&
+              strstr(so, "position 0 (The)") && strstr(so, "position 4 (" DOT "is)"),
+          "table: %s", so ? so : "");
+    free(so);
+    qkv_model_close(mod);
+    free(logits), free(tid), free(tp), free(pt), free(ids);
+    test_json_free(j);
+}
+
+TEST(patch_cli_lens_bad_input) {
+    const char *m = test_model_path();
+    if (!test_require_model()) return;
+    static const bad_case cases[] = {
+        {{"-p", "Paris is in", "--target", " South Africa"}, "--target: ' South Africa' is 2 tokens, not one"},
+        {{"-p", "Paris is in", "--pos", "3"}, "--pos 3: the prompt has positions 0..2"},
+        {{"-p", "Paris is in", "--pos", "-4"}, "--pos -4"},
+        {{"-p", "Paris is in", "-k", "0"}, "-k: 0 is out of range"},
+        {{"-p", ""}, "-p: the text is empty"},
+        {{"-p", "Paris", "-f", "x"}, "give exactly one of"},
+    };
+    check_bad_cases("lens", m, cases, sizeof cases / sizeof cases[0]);
+}
+
+TEST(patch_cli_lens_gemma3) {
+    if (!test_require_gemma3()) return;
+    const char *html = tmp_path(0, "lens.html");
+    const char *argv[] = {"lens", "-m", test_gemma3_path(), "-p", "病假怎么申请？", "--json", "--html", html, NULL};
+    test_json *j = run_json(argv);
+    if (!j) return;
+    const int64_t lnk[3] = {18, 6, 5};
+    double *x = json_array(j, "top_probs", 3, lnk);
+    free(x);
+    CHECK(test_json_get(j, "tokens")->n == 6, "6 tokens");
+    static const char *const labels[] = {"病", "申请", "layer 17", NULL};
+    check_page(html, labels);
+    test_json_free(j);
+}
+
 TEST(patch_cli_listed_in_help) {
     char *out = NULL;
     CHECK(test_run_cli((const char *const[]){"--help", NULL}, NULL, &out, NULL) == 0, "qkv --help");
-    static const char *const names[] = {"  patch ", NULL};
+    static const char *const names[] = {"  patch ", "  attribute ", "  lens ", NULL};
     for (int i = 0; out && names[i]; i++) CHECK(strstr(out, names[i]) != NULL, "qkv --help lacks%s", names[i]);
     free(out);
 }
