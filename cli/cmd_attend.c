@@ -106,8 +106,10 @@ int cli_load_3d(qkv_npy *a, const char *path) {
     qkv_error err = {0};
     if (qkv_npy_load(a, path, &err)) return cli_fail("%s", err.msg);
     if (a->type != QKV_NPY_F32) {
+        static const char *const descr[] = {"<f4", "<i4", "<i8", "<f8"};
+        const int type = (int)a->type;
         qkv_npy_free(a);
-        return cli_fail("%s: must be float32", path);
+        return cli_fail("%s: must be float32, not '%s'", path, descr[type]);
     }
     if (a->ndim == 4 && a->shape[0] == 1) {
         memmove(a->shape, a->shape + 1, 3 * sizeof a->shape[0]);
@@ -131,7 +133,7 @@ static int load_positions(int64_t *pos, const char *path, int64_t lk) {
     if (qkv_npy_load(&p, path, &err)) return cli_fail("%s", err.msg);
     int rc = 0;
     int ndim_ok = p.ndim == 1 || (p.ndim == 2 && p.shape[0] == 1);
-    if (p.type == QKV_NPY_F32) rc = cli_fail("%s: positions must be int32 or int64", path);
+    if (p.type != QKV_NPY_I32 && p.type != QKV_NPY_I64) rc = cli_fail("%s: positions must be int32 or int64", path);
     else if (!ndim_ok || p.count != lk)
         rc = cli_fail("%s: expected %lld positions (one per K row), got shape with %lld", path, (long long)lk,
                       (long long)p.count);

@@ -391,8 +391,9 @@ QKV_API qkv_status qkv_attn_run_cached(qkv_attn_plan *plan, float *o, float *lse
 
 /* --------------------------------------------------------------------- npy */
 
-/* A .npy array in memory: little-endian, C order; float32, int32 or int64. */
-typedef enum { QKV_NPY_F32 = 0, QKV_NPY_I32 = 1, QKV_NPY_I64 = 2 } qkv_npy_type;
+/* A .npy array in memory: little-endian, C order; float32, int32, int64 or
+ * float64 (the oracles' fixtures; a caller checks the type it needs). */
+typedef enum { QKV_NPY_F32 = 0, QKV_NPY_I32 = 1, QKV_NPY_I64 = 2, QKV_NPY_F64 = 3 } qkv_npy_type;
 
 #define QKV_NPY_MAX_DIMS 8
 typedef struct {
@@ -1301,8 +1302,8 @@ QKV_API const qkv_sinks_head *qkv_sinks_get(qkv_sinks *s, int layer, int head);
  * Progress of a probe that runs many forward calls (qkv_ablate_positions,
  * qkv_ablate_heads, qkv_stream_score, qkv_patch): after each forward call (or
  * chunk) it calls progress(user, done, total) on the calling thread, done
- * counting the tokens run through the model so far (qkv_patch: its patched
- * forward calls), of total for the whole probe (each probe says what total
+ * counting the tokens run through the model so far (qkv_patch: its
+ * components), of total for the whole probe (each probe says what total
  * is); the last call has done == total.
  * A nonzero return stops the probe, which then returns QKV_ERR_CANCELLED with
  * the KV cache empty. A NULL progress reports nothing. The layers of one long

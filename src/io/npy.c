@@ -37,10 +37,11 @@ static qkv_status parse_header(qkv_npy *out, const char *hdr, const char *path, 
     if (!strcmp(dt, "<f4")) out->type = QKV_NPY_F32;
     else if (!strcmp(dt, "<i4")) out->type = QKV_NPY_I32;
     else if (!strcmp(dt, "<i8")) out->type = QKV_NPY_I64;
-    else if (!strcmp(dt, ">f4") || !strcmp(dt, ">i4") || !strcmp(dt, ">i8"))
+    else if (!strcmp(dt, "<f8")) out->type = QKV_NPY_F64;
+    else if (!strcmp(dt, ">f4") || !strcmp(dt, ">i4") || !strcmp(dt, ">i8") || !strcmp(dt, ">f8"))
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: big-endian data ('%s') is not supported", path, dt);
     else
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: dtype '%s' is not float32, int32 or int64", path, dt);
+        return qkv_fail(err, QKV_ERR_FORMAT, "%s: dtype '%s' is not float32, int32, int64 or float64", path, dt);
 
     const char *fo = dict_value(hdr, "fortran_order");
     if (!fo) return qkv_fail(err, QKV_ERR_FORMAT, "%s: npy header has no 'fortran_order'", path);
@@ -109,7 +110,7 @@ qkv_status qkv_npy_load(qkv_npy *out, const char *path, qkv_error *err) {
     hdr[hlen] = 0;
     st = parse_header(out, hdr, path, err);
     if (st) goto done;
-    size_t esize = out->type == QKV_NPY_I64 ? 8 : 4;
+    size_t esize = out->type == QKV_NPY_I64 || out->type == QKV_NPY_F64 ? 8 : 4;
     long data_start = ftell(f);
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || data_start < 0) {
