@@ -581,22 +581,25 @@ class Model:
         """The logit lens (qkv lens) of prompt (text or ids): every layer's
         hook_resid_post at every position through the final norm, the unembedding
         (and any final soft-cap), softmax: the top-k tokens and their probabilities,
-        and target's probability (target: one token's text or id, or None); a Lens
-        (the CLI's --json fields as numpy, inline in Jupyter as a grid)."""
+        and the probability of target (one token's text or id; None: the model's
+        own top-1 at the last position, as the CLI's); a Lens (the CLI's --json
+        fields as numpy, inline in Jupyter as a grid)."""
         ids = self._prompt(prompt, chat, "prompt")
         self._fits(len(ids))
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.config.n_vocab:
             raise ValueError(f"k must be an int in [1, {self.config.n_vocab}], got {k!r}")
         t = self._one_token(target, "target")
+        if t is None:
+            t = int(np.argmax(self.forward(ids, positions="last")[0]))  # the lowest id on ties
         c, n = self.config, len(ids)
         top_ids = np.empty((c.n_layer, n, k), dtype=np.int32)
         top_probs = np.empty((c.n_layer, n, k), dtype=np.float32)
-        target_prob = None if t is None else np.empty((c.n_layer, n), dtype=np.float32)
-        self._c.lens(top_ids, top_probs, target_prob, ids, int(k), -1 if t is None else t)
+        target_prob = np.empty((c.n_layer, n), dtype=np.float32)
+        self._c.lens(top_ids, top_probs, target_prob, ids, int(k), t)
         flat = self._labels(top_ids.ravel())
         labels = [[flat[(l * n + p) * k:(l * n + p + 1) * k] for p in range(n)] for l in range(c.n_layer)]
         return _patch.Lens(ids=ids, tokens=self._labels(ids), top_ids=top_ids, top_probs=top_probs, target=t,
-                           target_piece=None if t is None else self.piece(t), target_prob=target_prob,
+                           target_piece=self.piece(t), target_prob=target_prob,
                            top_labels=labels, model=c.path)
 
     # ------------------------------------------------------------ stream

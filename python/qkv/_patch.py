@@ -212,15 +212,15 @@ class Attribution(_Page):
 class Lens(_Page):
     """The logit lens (qkv lens --json as numpy): each layer's hook_resid_post at
     each position through the final norm and unembedding: top_ids int32 [L, n, k],
-    top_probs float32 [L, n, k], and target_prob float32 [L, n] (None without a
-    target). The last layer's row is the model's own output."""
+    top_probs float32 [L, n, k], and target_prob float32 [L, n], the probability of
+    target (an id). The last layer's row is the model's own output."""
     ids: np.ndarray
     tokens: list
     top_ids: np.ndarray
     top_probs: np.ndarray
-    target: object
-    target_piece: object
-    target_prob: object
+    target: int
+    target_piece: bytes
+    target_prob: np.ndarray
     top_labels: list        # [L][n][k] the top tokens' labels
     model: str
 
@@ -232,12 +232,11 @@ class Lens(_Page):
         maps = [dict(title="top-1 token", caption="each cell's most likely next token, coloured by its probability",
                      values=self.top_probs[:, :, 0], row_labels=_layer_labels(L), col_labels=self.tokens, text=text,
                      hover=hover, vmax=1.0)]
-        if self.target_prob is not None:
-            maps.append(dict(title=f"probability of {_label(self.target_piece)}", values=self.target_prob,
-                             row_labels=_layer_labels(L), col_labels=self.tokens, hover=hover))
+        maps.append(dict(title=f"probability of {_label(self.target_piece)}", values=self.target_prob,
+                         row_labels=_layer_labels(L), col_labels=self.tokens, hover=hover))
         return _page(f"{os.path.basename(self.model)}: logit lens", "Each layer's residual stream (hook_resid_post) "
                      "through the final norm and the unembedding, at each position.", maps)
 
     def __repr__(self):
         L, n, k = self.top_ids.shape
-        return f"<qkv.Lens: {L} layers x {n} positions, top {k}{'' if self.target is None else ', a target'}>"
+        return f"<qkv.Lens: {L} layers x {n} positions, top {k}, target {_label(self.target_piece)}>"

@@ -13,7 +13,7 @@
  *   attribute(heads, attn, mlp, ids, answer, wrong) -> (embed, total, logit_diff, heads_linear, final_softcap,
  *         answer, wrong):  heads [L, Hq], attn [L], mlp [L] float32; answer, wrong -1: the model's top-2
  *   lens(top_ids, top_probs, target_prob, ids, k, target):  top_ids [L, n, k] int32, top_probs [L, n, k]
- *     float32, target_prob [L, n] float32 or None (target -1)
+ *     float32, target_prob [L, n] float32 or None (target -1: none)
  *   spearman(x, y) -> float:  x, y [m] float64 (qkv_spearman)
  *   token_labels([bytes]) -> [str]:  qkv_token_labels
  *   heatmap_page(title, intro, maps) -> str:  maps a list of dicts (title, values [rows, cols] float32,

@@ -259,7 +259,38 @@ def test_lens_against_the_hook(gemma3):
     assert np.abs(lens.top_probs[layer] - np.take_along_axis(p, lens.top_ids[layer], axis=1)).max() <= 1e-5
     target = gemma3.tokenize("年", add_special=False)[0]
     assert np.abs(lens.target_prob[layer] - p[:, target]).max() <= 1e-5
-    assert gemma3.lens(ids, k=1).target_prob is None
+    own = gemma3.lens(ids, k=1)  # the target by default: the model's top-1 at the last position
+    assert own.target == own.top_ids[-1, -1, 0] and np.array_equal(own.target_prob[-1, -1], own.top_probs[-1, -1, 0])
+
+
+def cli_json(*args):
+    return json.loads(subprocess.run([str(qkv_cli_bin()), *args, "--json", "--threads", "2"], check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+def test_attribute_and_lens_are_the_cli_json(smollm2, gemma3):
+    """`qkv attribute --json` (SmolLM2, heads additive) and `qkv lens --json` (Gemma 3):
+    float32 arrays bit for bit (printed with 9 digits), the double sums to their 10
+    printed digits, the same tokens."""
+    from conftest import model_path
+    a = smollm2.attribute(IOI_CLEAN, answer=" Mary", wrong=" John")
+    cli = cli_json("attribute", "-m", str(model_path()), "-p", IOI_CLEAN, "--answer", " Mary", "--wrong", " John")
+    for name in ("heads", "attn", "mlp"):
+        assert np.array_equal(np.array(cli[name], dtype=np.float32), getattr(a, name)), name
+    for name in ("embed", "total", "logit_diff"):
+        assert cli[name] == pytest.approx(getattr(a, name), rel=1e-9, abs=1e-12), name
+    assert (cli["answer"]["id"], cli["wrong"]["id"], cli["heads_linear"]) == (a.answer, a.wrong, a.heads_linear)
+    g = gemma3.attribute(CLEAN)
+    cli = cli_json("attribute", "-m", str(GEMMA3), "-p", CLEAN)
+    assert (cli["answer"]["id"], cli["wrong"]["id"]) == (g.answer, g.wrong) and cli["heads_linear"] is False
+    assert np.isnan(g.heads).all() and np.array_equal(np.array(cli["attn"], dtype=np.float32), g.attn)
+    lens = gemma3.lens(CLEAN, k=3)
+    cli = cli_json("lens", "-m", str(GEMMA3), "-p", CLEAN, "-k", "3")
+    assert cli["target"]["id"] == lens.target and [t["id"] for t in cli["tokens"]] == list(lens.ids)
+    assert np.array_equal(np.array(cli["top_ids"]), lens.top_ids)
+    assert np.array_equal(np.array(cli["top_probs"], dtype=np.float32), lens.top_probs)
+    assert np.array_equal(np.array(cli["target_prob"], dtype=np.float32), lens.target_prob)
+    assert cli["top_pieces"][12][-1][0] == lens.top_labels[12][-1][0]
 
 
 def test_bad_input_is_one_value_error(gemma3, smollm2):
