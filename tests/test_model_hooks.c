@@ -7,8 +7,9 @@
  * zeroing a head's hook_z by hand is exactly the zeroed-head option; two
  * different interventions back to back share nothing; a failing hook stops
  * the call with its message and leaves the cache as it was; a head-scoped
- * exclusion shows in that head's pattern only. The comparison of the points
- * with transformers is test_model_hooks_oracle.c.
+ * exclusion shows in that head's pattern only; qkv_model_head_result is one
+ * head's attention output, bit for bit, in calls of any length. The
+ * comparison of the points with transformers is test_model_hooks_oracle.c.
  */
 #include "testing.h"
 
@@ -372,6 +373,36 @@ TEST(model_head_result_is_the_attention_output_of_one_head) {
     CHECK(qkv_model_head_result(result, m, c->n_layer, z, N, &err) == QKV_ERR_INVALID && strstr(err.msg, "layer"),
           "a layer out of range is refused (%s)", err.msg);
     CHECK(qkv_model_head_result(result, m, layer, z, 0, &err) == QKV_ERR_INVALID, "n = 0 is refused");
+    CHECK(qkv_model_head_result(result, m, layer, z, 65, &err) == QKV_ERR_INVALID, "n above the context is refused");
     free(z); free(attn_out); free(result); free(one);
+    qkv_model_close(m);
+}
+
+/* More rows than one matmul takes (4M floats of masked z: 809 positions of SmolLM2): each row as
+ * computed alone in a short call, bit for bit (a row's result does not depend on its neighbours). */
+TEST(model_head_result_in_chunks) {
+    if (!test_require_model()) return;
+    enum { LONG = 2000, SHORT = 8 };
+    qkv_model_params p = {.n_ctx = LONG, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, test_model_path(), &p, &err) == QKV_OK, "open: %s", err.msg);
+    if (!m) return;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    const size_t zrow = (size_t)c->n_head * c->head_dim, orow = (size_t)c->n_head * c->n_embd;
+    float *z = malloc(LONG * zrow * 4), *all = malloc(LONG * orow * 4), *part = malloc(SHORT * orow * 4);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < LONG * zrow; i++) {
+        x = x * 1664525u + 1013904223u;
+        z[i] = (float)((x >> 8) * (1.0 / 16777216.0) - 0.5);
+    }
+    CHECK(qkv_model_head_result(all, m, 3, z, LONG, &err) == QKV_OK, "%s", err.msg);
+    static const int starts[] = {0, 800, 1000, LONG - SHORT};
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+        CHECK(qkv_model_head_result(part, m, 3, z + starts[i] * zrow, SHORT, &err) == QKV_OK, "%s", err.msg);
+        CHECK(!memcmp(part, all + starts[i] * orow, SHORT * orow * 4), "rows %d..%d of %d differ from a call of %d",
+              starts[i], starts[i] + SHORT, LONG, SHORT);
+    }
+    free(z); free(all); free(part);
     qkv_model_close(m);
 }

@@ -27,8 +27,10 @@ qkv_status qkv_model_head_result(float *out, qkv_model *m, int layer, const floa
         return qkv_fail(err, QKV_ERR_INVALID, "head_result: %d rows exceed the context of %d", n, m->n_ctx);
     const int E = c->n_embd, Hq = c->n_head, D = c->head_dim, QD = Hq * D;
     const size_t per_pos = (size_t)Hq * QD;
-    const int chunk = per_pos >= HEAD_RESULT_CHUNK_FLOATS ? 1 : (int)(HEAD_RESULT_CHUNK_FLOATS / per_pos);
-    const int rows = n < chunk ? n : chunk;
+    /* positions per matmul, the chunks balanced so that none is a small remainder
+     * (a matmul of up to 3 rows sums in another order than the forward's) */
+    const int most = per_pos >= HEAD_RESULT_CHUNK_FLOATS ? 1 : (int)(HEAD_RESULT_CHUNK_FLOATS / per_pos);
+    const int n_chunks = (n + most - 1) / most, rows = (n + n_chunks - 1) / n_chunks;
     float *zmask = calloc((size_t)rows * per_pos, sizeof *zmask); /* [rows, Hq, QD]: row (t, h) holds z[t, h] at h */
     if (!zmask) return qkv_fail(err, QKV_ERR_NOMEM, "head_result: out of memory for %d rows", rows);
     for (int t0 = 0; t0 < n; t0 += rows) {
