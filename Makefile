@@ -152,13 +152,13 @@ check: all
 # The whole suite takes about 5x its plain time under ASan; `make test` runs
 # this subset instead: every parser (GGUF, model config and load checks,
 # tokenizer, .npy through attend, flags, the fuzz corpora) and every
-# command's bad input and one good run of each (demo, sinks: their parts), and
-# the PNG encoder (png_: tests/test_png_encode.c and the inspect figure).
+# command's bad input and one good run of each (demo, sinks: their parts), the
+# tests' JSON reader, and the PNG encoder (png_: tests/test_png_encode.c and the inspect figure).
 SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks tokenizer_load_checks tok_ fuzz_replay \
                      dequant alloc_counter attn_plan_runs sampler_draws bad_input rejects_bad cli_every_command \
                      cli_one_bos explain_json scaling_is_deterministic cost_model_from_gguf attend_cli_matches \
                      run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json \
-                     png_
+                     patch_cli_json_npy_html patch_cli_attribute_equals patch_cli_lens_equals json_read_ png_
 SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
 sanitize: deps model

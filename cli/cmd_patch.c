@@ -56,7 +56,7 @@ typedef struct {
 static int parse_args(patch_args *a, int argc, char **argv) {
     *a = (patch_args){.model = CLI_DEFAULT_MODEL, .sweeps = DEFAULT_SWEEPS, .top = 10};
     char max_help[160];
-    snprintf(max_help, sizeof max_help, "the clean run's activations the sweeps may cache, MiB\n(default %lld: the library's)",
+    snprintf(max_help, sizeof max_help, "the activations the sweeps may cache (both runs'), MiB\n(default %lld: the library's)",
              (long long)(QKV_PATCH_DEFAULT_MAX_BYTES >> 20));
     cli_flag flags[] = {
         CLI_FLAG_MODEL(&a->model),
