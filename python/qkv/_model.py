@@ -513,13 +513,14 @@ class Model:
         comes back; returns a PatchResult (the CLI's --json fields as numpy arrays,
         inline in Jupyter as heatmaps). clean, corrupt: text (chat=True: the chat
         template) or ids, the same number of tokens. metric "kl" (recovery = 1 -
-        KL(p_clean || p_patched) / KL(p_clean || p_corrupt)) or "logit_diff" with
-        answer and wrong (text of exactly one token, or ids): the share of
+        KL(p_clean || p_patched) / KL(p_clean || p_corrupt)) or "logit_diff" (the
+        CLI's "logit-diff" too) with answer and wrong (text of exactly one token, or
+        ids): the share of
         logit[answer] - logit[wrong] brought back. sweeps: names from head_out,
         head_out_pos, resid_pre, attn_out, mlp_out (default all but head_out_pos;
-        per_position=True adds it). max_bytes: the clean run's activations the
-        sweeps may cache (0: the library's 1 GiB); more is a ValueError naming the
-        bytes. progress: None, True or fn(done, total) in components done. Each
+        per_position=True adds it). max_bytes: the activations both runs may cache
+        for the sweeps (qkv_patch_bytes; 0: the library's 1 GiB); more is a
+        ValueError naming the bytes. progress: None, True or fn(done, total) in components done. Each
         patched run resumes from the layer it patches (qkv_patch); a component equal
         in both runs (before the first differing token) is 0 without a run."""
         if metric not in _patch.METRICS:
