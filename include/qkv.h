@@ -1052,6 +1052,21 @@ typedef struct {
 QKV_API qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
                                      const qkv_forward_opts *opts, qkv_error *err);
 
+/* Each attention head's output in the residual basis, TransformerLens's
+ * hook_result: the head's slice of Wo applied to its hook_z alone,
+ *   out[t, h, :] = Wo[:, h*D:(h+1)*D] z[t, h, :]
+ *   z: [n, Hq, D] (hook_z of layer `layer`)   out: [n, Hq, E] f32
+ * computed by the forward's matmul on z with the other heads' entries zero:
+ * for n >= 4 bit for bit the attention output of a call with the layer's
+ * other heads in zero_heads (the matmul sums up to 3 rows in another order).
+ * Summed over h it is the attention sublayer's output before any
+ * post-attention norm: with one (gemma2, gemma3) hook_attn_out is that sum
+ * RMS-normed, and the heads are not additive in the residual stream. Uses
+ * the model's run state (not during another call on the same model); the
+ * KV cache is untouched. QKV_ERR_INVALID for a layer out of range, n < 1 or
+ * n above the model's context. */
+QKV_API qkv_status qkv_model_head_result(float *out, qkv_model *m, int layer, const float *z, int n, qkv_error *err);
+
 /* ----------------------------------------------------------------- sampler */
 
 /* Zero is every field's default: (qkv_sampler_params){0} is greedy. */

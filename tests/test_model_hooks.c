@@ -7,8 +7,9 @@
  * zeroing a head's hook_z by hand is exactly the zeroed-head option; two
  * different interventions back to back share nothing; a failing hook stops
  * the call with its message and leaves the cache as it was; a head-scoped
- * exclusion shows in that head's pattern only. The comparison of the points
- * with transformers is test_model_hooks_oracle.c.
+ * exclusion shows in that head's pattern only; qkv_model_head_result is one
+ * head's attention output, bit for bit, in calls of any length. The
+ * comparison of the points with transformers is test_model_hooks_oracle.c.
  */
 #include "testing.h"
 
@@ -320,5 +321,88 @@ TEST(model_head_scoped_exclusion_shows_in_that_head_only) {
     CHECK(pc.hidden[0] == 0, "the hidden key's weight in the scoped head is 0 (%g)", pc.hidden[0]);
     CHECK(pc.hidden[1] > 0.01, "and not in another head (%g: token 0 is a sink)", pc.hidden[1]);
     CHECK(pc.row_sum_err < 1e-5, "every recomputed row sums to 1 (+- %g)", pc.row_sum_err);
+    qkv_model_close(m);
+}
+
+/* ------------------------------------------- each head in the residual basis */
+
+/* Keeps one [N, w] activation of the layer it hooks. */
+static qkv_status keep_activation(void *user, const qkv_activation *a, qkv_error *err) {
+    (void)err;
+    memcpy(user, a->data, (size_t)(a->shape[0] * a->shape[1] * (a->ndim == 3 ? a->shape[2] : 1)) * sizeof(float));
+    return QKV_OK;
+}
+
+TEST(model_head_result_is_the_attention_output_of_one_head) {
+    qkv_model *m = open_model();
+    if (!m) return;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    const int E = c->n_embd, Hq = c->n_head, D = c->head_dim, layer = 5;
+    float *z = malloc((size_t)N * Hq * D * 4), *attn_out = malloc((size_t)N * E * 4);
+    float *result = malloc((size_t)N * Hq * E * 4), *one = malloc((size_t)N * E * 4);
+    const qkv_hook keep[2] = {{.point = QKV_HOOK_Z, .layer = layer, .fn = keep_activation, .user = z},
+                              {.point = QKV_HOOK_ATTN_OUT, .layer = layer, .fn = keep_activation, .user = attn_out}};
+    free(run(m, &(qkv_forward_opts){.hooks = keep, .n_hooks = 2}));
+    qkv_error err = {0};
+    CHECK(qkv_model_head_result(result, m, layer, z, N, &err) == QKV_OK, "%s", err.msg);
+    CHECK(qkv_model_pos(m) == N, "head_result leaves the KV cache alone (%d positions)", qkv_model_pos(m));
+    /* head h alone: the attention output of a call with every other head of the layer zeroed */
+    const qkv_hook keep_out = {.point = QKV_HOOK_ATTN_OUT, .layer = layer, .fn = keep_activation, .user = one};
+    qkv_head_ref others[QKV_MODEL_MAX_HEADS];
+    int exact = 1;
+    for (int h = 0; h < Hq; h++) {
+        int k = 0;
+        for (int g = 0; g < Hq; g++)
+            if (g != h) others[k++] = (qkv_head_ref){.layer = layer, .head = g};
+        free(run(m, &(qkv_forward_opts){.hooks = &keep_out, .n_hooks = 1, .zero_heads = others, .n_zero_heads = k}));
+        for (int t = 0; t < N; t++)
+            if (memcmp(one + (size_t)t * E, result + ((size_t)t * Hq + h) * E, (size_t)E * 4)) exact = 0;
+    }
+    CHECK(exact, "each head's result is the attention output with the layer's other heads zeroed, bit for bit");
+    /* summed over heads: z Wo^T, the layer's attention output (SmolLM2: no post-attention norm);
+     * float32 sums in another order: 1e-5 of the largest value */
+    double worst = 0, top = 0;
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < E; i++) {
+            double s = 0;
+            for (int h = 0; h < Hq; h++) s += result[((size_t)t * Hq + h) * E + i];
+            worst = fmax(worst, fabs(s - attn_out[(size_t)t * E + i]));
+            top = fmax(top, fabs(attn_out[(size_t)t * E + i]));
+        }
+    CHECK(worst <= 1e-5 * top, "sum over heads - hook_attn_out: %.3g (largest |attn_out| %.3g)", worst, top);
+    CHECK(qkv_model_head_result(result, m, c->n_layer, z, N, &err) == QKV_ERR_INVALID && strstr(err.msg, "layer"),
+          "a layer out of range is refused (%s)", err.msg);
+    CHECK(qkv_model_head_result(result, m, layer, z, 0, &err) == QKV_ERR_INVALID, "n = 0 is refused");
+    CHECK(qkv_model_head_result(result, m, layer, z, 65, &err) == QKV_ERR_INVALID, "n above the context is refused");
+    free(z); free(attn_out); free(result); free(one);
+    qkv_model_close(m);
+}
+
+/* More rows than one matmul takes (4M floats of masked z: 809 positions of SmolLM2): each row as
+ * computed alone in a short call, bit for bit (a row's result does not depend on its neighbours). */
+TEST(model_head_result_in_chunks) {
+    if (!test_require_model()) return;
+    enum { LONG = 2000, SHORT = 8 };
+    qkv_model_params p = {.n_ctx = LONG, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, test_model_path(), &p, &err) == QKV_OK, "open: %s", err.msg);
+    if (!m) return;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    const size_t zrow = (size_t)c->n_head * c->head_dim, orow = (size_t)c->n_head * c->n_embd;
+    float *z = malloc(LONG * zrow * 4), *all = malloc(LONG * orow * 4), *part = malloc(SHORT * orow * 4);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < LONG * zrow; i++) {
+        x = x * 1664525u + 1013904223u;
+        z[i] = (float)((x >> 8) * (1.0 / 16777216.0) - 0.5);
+    }
+    CHECK(qkv_model_head_result(all, m, 3, z, LONG, &err) == QKV_OK, "%s", err.msg);
+    static const int starts[] = {0, 800, 1000, LONG - SHORT};
+    for (size_t i = 0; i < sizeof starts / sizeof starts[0]; i++) {
+        CHECK(qkv_model_head_result(part, m, 3, z + starts[i] * zrow, SHORT, &err) == QKV_OK, "%s", err.msg);
+        CHECK(!memcmp(part, all + starts[i] * orow, SHORT * orow * 4), "rows %d..%d of %d differ from a call of %d",
+              starts[i], starts[i] + SHORT, LONG, SHORT);
+    }
+    free(z); free(all); free(part);
     qkv_model_close(m);
 }

@@ -13,10 +13,12 @@ aligned bottom-right (query row i sits at key position Lk - Lq + i).
         w = m.attention(ids, layer=3, head=0)      # [n, n] exact weights
         logits, cache = m.run_with_cache(ids)      # TransformerLens's names, no batch dim
         z = cache["blocks.3.attn.hook_z"]          # [n, Hq, D]
+        r = m.patch("年假怎么申请？", "病假怎么申请？")  # activation patching (also attribute, lens)
 """
 from ._attention import KVCache, attention, attention_reference, rope
 from ._hooks import ActivationCache, Hook
 from ._model import Config, Inspection, LayerAttention, Model
+from ._patch import Attribution, Lens, PatchResult, spearman
 from . import _qkv
 
 __version__ = _qkv.version()
@@ -28,4 +30,4 @@ def isa():
 
 
 __all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "LayerAttention", "Inspection", "ActivationCache",
-           "Hook", "isa", "__version__"]
+           "Hook", "PatchResult", "Attribution", "Lens", "spearman", "isa", "__version__"]

@@ -16,7 +16,7 @@ import warnings
 
 import numpy as np
 
-from . import _hooks, _progress, _qkv
+from . import _hooks, _patch, _progress, _qkv
 
 # qkv needle's defaults (cli/cmd_needle.c)
 GPL3 = "/usr/share/common-licenses/GPL-3"
@@ -288,7 +288,8 @@ class Model:
           blocks.L.attn.hook_pattern                                 [Hq, n, n]
         hook_q / hook_k are before RoPE, hook_rot_q / hook_rot_k after it;
         ln_final.hook_normalized is x / rms(x), before the norm's weight (as
-        TransformerLens's RMSNorm). names_filter: None (every point: the patterns are
+        TransformerLens's RMSNorm). The cache also takes TransformerLens's
+        decompose_resid, stack_head_results and apply_ln_to_stack. names_filter: None (every point: the patterns are
         L x Hq x n x n floats, so keep prompts short), a name, a list of names
         ("blocks.*.<point>" for every layer), or a callable name -> bool.
         ValueError naming any unknown name. zero_heads: as forward's."""
@@ -299,7 +300,7 @@ class Model:
             names = _hooks.resolve(wanted, self.config.n_layer, "names_filter")
         acts = {}
         logits = self._run(ids, [(name, _hooks.cache_hook(acts, name)) for name in names], zero_heads)
-        return logits, _hooks.ActivationCache(acts)
+        return logits, _hooks.ActivationCache(acts, self, len(logits))
 
     def run_with_hooks(self, ids, fwd_hooks=(), *, zero_heads=None):
         """Logits float32 [n, V] of one forward call of ids with fwd_hooks, a list of
@@ -472,6 +473,135 @@ class Model:
         return dict(target=t, p_target=p, top_full=top_full, scope=scope, layer=layer, head=head,
                     attn_mean=values[0], attn_max=values[1], kl=values[2], dp_target=values[3], top_after=top,
                     spearman_attn_kl=None if np.isnan(rho) else rho)
+
+    # ------------------------------- patching, logit attribution, logit lens
+
+    def _prompt(self, prompt, chat, what):
+        """Ids of a prompt given as text (tokenized; chat=True: the chat template) or ids."""
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError(f"{what}: the text is empty")
+            return self.tokenize(prompt, chat=chat)
+        if chat:
+            raise ValueError(f"{what}: chat=True needs text, not token ids")
+        return self._ids(prompt)
+
+    def _one_token(self, token, what):
+        """The id of one token given as text (exactly one token, no BOS) or an id; None stays None."""
+        if token is None:
+            return None
+        if isinstance(token, str):
+            ids = self.tokenize(token, add_special=False)
+            if len(ids) != 1:
+                pieces = " ".join(repr(self.piece(int(t))) for t in ids)
+                raise ValueError(f"{what} {token!r} is {len(ids)} tokens ({pieces}), not one")
+            return int(ids[0])
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+            raise TypeError(f"{what}: expected a token's text (str) or id (int), got {type(token).__name__}")
+        if not 0 <= token < self.config.n_vocab:
+            raise ValueError(f"{what}: token id {token} outside [0, {self.config.n_vocab})")
+        return int(token)
+
+    def _labels(self, ids):
+        return _patch.token_labels([self._c.piece(int(t)) for t in ids])
+
+    def patch(self, clean, corrupt, *, metric="kl", answer=None, wrong=None, per_position=False, sweeps=None,
+              chat=False, max_bytes=0, progress=None):
+        """Activation patching (qkv patch): runs the corrupted prompt with one
+        component's activation replaced by the clean run's, for every component of
+        the sweeps, and measures how much of the clean behaviour at the last position
+        comes back; returns a PatchResult (the CLI's --json fields as numpy arrays,
+        inline in Jupyter as heatmaps). clean, corrupt: text (chat=True: the chat
+        template) or ids, the same number of tokens. metric "kl" (recovery = 1 -
+        KL(p_clean || p_patched) / KL(p_clean || p_corrupt)) or "logit_diff" (the
+        CLI's "logit-diff" too) with answer and wrong (text of exactly one token, or
+        ids): the share of
+        logit[answer] - logit[wrong] brought back. sweeps: names from head_out,
+        head_out_pos, resid_pre, attn_out, mlp_out (default all but head_out_pos;
+        per_position=True adds it). max_bytes: the activations both runs may cache
+        for the sweeps (qkv_patch_bytes; 0: the library's 1 GiB); more is a
+        ValueError naming the bytes. progress: None, True or fn(done, total) in components done. Each
+        patched run resumes from the layer it patches (qkv_patch); a component equal
+        in both runs (before the first differing token) is 0 without a run."""
+        if metric not in _patch.METRICS:
+            raise ValueError(f'metric must be "kl" or "logit_diff", got {metric!r}')
+        kind = _patch.METRICS[metric]
+        if kind == 1 and (answer is None or wrong is None):
+            raise ValueError("metric logit_diff needs answer= and wrong= (one token each)")
+        if kind == 0 and (answer is not None or wrong is not None):
+            raise ValueError("answer= and wrong= go with metric=\"logit_diff\" (kl takes none)")
+        a, w = self._one_token(answer, "answer"), self._one_token(wrong, "wrong")
+        names = list(_patch.DEFAULT_SWEEPS if sweeps is None else ([sweeps] if isinstance(sweeps, str) else sweeps))
+        unknown = [s for s in names if s not in _patch.SWEEPS]
+        if unknown or not names:
+            raise ValueError(f"sweeps: {', '.join(map(repr, unknown)) or 'none'}; choose from {', '.join(_patch.SWEEPS)}")
+        if per_position and "head_out_pos" not in names:
+            names.append("head_out_pos")
+        ci, ki = self._prompt(clean, chat, "clean"), self._prompt(corrupt, chat, "corrupt")
+        if len(ci) != len(ki):
+            raise ValueError(f"the clean prompt is {len(ci)} tokens and the corrupted one {len(ki)}: "
+                             "patching needs the same count")
+        self._fits(len(ci))
+        c, n = self.config, len(ci)
+        shapes = dict(head_out=(c.n_layer, c.n_head), head_out_pos=(c.n_layer, c.n_head, n),
+                      resid_pre=(c.n_layer, n), attn_out=(c.n_layer, n), mlp_out=(c.n_layer, n))
+        out = {s: np.empty(shapes[s], dtype=np.float32) if s in names else None for s in _patch.SWEEPS}
+        with _progress.Progress(progress, "patch", "components") as pr:
+            vc, vk, steps, naive, count, unchanged = self._c.patch(*(out[s] for s in _patch.SWEEPS), ci, ki, kind,
+                                                        -1 if a is None else a, -1 if w is None else w,
+                                                        int(max_bytes), pr.fn)
+        return _patch.PatchResult(
+            metric="kl" if kind == 0 else "logit_diff", answer=a, wrong=w,
+            answer_piece=None if a is None else self.piece(a), wrong_piece=None if w is None else self.piece(w),
+            clean_ids=ci, corrupt_ids=ki, clean_tokens=self._labels(ci), corrupt_tokens=self._labels(ki),
+            clean=vc, corrupt=vk, **out, layer_token_steps=steps, naive_layer_token_steps=naive, n_components=count,
+            n_unchanged=unchanged, model=c.path)
+
+    def attribute(self, prompt, *, answer=None, wrong=None, chat=False):
+        """Direct logit attribution (qkv attribute) at the last position of prompt
+        (text or ids): each head's, attention layer's, MLP's and the embedding's
+        share of logit[answer] - logit[wrong] (answer, wrong: one token's text or id;
+        default the model's own top-1 and top-2 there), through the final norm with
+        this run's RMS frozen; an Attribution (the CLI's --json fields as numpy).
+        Heads are NaN where they are not additive (Gemma's post-attention norm)."""
+        ids = self._prompt(prompt, chat, "prompt")
+        self._fits(len(ids))
+        a, w = self._one_token(answer, "answer"), self._one_token(wrong, "wrong")
+        c = self.config
+        heads = np.empty((c.n_layer, c.n_head), dtype=np.float32)
+        attn = np.empty(c.n_layer, dtype=np.float32)
+        mlp = np.empty(c.n_layer, dtype=np.float32)
+        embed, total, ld, linear, capped, a, w = self._c.attribute(heads, attn, mlp, ids, -1 if a is None else a,
+                                                                   -1 if w is None else w)
+        return _patch.Attribution(ids=ids, tokens=self._labels(ids), answer=a, wrong=w, answer_piece=self.piece(a),
+                                  wrong_piece=self.piece(w), heads=heads, attn=attn, mlp=mlp, embed=embed,
+                                  total=total, logit_diff=ld, heads_linear=bool(linear), final_softcap=bool(capped),
+                                  model=c.path)
+
+    def lens(self, prompt, *, k=5, target=None, chat=False):
+        """The logit lens (qkv lens) of prompt (text or ids): every layer's
+        hook_resid_post at every position through the final norm, the unembedding
+        (and any final soft-cap), softmax: the top-k tokens and their probabilities,
+        and the probability of target (one token's text or id; None: the model's
+        own top-1 at the last position, as the CLI's); a Lens (the CLI's --json
+        fields as numpy, inline in Jupyter as a grid)."""
+        ids = self._prompt(prompt, chat, "prompt")
+        self._fits(len(ids))
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.config.n_vocab:
+            raise ValueError(f"k must be an int in [1, {self.config.n_vocab}], got {k!r}")
+        t = self._one_token(target, "target")
+        if t is None:
+            t = int(np.argmax(self.forward(ids, positions="last")[0]))  # the lowest id on ties
+        c, n = self.config, len(ids)
+        top_ids = np.empty((c.n_layer, n, k), dtype=np.int32)
+        top_probs = np.empty((c.n_layer, n, k), dtype=np.float32)
+        target_prob = np.empty((c.n_layer, n), dtype=np.float32)
+        self._c.lens(top_ids, top_probs, target_prob, ids, int(k), t)
+        flat = self._labels(top_ids.ravel())
+        labels = [[flat[(l * n + p) * k:(l * n + p + 1) * k] for p in range(n)] for l in range(c.n_layer)]
+        return _patch.Lens(ids=ids, tokens=self._labels(ids), top_ids=top_ids, top_probs=top_probs, target=t,
+                           target_piece=self.piece(t), target_prob=target_prob,
+                           top_labels=labels, model=c.path)
 
     # ------------------------------------------------------------ stream
 

@@ -15,10 +15,7 @@
 
 /* ids as an int32 buffer held in *b, its length in *n. */
 static int ids_buffer(Py_buffer *b, PyObject *obj, Py_ssize_t *n) {
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    *n = b->len / 4;
-    PyBuffer_Release(b);
-    if (pyq_buffer(b, obj, PYQ_I32, *n, 0, "ids") < 0) return -1;
+    if (pyq_buffer_n(b, obj, PYQ_I32, n, "ids") < 0) return -1;
     if (*n < 1 || *n > INT32_MAX) {
         PyBuffer_Release(b);
         PyErr_Format(PyExc_ValueError, "ablate: %zd tokens", *n);

@@ -10,7 +10,10 @@
  *   inspect_maps(path, ids, layers, heads, title, subtitle) -> figure:  the qkv inspect --html page
  *       at path and the --png figure's maps (inspect.c)
  *   ablate_positions(...), ablate_heads(...):  qkv ablate (ablate.c)
+ *   patch(...), attribute(...), lens(...):  qkv patch / attribute / lens (patch.c)
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
+ *   head_result(out, layer, z):  z [n, Hq, D] f32 (hook_z); out [n, Hq, E] f32 each head through its
+ *       slice of Wo (qkv_model_head_result)
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
  * progress (here and in the probes' files): None or fn(done, total), called
  * after each layer (maps, sinks, inspect_maps) or forward call (ablate,
@@ -207,13 +210,6 @@ static PyObject *model_piece(PyObject *self, PyObject *args) {
     return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
 }
 
-/* buffer of int32 from obj with its element count in *n */
-static int int32_list(Py_buffer *b, PyObject *obj, Py_ssize_t *n, const char *what) {
-    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
-    *n = b->len / 4;
-    PyBuffer_Release(b);
-    return pyq_buffer(b, obj, PYQ_I32, *n, 0, what);
-}
 
 /* forward(logits, ids, all, hooks=None, zero_heads=None): one call, appending
  * to the cache, with this call's options (hooks.c). */
@@ -227,7 +223,7 @@ static PyObject *model_forward(PyObject *self, PyObject *args, PyObject *kw) {
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
     Py_buffer bi, bl = {0};
     Py_ssize_t n;
-    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (pyq_buffer_n(&bi, ids_obj, PYQ_I32, &n, "ids") < 0) return NULL;
     if (n < 1 || n > INT32_MAX) return PyBuffer_Release(&bi), PyErr_Format(PyExc_ValueError, "forward: %zd tokens", n);
     const int V = qkv_model_get_config(o->m)->n_vocab;
     if (logits_obj != Py_None && pyq_buffer(&bl, logits_obj, PYQ_F32, (all ? n : 1) * (Py_ssize_t)V, 1, "logits") < 0)
@@ -265,6 +261,38 @@ static PyObject *model_pos(PyObject *self, PyObject *args) {
     int pos = qkv_model_pos(o->m);
     pyq_leave(&o->busy);
     return PyLong_FromLong(pos);
+}
+
+/* head_result(out, layer, z): out [n, Hq, E] <- each head's z [n, Hq, D] through its slice of Wo. */
+static PyObject *model_head_result(PyObject *self, PyObject *args) {
+    PyObject *out_obj, *z_obj;
+    int layer;
+    if (!PyArg_ParseTuple(args, "OiO", &out_obj, &layer, &z_obj)) return NULL;
+    model_object *o = (model_object *)self;
+    if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
+    const qkv_model_config *c = qkv_model_get_config(o->m);
+    const Py_ssize_t HD = (Py_ssize_t)c->n_head * c->head_dim;
+    Py_buffer bz, bo;
+    Py_ssize_t count;
+    if (pyq_buffer_n(&bz, z_obj, PYQ_F32, &count, "z") < 0) return NULL;
+    const Py_ssize_t n = count / HD;
+    if (n < 1 || n > INT32_MAX || count % HD)
+        return PyBuffer_Release(&bz), PyErr_Format(PyExc_ValueError, "head_result: z of %zd floats, not n x %zd", count, HD);
+    if (pyq_buffer(&bo, out_obj, PYQ_F32, n * c->n_head * (Py_ssize_t)c->n_embd, 1, "out") < 0)
+        return PyBuffer_Release(&bz), NULL;
+    qkv_error err = {0};
+    qkv_status st = QKV_ERR_INVALID;
+    if (model_enter(self)) {
+        Py_BEGIN_ALLOW_THREADS
+        st = qkv_model_head_result(bo.buf, o->m, layer, bz.buf, (int)n, &err);
+        Py_END_ALLOW_THREADS
+        pyq_leave(&o->busy);
+    }
+    PyBuffer_Release(&bz);
+    PyBuffer_Release(&bo);
+    if (PyErr_Occurred()) return NULL;
+    if (st) return pyq_raise(&err);
+    Py_RETURN_NONE;
 }
 
 /* ---------------------------------------------------------------- maps */
@@ -306,10 +334,10 @@ static PyObject *model_maps(PyObject *self, PyObject *args) {
     Py_ssize_t n, nl, nh, nr;
     PyObject *r = NULL;
     int *slot = NULL;
-    if (int32_list(&bi, ids_obj, &n, "ids") < 0) goto done;
-    if (int32_list(&bla, layers_obj, &nl, "layers") < 0) goto done;
-    if (int32_list(&bhe, heads_obj, &nh, "heads") < 0) goto done;
-    if (int32_list(&bro, rows_obj, &nr, "rows") < 0) goto done;
+    if (pyq_buffer_n(&bi, ids_obj, PYQ_I32, &n, "ids") < 0) goto done;
+    if (pyq_buffer_n(&bla, layers_obj, PYQ_I32, &nl, "layers") < 0) goto done;
+    if (pyq_buffer_n(&bhe, heads_obj, PYQ_I32, &nh, "heads") < 0) goto done;
+    if (pyq_buffer_n(&bro, rows_obj, PYQ_I32, &nr, "rows") < 0) goto done;
     if (n < 1 || n > INT32_MAX || nl < 1 || nh < 1 || nr < 1) {
         PyErr_SetString(PyExc_ValueError, "attention maps: no token, layer, head or row");
         goto done;
@@ -368,7 +396,7 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     const Py_ssize_t LH = (Py_ssize_t)cfg->n_layer * cfg->n_head;
     Py_buffer bm, bc, bi;
     Py_ssize_t n;
-    if (int32_list(&bi, ids_obj, &n, "ids") < 0) return NULL;
+    if (pyq_buffer_n(&bi, ids_obj, PYQ_I32, &n, "ids") < 0) return NULL;
     if (n < 1 || n > INT32_MAX) return PyBuffer_Release(&bi), PyErr_Format(PyExc_ValueError, "sinks: %zd tokens", n);
     if (pyq_buffer(&bm, means_obj, PYQ_F64, 6 * LH, 1, "means") < 0) return PyBuffer_Release(&bi), NULL;
     if (pyq_buffer(&bc, counts_obj, PYQ_I64, 2 * LH, 1, "counts") < 0)
@@ -452,6 +480,30 @@ static PyObject *model_needle_run(PyObject *self, PyObject *args) {
     return r;
 }
 
+static PyObject *model_patch(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_patch(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_attribute(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_attribute(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
+static PyObject *model_lens(PyObject *self, PyObject *args) {
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *r = pyq_lens(o->m, args);
+    pyq_leave(&o->busy);
+    return r;
+}
+
 static PyMethodDef model_methods[] = {
     {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
     {"config", model_config, METH_NOARGS, "The configuration as a dict."},
@@ -462,6 +514,8 @@ static PyMethodDef model_methods[] = {
     {"forward", PYQ_KW(model_forward), METH_VARARGS | METH_KEYWORDS,
      "forward(logits or None, ids, all_logits, hooks=None, zero_heads=None): appends to the cache."},
     {"rewind", model_rewind, METH_VARARGS, "rewind(pos)."},
+    {"head_result", model_head_result, METH_VARARGS,
+     "head_result(out, layer, z): out [n, Hq, E] <- each head of z [n, Hq, D] through its slice of Wo."},
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
     {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows, progress=None): exact attention weights."},
     {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every, progress=None)."},
@@ -473,6 +527,11 @@ static PyMethodDef model_methods[] = {
     {"needle_prompt", model_needle_prompt, METH_VARARGS,
      "needle_prompt(hay, needle, question, system, max_answer, length, depth) -> (ids, needle_pos, needle_len, hay_tokens)."},
     {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
+    {"patch", model_patch, METH_VARARGS,
+     "patch(head_out, head_out_pos, resid_pre, attn_out, mlp_out, clean, corrupt, metric, answer, wrong, max_bytes, "
+     "progress=None)."},
+    {"attribute", model_attribute, METH_VARARGS, "attribute(heads, attn, mlp, ids, answer, wrong)."},
+    {"lens", model_lens, METH_VARARGS, "lens(top_ids, top_probs, target_prob, ids, k, target)."},
     {"inspect_maps", model_inspect_maps, METH_VARARGS,
      "inspect_maps(path, ids, layers, heads, title, subtitle, progress=None) -> the PNG figure (a capsule)."},
     {NULL, NULL, 0, NULL},

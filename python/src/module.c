@@ -49,6 +49,13 @@ int pyq_buffer(Py_buffer *b, PyObject *obj, pyq_elem elem, Py_ssize_t count, int
     return 0;
 }
 
+int pyq_buffer_n(Py_buffer *b, PyObject *obj, pyq_elem elem, Py_ssize_t *n, const char *what) {
+    if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0) return -1;
+    *n = b->len / elem_info[elem].size;
+    PyBuffer_Release(b);
+    return pyq_buffer(b, obj, elem, *n, 0, what);
+}
+
 qkv_dtype pyq_kv_dtype(pyq_elem e) {
     return e == PYQ_F16 ? QKV_DTYPE_F16 : e == PYQ_U16 ? QKV_DTYPE_BF16 : QKV_DTYPE_F32;
 }
@@ -124,6 +131,7 @@ PyMODINIT_FUNC PyInit__qkv(void) {
     if (PyModule_AddFunctions(m, module_methods) < 0 || PyModule_AddFunctions(m, pyq_attention_methods) < 0 ||
         PyModule_AddFunctions(m, pyq_inspect_methods) < 0 || PyModule_AddFunctions(m, pyq_hook_methods) < 0 ||
         PyModule_AddFunctions(m, pyq_stream_methods) < 0 ||
+        PyModule_AddFunctions(m, pyq_patch_methods) < 0 ||
         pyq_add_kv_cache(m) < 0 || pyq_add_model(m) < 0 || pyq_add_sampler(m) < 0) {
         Py_DECREF(m);
         return NULL;

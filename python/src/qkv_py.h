@@ -29,6 +29,9 @@ PyObject *pyq_raise(const qkv_error *e);
  * and returns -1 (nothing to release). Release with PyBuffer_Release. */
 int pyq_buffer(Py_buffer *b, PyObject *obj, pyq_elem elem, Py_ssize_t count, int writable, const char *what);
 
+/* pyq_buffer (read-only) of however many elements obj holds: their count in *n. */
+int pyq_buffer_n(Py_buffer *b, PyObject *obj, pyq_elem elem, Py_ssize_t *n, const char *what);
+
 /* The kv element type of a K/V buffer kind (f32, f16, or u16 as bf16). */
 qkv_dtype pyq_kv_dtype(pyq_elem e);
 
@@ -129,6 +132,13 @@ PyObject *pyq_ablate_heads(qkv_model *m, PyObject *args);
 PyObject *pyq_stream_score(qkv_model *m, PyObject *args);
 PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
 PyObject *pyq_needle_run(qkv_model *m, const qkv_tokenizer *tok, PyObject *args);
+
+/* Model.patch / attribute / lens (patch.c), on an open model the caller
+ * holds; the module's spearman, token_labels and heatmap_page. */
+PyObject *pyq_patch(qkv_model *m, PyObject *args);
+PyObject *pyq_attribute(qkv_model *m, PyObject *args);
+PyObject *pyq_lens(qkv_model *m, PyObject *args);
+extern PyMethodDef pyq_patch_methods[];
 
 /* PyCFunction from a METH_VARARGS | METH_KEYWORDS function, without a cast
  * between incompatible function types (-Wcast-function-type). */

@@ -72,19 +72,17 @@ static qkv_status unembed_diff(double *u, float *row, const qkv_model *m, int32_
     return QKV_OK;
 }
 
-/* heads[l, h] <- the part of head h of layer l: its hook_z row times W_O's
- * columns h D .. (h+1) D, as one matmul of Hq rows, row h the z row with
- * every other head's entries zero.   zmask: [Hq, QD], c: [Hq, E] scratch */
-static void head_parts(float *heads, const last_rows *r, qkv_model *m, const double *w, double s, float *zmask,
-                       float *c) {
-    const int L = m->cfg.n_layer, Hq = m->cfg.n_head, D = m->cfg.head_dim, E = m->cfg.n_embd, QD = Hq * D;
+/* heads[l, h] <- the part of head h of layer l: its hook_z row through W_O's
+ * columns h D .. (h+1) D (qkv_model_head_result).   c: [Hq, E] scratch */
+static qkv_status head_parts(float *heads, const last_rows *r, qkv_model *m, const double *w, double s, float *c,
+                             qkv_error *err) {
+    const int L = m->cfg.n_layer, Hq = m->cfg.n_head, E = m->cfg.n_embd;
     for (int l = 0; l < L; l++) {
-        memset(zmask, 0, (size_t)Hq * QD * sizeof(float));
-        for (int h = 0; h < Hq; h++)
-            memcpy(zmask + (size_t)h * QD + h * D, r->z + (size_t)l * QD + h * D, (size_t)D * sizeof(float));
-        model_matmul(c, zmask, m->layers[l].wo, Hq, m->scratch, m->n_threads); /* c <- zmask Wo^T */
+        qkv_status st = qkv_model_head_result(c, m, l, r->z + (size_t)l * r->QD, 1, err);
+        if (st) return st;
         for (int h = 0; h < Hq; h++) heads[(size_t)l * Hq + h] = (float)part(c + (size_t)h * E, w, E, s);
     }
+    return QKV_OK;
 }
 
 qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens, int n, int32_t answer,
@@ -103,10 +101,9 @@ qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens
                    .x = malloc((size_t)E * sizeof(float))};
     float *logits = malloc((size_t)V * sizeof(float)), *row = malloc((size_t)E * sizeof(float));
     double *w = malloc((size_t)E * sizeof(double));
-    float *zmask = want_heads ? malloc((size_t)Hq * QD * sizeof(float)) : NULL,
-          *hc = want_heads ? malloc((size_t)Hq * E * sizeof(float)) : NULL;
+    float *hc = want_heads ? malloc((size_t)Hq * E * sizeof(float)) : NULL;
     qkv_status st = QKV_OK;
-    if (!r.embed || (want_heads && (!r.z || !zmask || !hc)) || !r.attn || !r.mlp || !r.x || !logits || !row || !w) {
+    if (!r.embed || (want_heads && (!r.z || !hc)) || !r.attn || !r.mlp || !r.x || !logits || !row || !w) {
         st = qkv_fail(err, QKV_ERR_NOMEM, "attribute: out of memory");
         goto done;
     }
@@ -145,7 +142,7 @@ qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens
         a->mlp[l] = (float)pm;
         a->total += pa + pm;
     }
-    if (want_heads) head_parts(a->heads, &r, m, w, s, zmask, hc);
+    if (want_heads) st = head_parts(a->heads, &r, m, w, s, hc, err);
     else if (a->heads)
         for (int i = 0; i < L * Hq; i++) a->heads[i] = NAN;
 done:
@@ -158,7 +155,6 @@ done:
     free(logits);
     free(row);
     free(w);
-    free(zmask);
     free(hc);
     return st;
 }

@@ -17,6 +17,14 @@ def fixture(*parts):
     return np.load(FIXTURES.joinpath(*parts))
 
 
+def qkv_cli_bin():
+    """The CLI the tests compare with: $QKV_BIN, else build/qkv; skips the test when it is missing."""
+    path = pathlib.Path(os.environ.get("QKV_BIN", ROOT / "build" / "qkv"))
+    if not path.exists():
+        pytest.skip(f"{path} missing (make)")
+    return path
+
+
 def model_path():
     return pathlib.Path(os.environ.get("QKV_MODEL", ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
@@ -30,6 +38,21 @@ def smollm2():
     if not path.exists():
         pytest.skip(f"{path} missing (make model)")
     m = qkv.Model(path, ctx=2048, threads=2)
+    yield m
+    m.close()
+
+
+GEMMA3 = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
+
+
+@pytest.fixture(scope="session")
+def gemma3():
+    """Gemma 3 270M (Q4_K_M, make model: the Gemma terms of use apply), opened once for the session."""
+    import qkv
+
+    if not GEMMA3.exists():
+        pytest.skip(f"{GEMMA3} missing (make model)")
+    m = qkv.Model(GEMMA3, ctx=256, threads=2)
     yield m
     m.close()
 

@@ -11,14 +11,12 @@
     9023); bad arguments raise ValueError.
 """
 import json
-import os
-import pathlib
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, model_path
+from conftest import model_path, qkv_cli_bin
 
 TEXT = ("The licenses for most software and other practical works are designed to take away your freedom to share "
         "and change the works. By contrast, the GNU General Public License is intended to guarantee your freedom to "
@@ -26,10 +24,7 @@ TEXT = ("The licenses for most software and other practical works are designed t
 
 
 def qkv_cli(*args):
-    qkv_bin = pathlib.Path(os.environ.get("QKV_BIN", ROOT / "build" / "qkv"))
-    if not qkv_bin.exists():
-        pytest.skip(f"{qkv_bin} missing (make)")
-    r = subprocess.run([str(qkv_bin), *args, "-m", str(model_path()), "--threads", "2", "--json"], check=True,
+    r = subprocess.run([str(qkv_cli_bin()), *args, "-m", str(model_path()), "--threads", "2", "--json"], check=True,
                        capture_output=True, text=True)
     return json.loads(r.stdout)
 

@@ -9,7 +9,6 @@ tools/oracle/*.py; tests/fixtures/model/README.md describes them):
     1e-4 absolute (tests/test_inspect_oracle.c's bound);
   - token ids: SmolLM2's tokenizer.json ids (tests/fixtures/tokenizer).
 """
-import pathlib
 
 import numpy as np
 import pytest
@@ -193,14 +192,11 @@ def test_smollm2_sinks(smollm2):
 def test_smollm2_inspect_page_is_the_cli_page(smollm2, tmp_path):
     """Model.inspect gives the page `qkv inspect --html` writes, byte for byte
     (same writer, same embedded page); the maps in it are those tested above."""
-    import os
     import subprocess
 
-    from conftest import ROOT, model_path
+    from conftest import model_path, qkv_cli_bin
 
-    qkv_bin = pathlib.Path(os.environ.get("QKV_BIN", ROOT / "build" / "qkv"))
-    if not qkv_bin.exists():
-        pytest.skip(f"{qkv_bin} missing (make)")
+    qkv_bin = qkv_cli_bin()
     text = "年假怎么申请？"
     cli_page = tmp_path / "cli.html"
     subprocess.run([str(qkv_bin), "inspect", "-m", str(model_path()), "-p", text, "--html", str(cli_page),

@@ -1,13 +1,17 @@
-"""examples/qkv_python.ipynb runs top to bottom under nbclient, as Jupyter would
-run it: a real IPython kernel (ipykernel) started from this venv's python, which
-has the built qkv installed, with examples/ as its working directory. Any cell
-that raises fails the test (nbclient's CellExecutionError names the cell)."""
+"""The notebooks in examples/ run top to bottom under nbclient, as Jupyter would
+run them: a real IPython kernel (ipykernel) started from this venv's python,
+which has the built qkv installed, with examples/ as its working directory. Any
+cell that raises fails the test (nbclient's CellExecutionError names the cell).
+  - qkv_python.ipynb: the package on SmolLM2;
+  - patching.ipynb: the 年假 / 病假 experiment on Gemma 3; its stored outputs are
+    the ones a fresh run prints, and docs/patch-experiment.md quotes them."""
 import os
+import re
 import sys
 
 import pytest
 
-from conftest import ROOT, model_path
+from conftest import GEMMA3, ROOT, model_path
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat missing (make pytest installs tests/python/requirements.txt)")
 nbclient = pytest.importorskip("nbclient", reason="nbclient missing (make pytest installs tests/python/requirements.txt)")
@@ -17,26 +21,35 @@ pytest.importorskip("ipykernel", reason="ipykernel missing (make pytest installs
 WHERE = "import sys, qkv; print(sys.executable); print(qkv.__file__)"
 
 
-def test_notebook_runs_under_nbclient(tmp_path, monkeypatch):
-    if not model_path().exists():
-        pytest.skip(f"{model_path()} missing (make model)")
-    nb = nbformat.read(ROOT / "examples" / "qkv_python.ipynb", as_version=4)
+def execute(name, tmp_path, monkeypatch, min_code, timeout=120):
+    """examples/<name> run top to bottom with WHERE appended: (the notebook, its code cells)."""
+    nb = nbformat.read(ROOT / "examples" / name, as_version=4)
     nbformat.validate(nb)
-    n_code = sum(c.cell_type == "code" for c in nb.cells)
-    assert n_code >= 6
+    assert sum(c.cell_type == "code" for c in nb.cells) >= min_code
     nb.cells.append(nbformat.v4.new_code_cell(WHERE))
     # kernel "python3": this venv's ipykernel (jupyter_client starts "python" as
     # sys.executable); connection files in a directory of the test's own
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter-runtime"))
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=120, allow_errors=False,
+    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=timeout, allow_errors=False,
                                      resources={"metadata": {"path": str(ROOT / "examples")}})
     client.execute()  # raises CellExecutionError at the first cell that fails
-
     code = [c for c in nb.cells if c.cell_type == "code"]
     for i, c in enumerate(code):
         errors = [o for o in c.outputs if o.output_type == "error"]
         assert not errors, f"code cell {i}: {errors[0].ename}: {errors[0].evalue}"
+    return nb, code
+
+
+def printed(cells):
+    """Everything the cells printed (their stream outputs), as one string."""
+    return "".join(o.get("text", "") for c in cells for o in c.outputs if o.output_type == "stream")
+
+
+def test_notebook_runs_under_nbclient(tmp_path, monkeypatch):
+    if not model_path().exists():
+        pytest.skip(f"{model_path()} missing (make model)")
+    nb, code = execute("qkv_python.ipynb", tmp_path, monkeypatch, min_code=6)
     out = "".join(o.get("text", "") for o in code[-1].outputs if o.output_type == "stream").split()
     assert os.path.realpath(out[0]) == os.path.realpath(sys.executable), f"the kernel ran {out[0]}"
     import qkv
@@ -50,6 +63,39 @@ def test_notebook_runs_under_nbclient(tmp_path, monkeypatch):
     assert diff < 2e-5, f"the notebook's attention is {diff} from float64"
     assert "wrote a PNG of" in text
     assert "same as forward(zero_heads=[(10, 3)]): True" in text  # run_with_hooks' zeroed hook_z
+
+
+# What docs/patch-experiment.md quotes from the patching notebook: its printed lines, as a fresh run prints them.
+QUOTED = (r"KL\(p_clean \|\| p_corrupt\) = [0-9.]+ nats", r"clean [+-][0-9.]+, corrupt [+-][0-9.]+",
+          r"\d+ components in [0-9,]+ layer-token steps", r"would be [0-9,]+",
+          r"rho\([^)]*\) = [+-][0-9.]+", r"L\d+ +attn [+-][0-9.]+|L\d+ +mlp [+-][0-9.]+",
+          r"L\d+ +p\(年\) = [0-9.]+", r"L\d+ *H\d +[+-][0-9.]+ +[+-][0-9.]+ +[0-9.]+ +[0-9.]+",
+          r"first layer where [^:]*: L\d+")
+
+
+def test_patching_notebook_runs_and_is_quoted(tmp_path, monkeypatch):
+    """The 年假 / 病假 notebook on Gemma 3, top to bottom: the stored outputs are what
+    a fresh run prints (the numbers below, compared as printed), and every such
+    number docs/patch-experiment.md quotes is one the run printed."""
+    if not GEMMA3.exists():
+        pytest.skip(f"{GEMMA3} missing (make model)")
+    stored = printed(c for c in nbformat.read(ROOT / "examples" / "patching.ipynb", as_version=4).cells
+                     if c.cell_type == "code")
+    nb, code = execute("patching.ipynb", tmp_path, monkeypatch, min_code=10, timeout=300)
+    text = printed(code)
+    assert "they differ at position 1 only: True" in text
+    shown = [o for c in code for o in c.outputs if o.output_type == "execute_result" and "text/html" in o.data]
+    assert any(o.data["text/html"].startswith("<iframe") and "head_out" in o.data["text/html"] for o in shown)
+    diff = float(text.split("difference")[1].split()[0])
+    assert diff <= 2e-6, f"m.patch and the hand-made patch differ by {diff}"
+    fresh = {m for q in QUOTED for m in re.findall(q, text)}
+    assert len(fresh) >= 20 and fresh == {m for q in QUOTED for m in re.findall(q, stored)}, \
+        "the stored outputs are not what a fresh run prints: jupyter execute --inplace examples/patching.ipynb"
+    doc = (ROOT / "docs" / "patch-experiment.md").read_text(encoding="utf-8")
+    numbers = set(re.findall(r"[+-]?\d+\.\d+(?:e-\d+)?", doc))
+    printed_numbers = {n.lstrip("+-") for n in re.findall(r"[+-]?\d+\.\d+(?:e-\d+)?", text)}
+    unprinted = {n for n in numbers if n.lstrip("+-") not in printed_numbers}
+    assert not unprinted, f"docs/patch-experiment.md quotes numbers the notebook does not print: {sorted(unprinted)}"
 
 
 def test_a_raising_cell_fails_the_run(tmp_path, monkeypatch):

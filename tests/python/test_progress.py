@@ -3,7 +3,7 @@ on the tiny Llama-3.1 fixture (2 layers x 8 heads) and, for needle, SmolLM2:
   - fn(done, total): done counts up, total stays, the last call has done == total,
     total as the library documents it (ablate: n + n(n+1)/2, 2n, (1 + L Hq) n
     tokens; stream: qkv_stream_steps summed over the six variants; one forward:
-    its layers; needle: each cell's length);
+    its layers; needle: each cell's length; patch: its components);
   - reporting changes no result (bit for bit, timings aside);
   - an exception raised in fn stops the call and comes out as raised (the same
     object), the KV cache empty, and the next call gives the normal result;
@@ -99,7 +99,15 @@ def stream_total(n, window, sinks, chunk):
     return 6 * (n - 1) + sum(min(t0, window - chunk) for t0 in range(0, n - 1, chunk))
 
 
+def patch(m, ids, p):
+    """The ids against themselves with token N // 2 replaced: every sweep but head_out_pos."""
+    corrupt = ids.copy()
+    corrupt[N // 2] = (ids[N // 2] + 7) % m.config.n_vocab
+    return vars(m.patch(ids, corrupt, progress=p))
+
+
 CALLS.append(("stream", stream, stream_total(N, 8, 2, 4)))
+CALLS.append(("patch", patch, L * (HQ + 3 * N)))
 NAMES = [c[0] for c in CALLS]
 
 
