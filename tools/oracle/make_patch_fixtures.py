@@ -110,10 +110,11 @@ CASES = [
          clean="When Mary and John went to the store, John gave a drink to",
          corrupt="When Mary and John went to the store, Mary gave a drink to",
          answer=" Mary", wrong=" John"),
-    # answer / wrong: the clean run's top-1, and the corrupt run's top-1 where
-    # it differs, else the clean run's top-2
+    # answer / wrong 年 / 病: both runs' own top-1 is "\n\n", and the top-1 /
+    # top-2 difference moves by only 0.009 logits between them, below float32's
+    # reach on a recovery ratio; 年 vs 病 moves by 12.9 (7.74 clean, -5.19 corrupt)
     dict(name="gemma3_leave", model="models/gemma-3-270m-q4_k_m.gguf",
-         clean="年假怎么申请？", corrupt="病假怎么申请？", answer=None, wrong=None),
+         clean="年假怎么申请？", corrupt="病假怎么申请？", answer="年", wrong="病"),
 ]
 SWEEPS = ("head_out", "resid_pre", "attn_out", "mlp_out")
 METRICS = ("kl", "logit_diff")
