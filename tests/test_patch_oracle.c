@@ -11,15 +11,10 @@
  *   - the metrics' clean and corrupt values within METRIC_TOL (float32
  *     logits on both sides; measured at most 8e-6);
  *   - recovery, both metrics, head_out [L, Hq], resid_pre, attn_out,
- *     mlp_out [L, n]: within RECOVERY_TOL = 1e-3 absolute; for the logit
- *     difference, where its clean and corrupt values are so close that
- *     1e-3 of recovery is below the float32 rounding of logits, within
- *     what PATCHED_LOGIT_TOL = 1e-3 of a logit is in recovery, 1e-3 /
- *     |LD(clean) - LD(corrupt)|. That is Gemma 3's (answer "\n\n", wrong
- *     "\n", the top two of both runs): LD(clean) - LD(corrupt) = 0.009,
- *     recoveries up to 18; qkv's patched logit differences are within
- *     2.5e-4 of transformers' (2.7e-2 of recovery), and transformers' own
- *     float64 rerun moves its recoveries by 1e-2 (meta.json "measured");
+ *     mlp_out [L, n]: within RECOVERY_TOL = 1e-3 absolute (Gemma 3's logit
+ *     difference is 年 against 病, 7.74 clean and -5.19 corrupt: the runs'
+ *     own top two, "\n\n" and "\n", differ by only 0.009 logits between
+ *     the runs, too little for a ratio at float32);
  *   - DLA: attn, mlp and (SmolLM2) heads within DLA_TOL = 1e-3 of the
  *     largest |value| of the array (relative to the array, not each entry:
  *     many entries are near 0); Gemma 3's heads NaN on both sides; embed,
@@ -41,7 +36,6 @@
 
 #define METRIC_TOL 1e-4
 #define RECOVERY_TOL 1e-3
-#define PATCHED_LOGIT_TOL 1e-3
 #define DLA_TOL 1e-3
 #define LENS_GAP 1e-3
 #define LENS_PROB_TOL 1e-3
@@ -219,8 +213,7 @@ static void check_patch(const oracle_case *c) {
             snprintf(file, sizeof file, "%s_%s.npy", metric_names[mi], sweep_names[s]);
             snprintf(spread_key, sizeof spread_key, "%s_%s", metric_names[mi], sweep_names[s]);
             const double spread = json_number(c->meta, "measured", "float64_rerun_max_abs_recovery_diff", spread_key);
-            const double scale = fabs(want_clean - want_corrupt),
-                         tol = mi ? fmax(RECOVERY_TOL, PATCHED_LOGIT_TOL / scale) : RECOVERY_TOL;
+            const double tol = RECOVERY_TOL, scale = fabs(want_clean - want_corrupt);
             double *want = load_fixture(c, file, count[s]);
             if (!want) continue;
             double worst = 0;
