@@ -1456,14 +1456,15 @@ typedef struct {
     const char *question;   /* the user's question after the haystack */
     const char *system;     /* the chat's system turn; NULL: the template's own */
     int max_answer;         /* tokens the answer may take, >= 1 */
+    int plain;              /* 1: no chat template (a base model): the text alone, after the tokenizer's BOS */
 } qkv_needle_text;
 
 /* One prompt: the first tokens of the haystack (repeated from its start
  * if it is shorter), the needle at a sentence boundary at depth percent of
  * them (qkv_needle_offset of their text), then "\n\n" and the question, as
  * the user turn of the GGUF's chat template (qkv_chat_format, then
- * qkv_chat_tokenize). As many haystack tokens as leave n + max_answer <=
- * length. */
+ * qkv_chat_tokenize), or as it is when nt->plain. As many haystack tokens as
+ * leave n + max_answer <= length. */
 typedef struct {
     int32_t *ids;           /* [n] malloc'd (qkv_needle_prompt_free) */
     int n;

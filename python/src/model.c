@@ -471,7 +471,8 @@ static PyMethodDef model_methods[] = {
     {"stream_score", model_stream_score, METH_VARARGS,
      "stream_score(nll, ids, policy, cache, window, sinks, chunk, progress=None) -> max_rows."},
     {"needle_prompt", model_needle_prompt, METH_VARARGS,
-     "needle_prompt(hay, needle, question, system, max_answer, length, depth) -> (ids, needle_pos, needle_len, hay_tokens)."},
+     "needle_prompt(hay, needle, question, system, max_answer, length, depth, plain) -> (ids, needle_pos, needle_len, "
+     "hay_tokens)."},
     {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
     {"inspect_maps", model_inspect_maps, METH_VARARGS,
      "inspect_maps(path, ids, layers, heads, title, subtitle, progress=None) -> the PNG figure (a capsule)."},
