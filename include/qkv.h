@@ -953,7 +953,9 @@ typedef struct {
     /* the mask of every layer: 0 or QKV_MASK_CAUSAL is the model's causal
      * mask; QKV_MASK_WINDOW (window) or QKV_MASK_SINK_WINDOW (window, sinks)
      * over the rows of the KV cache as qkv_mask defines it (p(i) = cache
-     * length - n + i) */
+     * length - n + i). A sliding layer takes it only when it reaches back
+     * less far than the layer's own window (a narrower window; sinks +
+     * window within it), and keeps its own otherwise. */
     qkv_mask_kind mask;
     int window, sinks;
     const qkv_exclusion *exclude;   /* [n_exclude] */
