@@ -49,21 +49,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GEMMA3_MODEL "models/gemma-3-270m-q4_k_m.gguf"
 #define LOGIT_TOL 2e-3
 #define MAP_TOL 1e-4
 #define CHUNK 128
 #define N_CTX 2048
 #define MAX_ROWS 8
-
-/* $QKV_GEMMA3_MODEL, else models/gemma-3-270m-q4_k_m.gguf. */
-static const char *gemma3_path(void) {
-    const char *p = getenv("QKV_GEMMA3_MODEL");
-    return p ? p : GEMMA3_MODEL;
-}
-
-/* test_require_model for this model: 1 when present, else SKIP. */
-static int require_gemma3(void) { return test_require_file(gemma3_path(), "Gemma 3 270M: run `make model`"); }
 
 static const char *fixture(const char *name) {
     static char path[8][600];
@@ -89,7 +79,7 @@ static qkv_model *open_gemma3(void) {
     qkv_model *m = NULL;
     qkv_error err = {0};
     const qkv_model_params p = {.n_ctx = N_CTX, .n_threads = 2};
-    qkv_status st = qkv_model_open(&m, gemma3_path(), &p, &err);
+    qkv_status st = qkv_model_open(&m, test_gemma3_path(), &p, &err);
     CHECK(st == QKV_OK, "qkv_model_open: %s%s", err.msg,
           st == QKV_ERR_UNSUPPORTED ? " -- Gemma 3 (arch gemma3) is not implemented yet (src/model/)" : "");
     return m;
@@ -101,14 +91,14 @@ static int hexval(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c
 
 /* tokens.txt: `<add><parse> TAB <text hex> TAB <ids> TAB <llama.cpp ids or '='>`, '#' comments. */
 TEST(gemma3_tokens) {
-    if (!require_gemma3()) return;
+    if (!test_require_gemma3()) return;
     size_t size;
     char *buf = test_read_file(fixture("tokens.txt"), &size);
     CHECK(buf != NULL, "cannot read %s", fixture("tokens.txt"));
     qkv_gguf *g = NULL;
     qkv_tokenizer *t = NULL;
     qkv_error err = {0};
-    CHECK(qkv_gguf_open(&g, gemma3_path(), &err) == QKV_OK && qkv_tokenizer_load(&t, g, &err) == QKV_OK, "%s",
+    CHECK(qkv_gguf_open(&g, test_gemma3_path(), &err) == QKV_OK && qkv_tokenizer_load(&t, g, &err) == QKV_OK, "%s",
           err.msg);
     if (!buf || !t) goto done;
     CHECK(qkv_tokenizer_n_vocab(t) == 262144 && qkv_tokenizer_type(t) == QKV_VOCAB_SPM && qkv_tokenizer_bos(t) == 2 &&
@@ -261,7 +251,7 @@ done:
 }
 
 TEST(gemma3_logits) {
-    if (!require_gemma3()) return;
+    if (!test_require_gemma3()) return;
     qkv_model *m = open_gemma3();
     int64_t R = 0, size = 0;
     int32_t *rows = load("gpl3.pattern_rows.npy", &R);
@@ -310,7 +300,7 @@ done:
 }
 
 TEST(gemma3_greedy) {
-    if (!require_gemma3()) return;
+    if (!test_require_gemma3()) return;
     qkv_model *m = open_gemma3();
     if (!m) return;
     static const char *const names[] = {"chinese", "english"};

@@ -46,6 +46,10 @@ int test_require_file(const char *path, const char *what);
 const char *test_model_path(void);
 /* test_require_file(test_model_path(), ...): 1 when the model is there. */
 int test_require_model(void);
+/* Gemma 3 270M: $QKV_GEMMA3_MODEL, else models/gemma-3-270m-q4_k_m.gguf; and
+ * test_require_file of it. */
+const char *test_gemma3_path(void);
+int test_require_gemma3(void);
 /* The data of the .npy at dir/a b (b may be ""), malloc'd (the caller frees
  * it), *count its elements (count may be NULL); NULL after a failed CHECK
  * naming the file. */
