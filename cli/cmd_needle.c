@@ -454,9 +454,9 @@ int cmd_needle(int argc, char **argv) {
         .about = "Needle in a haystack with attention telemetry: for each length and depth the needle\n"
         "sentence goes into the haystack at a sentence boundary, the question follows as a chat\n"
         "turn (--no-chat: as plain text), the model answers greedily and the reply is scored by\n"
-        "substring (RULER's string_match_all). From the kernel's LSE: the weight the first answer token puts on\n"
-        "the needle's tokens, and each head's retrieval score (Wu et al. 2024). Cost per cell:\n"
-        "one prefill of the length plus one decode step per reply token.",
+        "substring (RULER's string_match_all). From the kernel's LSE: the weight the first answer\n"
+        "token puts on the needle's tokens, and each head's retrieval score (Wu et al. 2024).\n"
+        "Cost per cell: one prefill of the length plus one decode step per reply token.",
         .notes = "JSON: {\"model\", \"haystack\", \"haystack_tokens\", \"needle\", \"question\", \"answer\",\n"
         "\"chat\", \"cells\": [{\"length\", \"depth\", \"tokens\", \"needle_pos\", \"needle_tokens\", \"correct\", \"answer\",\n"
         "\"needle_mass_max\", \"needle_mass_mean\", \"needle_mass_by_layer\" (max over heads),\n"
@@ -490,6 +490,7 @@ int cmd_needle(int argc, char **argv) {
     if (!rc && !nt.needle[0]) rc = cli_fail("--needle is empty");
     if (!rc && !expected[0]) rc = cli_fail("--answer is empty");
     if (!rc && !nt.question[0]) rc = cli_fail("--question is empty");
+    if (!rc && nt.plain && nt.system) rc = cli_fail("--system needs the chat template, not --no-chat");
     if (!rc && qkv_needle_match(nt.needle, expected) < 0)
         rc = cli_fail("--answer '%s' is not in the needle: the model could not find it", expected);
     size_t len = 0;

@@ -1458,7 +1458,8 @@ typedef struct {
     const char *question;   /* the user's question after the haystack */
     const char *system;     /* the chat's system turn; NULL: the template's own */
     int max_answer;         /* tokens the answer may take, >= 1 */
-    int plain;              /* 1: no chat template (a base model): the text alone, after the tokenizer's BOS */
+    int plain;              /* 1: no chat template (a base model): the text alone, after the tokenizer's BOS;
+                               system must be NULL */
 } qkv_needle_text;
 
 /* One prompt: the first tokens of the haystack (repeated from its start

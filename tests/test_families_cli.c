@@ -237,6 +237,8 @@ static void check_needle(const model_info *mi, const char *length) {
     free(o);
     argv[16] = NULL;
     CHECK_BAD_CLI(argv, "has no tokenizer.chat_template (a base model?): --no-chat");
+    CHECK_BAD_CLI(((const char *const[]){"needle", "-m", mi->path, "--no-chat", "--system", "Be brief.", NULL}),
+                  "--system needs the chat template, not --no-chat");
 }
 
 static void check_family(const char *name) {

@@ -163,6 +163,8 @@ qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, co
     if (!(depth >= 0 && depth <= 100)) return qkv_fail(err, QKV_ERR_INVALID, "needle: depth %g outside [0, 100]", depth);
     if (nt->max_answer < 1) return qkv_fail(err, QKV_ERR_INVALID, "needle: max_answer %d < 1", nt->max_answer);
     if (!nt->needle[0]) return qkv_fail(err, QKV_ERR_INVALID, "needle: the needle is empty");
+    if (nt->plain && nt->system)
+        return qkv_fail(err, QKV_ERR_INVALID, "needle: a system turn needs the chat template (plain is set)");
     /* the template, needle and question alone fix the overhead; then as many
      * haystack tokens as fit, a few fewer when tokens merge differently */
     qkv_needle_prompt p;
