@@ -167,7 +167,7 @@ class Model:
             raise TypeError(f"text: expected str, got {type(text).__name__}")
         data = text.encode("utf-8", "surrogatepass")
         if chat:
-            data = self._c.chat_text(data, None if system is None else system.encode("utf-8"))
+            data = self._c.chat_text(data, system)  # str or None: the C side takes it as UTF-8
             special = True
             bos = self._c.piece(self.config.bos) if self.config.bos >= 0 else None
             if bos and data.startswith(bos):
@@ -561,7 +561,6 @@ class Model:
         c = self.config
         L, H, A = c.n_layer, c.n_head, int(max_answer)
         retrieval = np.zeros((L, H), dtype=np.float64)
-        sysb = None if system is None else system.encode("utf-8")
         cells, done = [], 0
         total = sum(lengths) * len(depths)
         with _progress.Progress(progress, "needle", "tokens", total) as pr:
@@ -569,7 +568,7 @@ class Model:
                 for depth in depths:
                     pr.stage(f"needle {length} tokens, depth {depth}% ({len(cells) + 1}/{len(lengths) * len(depths)})")
                     pids, pos, nlen, _ = self._c.needle_prompt(hay, needle.encode("utf-8"), question.encode("utf-8"),
-                                                                sysb, A, length, float(depth), not chat)
+                                                                system, A, length, float(depth), not chat)
                     ids = np.frombuffer(pids, dtype=np.int32).copy()
                     reply = np.empty(A, dtype=np.int32)
                     mass = np.zeros((2, L), dtype=np.float64)

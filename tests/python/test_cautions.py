@@ -104,6 +104,8 @@ def test_needle_plain_on_a_base_model():
     with qkv.Model(path, ctx=96, threads=2) as m:
         with pytest.raises(ValueError, match="no tokenizer.chat_template"):
             m.needle(**kw)
+        with pytest.raises(ValueError, match="system turn needs the chat template"):
+            m.needle(chat=False, system="Be brief.", **kw)
         got = m.needle(chat=False, **kw)
     qkv_bin = pathlib.Path(os.environ.get("QKV_BIN", ROOT / "build" / "qkv"))
     if not qkv_bin.exists():
