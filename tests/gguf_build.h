@@ -108,11 +108,13 @@ static inline void gguf_put_kv_arr4(gguf_buf *b, const char *key, uint32_t type,
 }
 
 /* A whole tiny model of one family, written as llama.cpp's converter lays
- * it out, and one fault at most (the fields after the sizes):
+ * it out, with the faults the fields after the sizes ask for:
  *   llama   attn_norm, q/k/v/output, ffn_norm, gate/up/down per layer
  *   qwen2   + attn_q/k/v.bias           qwen3  + attn_q_norm / attn_k_norm
- *   gemma2  + post_attention_norm / post_ffw_norm, attention.sliding_window 8
- *   gemma3  as gemma2 + attn_q_norm / attn_k_norm, sliding_window 4
+ *   gemma2  + post_attention_norm / post_ffw_norm, attention.sliding_window 8,
+ *           soft-caps 50 and 30
+ *   gemma3  as gemma2 + attn_q_norm / attn_k_norm, sliding_window 4, no
+ *           soft-caps, rope.freq_base 1e6
  * Matrices F32 of small varied values, norms 1, biases 0.01. The vocabulary:
  * byte_vocab 0: "t0", "t1", ... (n_tokens of them); 1: <unk> <s> </s> and
  * the 256 <0xXX> byte tokens of SentencePiece's byte fallback, so any text

@@ -24,7 +24,7 @@
  *                             dense, or every layer blind beyond the window)
  *   attn_logit_softcapping, final_logit_softcapping   finite and > 0 (llama.cpp
  *                             divides by them: 0 gives inf, NaN every logit)
- *   rope.freq_base, rope.freq_base_swa   finite and > 1
+ *   rope.freq_base, rope.freq_base_swa   finite and > 1; attention.scale > 0
  *   general.architecture      one of llama, qwen2, qwen3, gemma2, gemma3
  *   tensors                   present for the family (qwen2's q/k/v biases,
  *                             QK-norms of qwen3 and gemma3, gemma's post-norms)
