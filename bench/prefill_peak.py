@@ -3,7 +3,8 @@
 
 For every ISA this CPU runs (QKV_ISA=avx512, avx2) it measures the machine's
 fp32 FMA peak (`qkv bench --roofline`, the best of --peak-runs runs: a low run
-would flatter the fraction), then each shape — Llama-3.1-8B and SmolLM2 heads,
+would flatter the fraction), then each shape — Llama-3.1-8B and SmolLM2 heads
+(--models llama,smol; gemma3 adds Gemma 3 270M's, 4 / 1 heads of D = 256),
 f32/bf16/f16 K/V, n in --n — in --rounds interleaved rounds of `qkv bench
 --kernel flash --repeat 3`, this build and (with --old) an older one one after
 the other (in turns: the older first in even rounds), and keeps the best (min)
@@ -24,7 +25,7 @@ AVX2. The row then also gives that rate and the new build's fraction of it.
 import argparse, os, re, statistics, subprocess, sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEADS = {"llama": (32, 8, 128), "smol": (9, 3, 64)}
+HEADS = {"llama": (32, 8, 128), "smol": (9, 3, 64), "gemma3": (4, 1, 256)}  # (Hq, Hkv, D); gemma3: Gemma 3 270M
 MIX_BIN = "/tmp/qkv-fma_mix/fma_mix"  # built by bench/fma_mix.sh
 
 

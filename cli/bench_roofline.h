@@ -18,9 +18,9 @@ typedef struct {
 
 /* Measures the three figures on n_threads threads (0 = all available), about
  * `seconds` each (0 = 0.2 s), reading dram_bytes (0 = 512 MiB: far beyond any
- * L3; allocated as qkv_kv_alloc does). The peaks are the best of several
- * short passes (a shared machine needs one quiet moment), the bandwidth the
- * median of 7. QKV_ERR_NOMEM if the buffer cannot be allocated. */
+ * L3; allocated as qkv_kv_alloc does). Each figure is the best of several
+ * short passes (a shared machine needs one quiet moment). QKV_ERR_NOMEM if
+ * the buffer cannot be allocated, QKV_ERR_INVALID if it is under 512 bytes. */
 qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double seconds, size_t dram_bytes,
                                   qkv_error *err);
 
@@ -30,5 +30,12 @@ qkv_status bench_roofline_measure(bench_roofline *out, int n_threads, double sec
  * timed beside the flash kernels' instruction mix by bench/fma_mix.c. */
 typedef double (*bench_roof_loop)(int64_t iters, float *sink);
 bench_roof_loop bench_roofline_fma_loop(const char *isa);
+
+/* The DRAM read's loop: the sum of n 64-bit words at p (n a multiple of 64,
+ * p 64-byte aligned) with the loads of isa ("avx512", "avx2", else the
+ * scalar reference), in several independent accumulators. Exact: every
+ * ISA's loop returns the same sum. */
+typedef uint64_t (*bench_roof_read)(const uint64_t *p, size_t n);
+bench_roof_read bench_roofline_read_loop(const char *isa);
 
 #endif /* QKV_BENCH_ROOFLINE_H */

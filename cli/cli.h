@@ -156,6 +156,14 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
     {.name = "--seed", .kind = CLI_I64, .dest = (seed), .lo = 0, .hi = 0x1p63, .metavar = "S",    \
      .help = "sampler seed (default 1)"}
 #define CLI_FLAG_JSON(dst, help_) {.name = "--json", .kind = CLI_BOOL, .dest = (dst), .help = (help_)}
+/* --swa-full and -v of `qkv run` and `qkv-mpi run` (qkv_model_params.swa_cache, cli_print_kv_cache) */
+#define CLI_FLAG_SWA_FULL(dst)                                                                   \
+    {.name = "--swa-full", .kind = CLI_BOOL, .dest = (dst),                                      \
+     .help = "sliding layers keep every --ctx position too (default: the keys their\n"            \
+             "window still reaches, window - 1 + --batch rows; llama.cpp's --swa-full)"}
+#define CLI_FLAG_KV_VERBOSE(dst)                                              \
+    {.name = "--verbose", .alias = "-v", .kind = CLI_BOOL, .dest = (dst), \
+     .help = "the KV cache's bytes and rows per layer on stderr"}
 #define CLI_FLAG_VERBOSE(dst)                                     \
     {.name = "--verbose", .alias = "-v", .kind = CLI_BOOL, .dest = (dst), \
      .help = "time and peak memory (RSS) on stderr"}
@@ -249,7 +257,9 @@ void cli_progress_finish(void); /* erases the line; updates are ignored until th
  * cli_progress_update(done); never cancels. */
 int cli_progress_report(void *user, int64_t done, int64_t total);
 /* A hook for QKV_HOOK_RESID_POST, layer QKV_ALL: cli_progress_update(layer + 1),
- * so one forward call started with total = n_layer reports each layer. */
+ * so one forward call started with total = n_layer reports each layer; user
+ * NULL, or an int64_t added to it: the layers of the calls before (a prompt
+ * in several calls, total = calls x n_layer). */
 qkv_status cli_progress_layer_hook(void *user, const qkv_activation *a, qkv_error *err);
 #define CLI_PROGRESS_LAYER_HOOK \
     ((qkv_hook){.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = cli_progress_layer_hook})
@@ -289,6 +299,10 @@ int cli_load_3d(qkv_npy *a, const char *path);
 const char *cli_basename(const char *path);
 double cli_status_mib(const char *key);  /* a /proc/self/status field ("VmRSS") in MiB, or -1 */
 double cli_peak_rss_mib(void);  /* VmHWM, else getrusage's ru_maxrss */
+/* One line on stderr, "<prog>: KV cache B bytes (X MiB, dtype): G global
+ * layers x R rows, S sliding layers (window W) x R' rows; N tokens per call"
+ * (qkv_model_kv_bytes, qkv_model_kv_rows; dtype: the one m was opened with). */
+void cli_print_kv_cache(const char *prog, const qkv_model *m, qkv_dtype dtype);
 double cli_now_s(void);         /* monotonic seconds (util/clock.h) */
 
 /* Command entry points. */

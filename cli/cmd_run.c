@@ -1,8 +1,10 @@
 /*
  * cmd_run.c — `qkv run`: a GGUF model reading a prompt and continuing it.
- * The prompt goes through the model in one prefill call (flash kernel), then
- * each new token is one decode call against the KV cache; tokens stream to
- * stdout as they are made, a stats line goes to stderr.
+ * The prompt goes through the model in prefill calls of --batch tokens
+ * (flash kernel), then each new token is one decode call against the KV
+ * cache; tokens stream to stdout as they are made, a stats line goes to
+ * stderr. A model with sliding layers keeps the sliding-window cache
+ * (qkv_model_params.swa_cache) unless --swa-full.
  */
 #include "cli.h"
 
@@ -13,7 +15,7 @@
 typedef struct {
     const char *model, *logits;
     cli_prompt_args prompt;
-    int n_gen, top_k, ctx, threads, print_ids, kv_dtype;
+    int n_gen, top_k, ctx, threads, print_ids, kv_dtype, batch, swa_full, verbose;
     float temp, top_p;
     uint64_t seed;
     cli_progress_flags progress;
@@ -32,6 +34,11 @@ static int parse_args(run_args *a, int argc, char **argv) {
         {.name = "--ctx", .kind = CLI_INT, .dest = &a->ctx, .lo = 1, .hi = 1 << 22, .metavar = "N",
          .help = "KV cache positions (default min(context_length, 8192))"},
         CLI_FLAG_KV_DTYPE(&a->kv_dtype, "KV cache storage (default f32)"),
+        {.name = "--batch", .kind = CLI_INT, .dest = &a->batch, .lo = 1, .hi = 1 << 22, .metavar = "N",
+         .help = "tokens per forward call: the prompt goes in calls of N (default "
+                 CLI_STR(QKV_MODEL_DEFAULT_BATCH) ")"},
+        CLI_FLAG_SWA_FULL(&a->swa_full),
+        CLI_FLAG_KV_VERBOSE(&a->verbose),
         CLI_FLAG_THREADS(&a->threads),
         {.name = "--logits", .kind = CLI_STRING, .dest = &a->logits, .metavar = "FILE",
          .help = "write float32 .npy [n_prompt, vocab]: logits at every prompt position"},
@@ -41,8 +48,8 @@ static int parse_args(run_args *a, int argc, char **argv) {
         {0},
     };
     const cli_command cmd = {.name = "run", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
-                             .about = "A GGUF Llama model reads the prompt in one prefill call, then generates one token per\n"
-                             "decode call; tokens stream to stdout, a stats line goes to stderr.",
+                             .about = "A GGUF Llama model reads the prompt in prefill calls of --batch tokens, then generates\n"
+                             "one token per decode call; tokens stream to stdout, a stats line goes to stderr.",
                              .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);
     a->seed = (uint64_t)seed;
@@ -52,7 +59,8 @@ static int parse_args(run_args *a, int argc, char **argv) {
 
 static int run(const run_args *a) {
     qkv_error err = {0};
-    qkv_model_params mp = {.n_ctx = a->ctx, .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads};
+    qkv_model_params mp = {.n_ctx = a->ctx, .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads,
+                           .n_batch = a->batch ? a->batch : QKV_MODEL_DEFAULT_BATCH, .swa_cache = !a->swa_full};
     qkv_model *m = NULL;
     qkv_tokenizer *tok = NULL;
     int32_t *ids = NULL;
@@ -64,6 +72,7 @@ static int run(const run_args *a) {
     const char *logits_tmp = a->logits ? cli_output_add(a->logits) : NULL;
     if (a->logits && !logits_tmp) return CLI_EXIT_BAD_INPUT;
     if (qkv_model_open(&m, a->model, &mp, &err)) return cli_outputs_finish(cli_model_fail(&err, a->model));
+    if (a->verbose) cli_print_kv_cache("qkv run", m, mp.kv_dtype);
     if (qkv_tokenizer_load(&tok, qkv_model_gguf(m), &err)) { rc = cli_fail("%s", err.msg); goto done; }
     const qkv_model_config *c = qkv_model_get_config(m);
     cli_prompt pr;
@@ -80,11 +89,21 @@ static int run(const run_args *a) {
     if (!logits) { rc = cli_fail("run: cannot allocate logits for %lld positions", (long long)n_prompt); goto done; }
 
     double t0 = cli_now_s();
-    /* the prefill's progress: one report per layer, erased before the first token is printed */
-    const qkv_hook per_layer = CLI_PROGRESS_LAYER_HOOK;
+    /* the prefill's progress: one report per layer of each call, erased before the first token is printed */
+    const int64_t B = qkv_model_n_batch(m);
+    int64_t layers_before = 0;
+    qkv_hook per_layer = CLI_PROGRESS_LAYER_HOOK;
+    per_layer.user = &layers_before;
     const qkv_forward_opts prefill = {.hooks = &per_layer, .n_hooks = cli_progress_enabled()};
-    cli_progress_start("run: prefill", c->n_layer, "layers");
-    if (qkv_model_forward(m, logits, ids, (int)n_prompt, a->logits != NULL, &prefill, &err)) { rc = cli_fail("%s", err.msg); goto done; }
+    cli_progress_start("run: prefill", (n_prompt + B - 1) / B * c->n_layer, "layers");
+    for (int64_t p = 0; p < n_prompt; p += B, layers_before += c->n_layer) {
+        const int n = (int)(n_prompt - p < B ? n_prompt - p : B);
+        if (qkv_model_forward(m, logits + (a->logits ? (size_t)p * V : 0), ids + p, n, a->logits != NULL, &prefill,
+                              &err)) {
+            rc = cli_fail("%s", err.msg);
+            goto done;
+        }
+    }
     cli_progress_finish();
     double t1 = cli_now_s();
     if (a->logits) {

@@ -108,9 +108,9 @@ int cli_progress_report(void *user, int64_t done, int64_t total) {
 }
 
 qkv_status cli_progress_layer_hook(void *user, const qkv_activation *a, qkv_error *err) {
-    (void)user;
     (void)err;
-    cli_progress_update(a->layer + 1);
+    const int64_t *before = user;
+    cli_progress_update((before ? *before : 0) + a->layer + 1);
     return QKV_OK;
 }
 

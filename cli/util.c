@@ -161,6 +161,26 @@ double cli_peak_rss_mib(void) {
 
 double cli_now_s(void) { return qkv_now_s(); }
 
+void cli_print_kv_cache(const char *prog, const qkv_model *m, qkv_dtype dtype) {
+    const qkv_model_config *c = qkv_model_get_config(m);
+    int n_global = 0, global_rows = 0, n_sliding = 0, sliding_rows = 0;
+    for (int l = 0; l < c->n_layer; l++) { /* the rows of a kind are the same in each of its layers */
+        qkv_layer_attn a;
+        qkv_model_layer_attn(&a, c, l);
+        if (a.window) n_sliding++, sliding_rows = qkv_model_kv_rows(m, l);
+        else n_global++, global_rows = qkv_model_kv_rows(m, l);
+    }
+    const size_t bytes = qkv_model_kv_bytes(m);
+    fprintf(stderr, "%s: KV cache %zu bytes (%.1f MiB, %s): ", prog, bytes, (double)bytes / 1048576.0,
+            qkv_dtype_name(dtype));
+    if (n_sliding)
+        fprintf(stderr, "%d global layer%s x %d rows, %d sliding layer%s (window %d) x %d rows", n_global,
+                n_global == 1 ? "" : "s", global_rows, n_sliding, n_sliding == 1 ? "" : "s", c->window, sliding_rows);
+    else
+        fprintf(stderr, "%d layer%s x %d rows", n_global, n_global == 1 ? "" : "s", global_rows);
+    fprintf(stderr, "; %d tokens per call\n", qkv_model_n_batch(m));
+}
+
 void cli_svg_text(FILE *f, const char *s) {
     for (const char *p = s; *p; p++) fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
 }

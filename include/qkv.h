@@ -797,29 +797,73 @@ QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
 /* The KV cache's default size: min(n_ctx_train, QKV_MODEL_DEFAULT_CTX). */
 #define QKV_MODEL_DEFAULT_CTX 8192
+/* The most tokens of one forward call with swa_cache and no n_batch given:
+ * the cost model's prefill chunk (llama.cpp's n_ubatch), so that
+ * qkv_cost's kv_cache_bytes_swa is what such a model holds. */
+#define QKV_MODEL_DEFAULT_BATCH QKV_COST_DEFAULT_CHUNK
 typedef struct {
     int n_ctx;              /* positions the KV cache holds; 0 = min(n_ctx_train, QKV_MODEL_DEFAULT_CTX) */
     qkv_dtype kv_dtype;     /* KV cache storage, default f32 */
     int n_threads;          /* 0 = all cores */
+    int n_batch;            /* the most tokens one forward call takes: the run state (activations, the
+                               attention plan's queries) is sized for it. 0 = n_ctx, or
+                               QKV_MODEL_DEFAULT_BATCH with swa_cache on a model with sliding layers;
+                               above n_ctx it is n_ctx */
+    int swa_cache;          /* 1: each sliding layer keeps only the keys its window can still reach
+                               (the sliding-window cache, below); 0: every layer holds n_ctx rows.
+                               No effect on a model without sliding layers */
 } qkv_model_params;
 
 typedef struct qkv_model qkv_model;
 
+/*
+ * The sliding-window cache (qkv_model_params.swa_cache; gemma2 and gemma3
+ * have sliding layers). A sliding layer of window W attends the last W keys,
+ * so it keeps min(n_ctx, W - 1 + n_batch) rows, not n_ctx: the W - 1 keys
+ * the first token of a call still sees, and the call's own. A call that
+ * would overflow them first drops all but the last W - 1 (a memmove, once
+ * per n_batch tokens when decoding). The layer attends its rows with the
+ * same window mask, which counts back from the newest key, so it sees the
+ * same keys at the same rotations; logits equal the full cache's up to
+ * float rounding (the kernels tile and split fewer keys). Gemma 3 at 32K
+ * positions: 3 global layers x 32768 rows, 15 sliding layers x 1023
+ * (qkv_model_kv_bytes; `qkv cost` predicts it as kv_cache_bytes_swa).
+ * Positions stay those of the whole sequence everywhere in this API:
+ * qkv_model_pos, exclusions, evict, rewind, hook_pattern's keys. A sliding
+ * layer no longer holds the positions before its window, and needs none of
+ * them: an exclusion of one changes nothing, and its hook_pattern weight is
+ * 0. What would need a dropped key is refused (qkv_model_rewind,
+ * qkv_model_evict). Off by default: a full cache serves every probe.
+ */
+
 /* Opens the model at path: qkv_model_config_read, then every weight's shape
  * and type, and every norm weight finite and every rope_freqs.weight factor
  * finite and > 0 (QKV_ERR_FORMAT naming the tensor and element otherwise).
- * Allocates, once, the run state and KV cache for p->n_ctx positions; before
- * allocating, their size is checked against physical memory and RLIMIT_AS /
- * RLIMIT_DATA: a context that cannot fit is QKV_ERR_TOO_LARGE, the message
- * naming the bytes it needs. */
+ * Allocates, once, the run state for p->n_batch tokens and the KV cache for
+ * p->n_ctx positions (fewer rows in sliding layers with swa_cache); before
+ * allocating, their size is checked against physical memory, RLIMIT_DATA
+ * and RLIMIT_AS less the file's mapping: a context that cannot fit is
+ * QKV_ERR_TOO_LARGE, the message naming the bytes it needs. QKV_ERR_INVALID
+ * for a negative n_ctx, n_threads or n_batch. */
 QKV_API qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
 QKV_API void qkv_model_close(qkv_model *m);
 QKV_API const qkv_model_config *qkv_model_get_config(const qkv_model *m);
 QKV_API const qkv_gguf *qkv_model_gguf(const qkv_model *m);
 QKV_API int qkv_model_n_ctx(const qkv_model *m);
+/* The most tokens one forward call takes (qkv_model_params.n_batch, resolved). */
+QKV_API int qkv_model_n_batch(const qkv_model *m);
+/* Rows layer `layer`'s KV cache holds at most: n_ctx, or fewer in a sliding
+ * layer with swa_cache; -1 for a layer out of range. */
+QKV_API int qkv_model_kv_rows(const qkv_model *m, int layer);
+/* Bytes of every layer's KV cache, K and V: the sum over layers of
+ * 2 x rows x Hkv x D x the size of kv_dtype. */
+QKV_API size_t qkv_model_kv_bytes(const qkv_model *m);
 /* Positions already in the KV cache (the next token's position). */
 QKV_API int qkv_model_pos(const qkv_model *m);
-/* Forgets every position from pos on (0: a fresh sequence). */
+/* Forgets every position from pos on (0: a fresh sequence). With swa_cache,
+ * a sliding layer must still hold the W - 1 positions before pos > 0:
+ * QKV_ERR_INVALID naming the earliest position it can rewind to otherwise
+ * (0 always works). */
 QKV_API qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err);
 /* The RoPE position the next token is rotated at (before a call's
  * rope_offset): qkv_model_pos plus the positions evicted without a shift
@@ -828,9 +872,12 @@ QKV_API int qkv_model_rope_pos(const qkv_model *m);
 /* Evicts positions [from, from + n) of every layer's KV cache
  * (qkv_kv_cache_shift). shift 0: the kept keys keep their original
  * positions and so does every later token (qkv_model_rope_pos advances by
- * n); shift 1: the kept keys are re-rotated to their new rows and later
- * tokens continue from the cache length. QKV_ERR_INVALID for a range
- * outside the cache. */
+ * n); shift 1: the kept keys are re-rotated (at their layer's RoPE base) to
+ * their new rows and later tokens continue from the cache length.
+ * QKV_ERR_INVALID for a range outside the cache. With swa_cache, a sliding
+ * layer's rows in the range go and its later rows move down as in a full
+ * cache; QKV_ERR_INVALID (nothing evicted) if that would leave it fewer than
+ * min(W - 1, the new length) rows, the keys its window reaches. */
 QKV_API qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err);
 
 /* ------------------------------------------------ model: one forward call */
@@ -905,7 +952,9 @@ typedef struct {
  * of the call against keys key0 .. key0+n_keys-1, recomputed from the rotated
  * queries, the KV cache and the kernel's LSE (exp(scale q.k - lse): no n x n
  * table is kept), under the mask the head ran with (its exclusions too).
- *   w: [n_rows, n_keys] f32 output;  key indices are rows of the layer's cache
+ *   w: [n_rows, n_keys] f32 output;  key indices are positions (rows of a
+ *   full cache); with swa_cache, a sliding layer's keys before the rows it
+ *   holds are outside every row's window: weight 0
  * QKV_ERR_INVALID if a is not a hook_pattern activation or a range is out of
  * its shape. */
 QKV_API qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int row0, int n_rows, int key0,
@@ -913,11 +962,14 @@ QKV_API qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int he
 /* The call's rotated queries and LSE, the layer's KV cache and the
  * descriptor of its attention call (without head-scoped exclusions), for
  * probes that compute from them directly (qkv_attn_weights).
- *   q: [Hq, n, D] (after RoPE)   lse: [Hq, n] */
+ *   q: [Hq, n, D] (after RoPE)   lse: [Hq, n]
+ * Key j of the descriptor (row j of the cache) is position key0 + j, key0
+ * from qkv_attn_view_key0: 0 but in a sliding layer with swa_cache. */
 QKV_API const float *qkv_attn_view_q(const qkv_attn_view *v);
 QKV_API const float *qkv_attn_view_lse(const qkv_attn_view *v);
 QKV_API const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v);
 QKV_API const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v);
+QKV_API int qkv_attn_view_key0(const qkv_attn_view *v);
 
 /* Keys hidden from queries: at these absolute positions (rows of the KV
  * cache), in layer `layer` and query head `head` (each QKV_ALL for every
@@ -980,9 +1032,12 @@ typedef struct {
  *   tokens: [n]   logits: see above, f32 (may be NULL: no lm_head)
  *   opts: this call's interventions and hooks (NULL: none)
  * QKV_ERR_FULL if the cache cannot take n more positions; QKV_ERR_INVALID for
- * a token id outside [0, V) or options out of range (a layer, head or point
- * that does not exist, a negative position, window < 1, sinks < 0). On any
- * failure the KV cache is as before the call. */
+ * n above qkv_model_n_batch, a token id outside [0, V) or options out of
+ * range (a layer, head or point that does not exist, a negative position,
+ * window < 1, sinks < 0). On any failure the KV cache holds the positions it
+ * held before the call (with swa_cache, a sliding layer may have dropped keys
+ * that no later call sees: only the earliest position qkv_model_rewind
+ * accepts can change). */
 QKV_API qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
                                      const qkv_forward_opts *opts, qkv_error *err);
 

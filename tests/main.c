@@ -86,11 +86,32 @@ const char *test_gemma3_path(void) {
 
 int test_require_gemma3(void) { return test_require_file(test_gemma3_path(), "Gemma 3 270M: run `make model`"); }
 
+int test_argmax(const float *row, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (row[i] > row[best]) best = i;
+    return best;
+}
+
+double test_worst_row(const float *got, const float *want, int64_t rows, int64_t len, int64_t *at) {
+    double worst = 0;
+    *at = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        double dmax = 0, wmax = 0;
+        for (int64_t i = 0; i < len; i++) {
+            dmax = fmax(dmax, fabs((double)got[r * len + i] - want[r * len + i]));
+            wmax = fmax(wmax, fabs((double)want[r * len + i]));
+        }
+        double rel = wmax > 0 ? dmax / wmax : dmax;
+        if (isnan(rel)) rel = INFINITY;
+        if (rel > worst) worst = rel, *at = r;
+    }
+    return worst;
+}
+
 double test_logit_row_diff(const float *row, int V, double lse, const int32_t *top_ids, const float *top,
                            const int32_t *sub_ids, const float *sub, int64_t n_sub, double *dlse, int *argmax) {
-    int best = 0;
-    for (int v = 1; v < V; v++)
-        if (row[v] > row[best]) best = v;
+    const int best = test_argmax(row, V);
     double s = 0;
     for (int v = 0; v < V; v++) s += exp((double)row[v] - row[best]);
     *dlse = fabs(row[best] + log(s) - lse);

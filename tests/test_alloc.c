@@ -193,3 +193,36 @@ TEST(model_first_forward_in_a_fresh_process_allocates_nothing) {
           "the first forward calls of a fresh process: exit status %d (1 + allocations; 99: failed, 100: no model)",
           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
+
+/* The sliding-window cache drops rows by moving them within its own
+ * memory: the tiny gemma3 (window 12 on five of six layers) with swa_cache
+ * and n_batch 16, counted from its second call: prompt calls of 16 with
+ * exclusions and a zeroed head, then 40 decode steps, a drop every 16. */
+TEST(model_swa_cache_forward_allocates_nothing) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/families/gemma3/model.gguf", test_fixture_dir());
+    const qkv_model_params mp = {.n_ctx = 192, .n_batch = 16, .swa_cache = 1, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, path, &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    const int V = qkv_model_get_config(m)->n_vocab;
+    float *logits = malloc((size_t)V * sizeof(float));
+    int32_t ids[96];
+    for (int i = 0; i < 96; i++) ids[i] = (int32_t)((i * 37 + 11) % V);
+    const int excl[] = {3, 40, 70};
+    const qkv_exclusion ex[2] = {{.positions = excl, .n = 3, .layer = QKV_ALL, .head = QKV_ALL},
+                                 {.positions = excl + 1, .n = 2, .layer = 2, .head = 1}};
+    const qkv_head_ref zero = {.layer = 4, .head = 0};
+    const qkv_forward_opts opts = {.exclude = ex, .n_exclude = 2, .zero_heads = &zero, .n_zero_heads = 1};
+    qkv_status st = qkv_model_forward(m, logits, ids, 16, 0, &opts, &err);
+    CHECK(st == QKV_OK, "%s", err.msg);
+    alloc_count_start();
+    for (int p = 16; p < 96 && !st; p += 16) st = qkv_model_forward(m, logits, ids + p, 16, 0, &opts, &err);
+    for (int i = 0; i < 40 && !st; i++) st = qkv_model_forward(m, logits, ids + i, 1, 0, NULL, &err);
+    const int64_t n = alloc_count_stop();
+    CHECK(st == QKV_OK && qkv_model_pos(m) == 136, "%s (at %d)", err.msg, qkv_model_pos(m));
+    CHECK(n == 0, "prompt calls and decode steps with a sliding-window cache allocated %lld times", (long long)n);
+    free(logits);
+    qkv_model_close(m);
+}

@@ -67,8 +67,8 @@ TEST(limits_unknown_flags_and_missing_values) {
 
 TEST(limits_under_ulimit_v) {
     if (!test_require_model()) return;
-    /* 400 MB of address space: the model maps, its default context (8192
-     * positions, ~0.6 GB of run state) is refused before allocating */
+    /* 400 MB of address space: the model maps (~100 MB), its default
+     * context (8192 positions, 0.36 GB of KV cache) is refused before allocating */
     const char *bin = getenv("QKV_BIN") ? getenv("QKV_BIN") : "build/qkv";
     char errp[600], cmd[2000];
     snprintf(errp, sizeof errp, "%s/stderr", test_tmpdir());

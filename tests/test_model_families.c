@@ -82,23 +82,6 @@ static int fixture_load(family_fixture *f, const char *dir) {
            load_npy(&f->margin, dir, "gen_margin.npy", QKV_NPY_F32, 1);
 }
 
-/* Worst row of rows x len: max |got - want| / max |want|; *at gets the row. */
-static double worst_row(const float *got, const float *want, int64_t rows, int64_t len, int64_t *at) {
-    double worst = 0;
-    *at = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        double dmax = 0, wmax = 0;
-        for (int64_t i = 0; i < len; i++) {
-            dmax = fmax(dmax, fabs((double)got[r * len + i] - want[r * len + i]));
-            wmax = fmax(wmax, fabs((double)want[r * len + i]));
-        }
-        double rel = wmax > 0 ? dmax / wmax : dmax;
-        if (isnan(rel)) rel = INFINITY;
-        if (rel > worst) worst = rel, *at = r;
-    }
-    return worst;
-}
-
 /* The hook on attn.hook_pattern: every layer's [Hq, n, n] weights into maps. */
 typedef struct {
     float *maps;      /* [L, Hq, n, n] */
@@ -122,13 +105,6 @@ static qkv_status capture_maps(void *user, const qkv_activation *a, qkv_error *e
     }
     c->calls++;
     return QKV_OK;
-}
-
-static int argmax(const float *row, int V) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (row[i] > row[best]) best = i;
-    return best;
 }
 
 /* One family: open, all-position logits and maps in one call, then greedy. */
@@ -169,10 +145,10 @@ static void check_family(const char *name, const char *arch) {
     if (test_failures()) goto done;
     CHECK(mc.calls == mc.L, "%s: hook_pattern called %d times, want %d", name, mc.calls, mc.L);
     int64_t at;
-    const double e_logits = worst_row(lg, fx.logits.data, n, V, &at);
+    const double e_logits = test_worst_row(lg, fx.logits.data, n, V, &at);
     CHECK(e_logits <= REL_TOL, "%s: logits of position %lld: max |qkv - transformers| / max |transformers| = %.3g > %g",
           name, (long long)at, e_logits, REL_TOL);
-    const double e_maps = worst_row(mc.maps, fx.maps.data, (int64_t)mc.L * mc.Hq * n, n, &at);
+    const double e_maps = test_worst_row(mc.maps, fx.maps.data, (int64_t)mc.L * mc.Hq * n, n, &at);
     const int64_t row = at % n, head = at / n % mc.Hq, layer = at / n / mc.Hq;
     CHECK(e_maps <= REL_TOL, "%s: attention map of layer %lld head %lld row %lld: rel err %.3g > %g", name,
           (long long)layer, (long long)head, (long long)row, e_maps, REL_TOL);
@@ -188,7 +164,7 @@ static void check_family(const char *name, const char *arch) {
     const float *margin = fx.margin.data;
     int same = 0;
     for (int t = 0; t < G; t++) {
-        const int32_t tok = argmax(lg, V);
+        const int32_t tok = test_argmax(lg, V);
         if (tok != want[t]) {
             CHECK(0, "%s: greedy token %d is %d, transformers' %d (its top-2 margin %.3g)", name, t, tok, want[t],
                   margin[t]);

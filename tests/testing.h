@@ -62,6 +62,12 @@ void *test_load_npy(const char *dir, const char *a, const char *b, int64_t *coun
 double test_logit_row_diff(const float *row, int V, double lse, const int32_t *top_ids, const float *top,
                            const int32_t *sub_ids, const float *sub, int64_t n_sub, double *dlse, int *argmax);
 
+/* The worst row of got against want, both [rows, len]: max over rows of
+ * max |got - want| / max |want| (a NaN counts as infinity); *at gets its row. */
+double test_worst_row(const float *got, const float *want, int64_t rows, int64_t len, int64_t *at);
+/* The index of the largest of row[n], the lowest on ties (greedy decoding). */
+int test_argmax(const float *row, int n);
+
 /* max |a-b| over n; reports when above tol. Returns the max diff.
  * what names the comparison in the failure message. */
 double test_compare(const char *file, int line, const char *what, const float *got,

@@ -6,9 +6,12 @@
  * the ids; it prints the text, the stats line, and writes --logits, whose
  * rows it gathers rank by rank into a streamed .npy (written whole or not
  * at all). qkv run's flags, spelled and bounded as there: --ctx sizes every
- * rank's KV cache (by default each sizes it for its own rows), greedy or
- * the same seeded sampler on every rank, the token rank 0 picks sent to all;
- * plus --timeout.
+ * rank's KV cache (by default each sizes it for its own rows), --batch its
+ * run state (a rank's prompt rows go in one call: the ring attends them
+ * together), greedy or the same seeded sampler on every rank, the token
+ * rank 0 picks sent to all; --swa-full and -v as in qkv run (a model with
+ * sliding layers is refused at the prefill either way: the ring runs
+ * causal layers only); plus --timeout.
  */
 #include "mpi_cli.h"
 
@@ -19,7 +22,7 @@
 typedef struct {
     const char *model, *logits;
     cli_prompt_args prompt;
-    int n_gen, top_k, ctx, threads, print_ids, kv_dtype;
+    int n_gen, top_k, ctx, threads, print_ids, kv_dtype, batch, swa_full, verbose;
     float temp, top_p;
     int64_t seed;
     double timeout;
@@ -40,6 +43,11 @@ static int parse_args(mpi_run_args *a, int argc, char **argv) {
         {.name = "--ctx", .kind = CLI_INT, .dest = &a->ctx, .lo = 1, .hi = 1 << 22, .metavar = "N",
          .help = "KV cache positions of every rank (default: its prompt rows + the tokens to generate + 1)"},
         CLI_FLAG_KV_DTYPE(&a->kv_dtype, "KV cache storage and ring transfer (default f32)"),
+        {.name = "--batch", .kind = CLI_INT, .dest = &a->batch, .lo = 1, .hi = 1 << 22, .metavar = "N",
+         .help = "tokens per forward call of every rank: its prompt rows go in one call,\n"
+                 "which N must hold (default: those rows)"},
+        CLI_FLAG_SWA_FULL(&a->swa_full),
+        CLI_FLAG_KV_VERBOSE(&a->verbose),
         MPI_FLAG_THREADS(&a->threads),
         {.name = "--logits", .kind = CLI_STRING, .dest = &a->logits, .metavar = "FILE",
          .help = "write float32 .npy [n_prompt, vocab]: logits at every prompt position"},
@@ -114,6 +122,9 @@ static int run(const mpi_run_args *a) {
         else if (a->ctx && a->ctx < most + a->n_gen + 1)
             rc = cli_fail("run: --ctx %d cannot hold a rank's %d prompt rows and %d generated tokens (raise --ctx to %d)",
                           a->ctx, most, a->n_gen, most + a->n_gen + 1);
+        else if (a->batch && a->batch < most)
+            rc = cli_fail("run: --batch %d cannot hold a rank's %d prompt rows, which the ring attends in one call "
+                          "(raise --batch to %d)", a->batch, most, most);
     }
     if ((rc = mpi_cli_share(rc, hdr, 1, a->timeout))) goto done;
     const int n = hdr[0];
@@ -127,10 +138,12 @@ static int run(const mpi_run_args *a) {
     qkv_cp_rows rows;
     qkv_cp_rows_of(&rows, n, g_job.size, g_job.rank, QKV_CP_CONTIGUOUS, NULL);
     const qkv_model_params mp = {.n_ctx = a->ctx ? a->ctx : rows.total + a->n_gen + 1, .kv_dtype = (qkv_dtype)a->kv_dtype,
-                                 .n_threads = a->threads};
+                                 .n_threads = a->threads, .n_batch = a->batch ? a->batch : rows.total,
+                                 .swa_cache = !a->swa_full};
     const qkv_status ost = qkv_model_open(&m, a->model, &mp, &err);
     if (ost) cli_model_fail(&err, a->model); /* rank 0's line; another rank's goes to its quiet stderr */
     if ((rc = mpi_cli_agree(ost ? CLI_EXIT_BAD_INPUT : 0, a->timeout))) goto done;
+    if (a->verbose && g_job.rank == 0) cli_print_kv_cache("qkv-mpi run: rank 0", m, mp.kv_dtype);
     mpi_cli_fault_point();
     const int V = qkv_model_get_config(m)->n_vocab;
     if (g_job.rank == 0 && qkv_tokenizer_load(&tok, qkv_model_gguf(m), &err)) { /* it tokenised the prompt: cannot happen */

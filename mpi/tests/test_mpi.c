@@ -17,7 +17,9 @@
  *     own summary off stderr).
  *   - qkv-mpi run takes every flag of qkv run, and the flags qkv-mpi shares
  *     with qkv refuse the same values with the same line; --ctx sizes each
- *     rank's cache and is refused when it cannot hold a rank's rows.
+ *     rank's cache and is refused when it cannot hold a rank's rows, as
+ *     --batch is; a model with sliding layers is refused (with or without
+ *     --swa-full); -v prints rank 0's KV cache.
  *   - a rank that exits, and one that stalls: the job ends non-zero in
  *     seconds, no output file, the stall named ("timed out") on stderr.
  * Every mpirun runs under timeout(1), so a hang fails the test instead of CI.
@@ -408,6 +410,31 @@ TEST(mpi_run_bad_input) {
     expect_bad(2, nomodel, "no/such.gguf", o);    /* 7 tokens over 2 ranks: 4 rows on rank 0, + 5 generated + 1 = 10 */
     const char *small[] = {"run", "-m", test_model_path(), "--tokens", "1,2,3,4,5,6,7", "-n", "5", "--ctx", "9", NULL};
     expect_bad(2, small, "--ctx 9 cannot hold a rank's 4 prompt rows and 5 generated tokens (raise --ctx to 10)", o);
+    const char *batch[] = {"run", "-m", test_model_path(), "--tokens", "1,2,3,4,5,6,7", "-n", "5", "--batch", "3", NULL};
+    expect_bad(2, batch, "--batch 3 cannot hold a rank's 4 prompt rows, which the ring attends in one call (raise --batch to 4)",
+               o);
+    /* sliding layers: the ring runs causal layers only, whatever the cache */
+    char g3[600];
+    snprintf(g3, sizeof g3, "%s/families/gemma3/model.gguf", test_fixture_dir());
+    const char *sliding[] = {"run", "-m", g3, "--tokens", "1,2,3,4,5,6,7", "-n", "2", NULL, NULL};
+    expect_bad(2, sliding, "sliding-window or soft-capped layers need the model's own attention", o);
+    sliding[7] = "--swa-full";
+    expect_bad(2, sliding, "sliding-window or soft-capped layers need the model's own attention", o);
+}
+
+/* -v: rank 0's KV cache line, as qkv run prints it (7 tokens over 2 ranks
+ * and 2 generated: 4 + 2 + 1 = 7 rows of each of SmolLM2's 30 layers; its 4
+ * prompt rows in one call). */
+TEST(mpi_run_verbose_prints_rank_0s_kv_cache) {
+    if (!test_require_model()) return;
+    const char *argv[] = {"run", "-m", test_model_path(), "--tokens", "1,2,3,4,5,6,7", "-n", "2", "--print-ids", "-v", NULL};
+    char *out = NULL, *err = NULL;
+    const int rc = mpi_run(2, NULL, qkv_mpi(), argv, &out, &err);
+    CHECK(rc == 0 && err && strstr(err, "qkv-mpi run: rank 0: KV cache 322560 bytes (0.3 MiB, f32): 30 layers x 7 rows; "
+                                        "4 tokens per call\n"),
+          "qkv-mpi run -v: exit %d: %s", rc, err);
+    free(out);
+    free(err);
 }
 
 /* --ctx N as qkv run takes it, KV cache positions of one process: the least

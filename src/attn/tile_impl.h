@@ -35,7 +35,8 @@
  *   - few path (R <= VW / 2, decode): one dot product per (row, key) along D
  *     with K converted in registers, VW keys' partial vectors folded into one
  *     vector of scores by a shuffle tree; P·V converts V in registers. It
- *     streams the KV cache once, so it prefetches (prefetch_row).
+ *     streams the KV cache once, so each of them prefetches its next tile
+ *     (prefetch_span).
  * Soft-capping (P->softcap = c > 0, Gemma 2): every path replaces its score
  * tile by c tanh(s / c) right after Q·Kᵀ and before the mask and the max
  * (softcap_tile, vtanh); a call without it pays one untaken branch a tile.
@@ -364,17 +365,19 @@ static void convert_cols(float *dst, const void *src, qkv_dtype t, int n, int D,
     }
 }
 
-/* Software prefetch of a whole K/V row into L2 (prefetcht1). The decode path
- * streams the cache once; while it reads K row j of a tile it asks for K row
- * j of the next tile and V row j of this one, so both streams stay in flight
- * across 4 KiB pages, where the hardware prefetcher stops (into L2: into L1
- * gains nothing; docs/benchmarks-history.md has the figures). */
+/* Software prefetch of `bytes` from p into L2 (prefetcht1). The decode path
+ * streams the cache once, each stream one tile ahead of its use: Q·Kᵀ, as it
+ * reads K row j of a tile, asks for K row j of the next tile, and P·V, as it
+ * reads a column chunk of V row j, asks for the same chunk of the next tile.
+ * So both streams stay in flight across 4 KiB pages, where the hardware
+ * prefetcher stops, and the requests are spread over the whole tile, not
+ * bunched in its Q·Kᵀ half (into L2: into L1 gains nothing;
+ * docs/benchmarks-history.md has the figures). */
 #define ATTN_PF_LOCALITY 2
-INLINE void prefetch_row(const void *row, qkv_dtype t, int D) {
-    const char *p = row;
-    const int bytes = D * (t == QKV_DTYPE_F32 ? 4 : 2);
-    for (int o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, ATTN_PF_LOCALITY);
+INLINE void prefetch_span(const void *p, int bytes) {
+    for (int o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + o, 0, ATTN_PF_LOCALITY);
 }
+INLINE void prefetch_row(const void *row, qkv_dtype t, int D) { prefetch_span(row, D * (t == QKV_DTYPE_F32 ? 4 : 2)); }
 
 /* ------------------------------------------------------------- tile walk */
 
@@ -867,14 +870,11 @@ static const int fold_slot[8] = {0, 4, 2, 6, 1, 5, 3, 7};
  * for rows i < rf (a constant, so the accumulators live in registers) and
  * keys k < cn <= VW starting at krow0 (rows D elements apart); K converted in
  * registers, D % VW == 0. */
-INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0,
-                         const void *vrow0, qkv_dtype t, int D, int cn) {
+INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
+                         int D, int cn) {
     for (int k = 0; k < cn; k++) {
         const void *kr = kv_row(krow0, t, (int64_t)k * D);
-        if (r0 == 0) {
-            prefetch_row(kv_row(kr, t, (int64_t)ATTN_BK * D), t, D);
-            prefetch_row(kv_row(vrow0, t, (int64_t)k * D), t, D);
-        }
+        if (r0 == 0) prefetch_row(kv_row(kr, t, (int64_t)ATTN_BK * D), t, D); /* the next tile's K */
         vf a0[4], a1[4]; /* two chains per row: D / VW dependent FMAs would stall on latency */
         for (int i = 0; i < rf; i++) a0[i] = a1[i] = vset1(0);
         int d = 0;
@@ -894,14 +894,14 @@ INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf,
 }
 
 /* s[r][c0 + i] = q_r . k_(c0+i) for i < cn <= VW keys starting at krow0, rows r < R. */
-INLINE void few_scores(float *s, const float *q, int ld, int R, const void *krow0, const void *vrow0, qkv_dtype t,
-                       int D, int c0, int cn, vf *part /* [FEW_ROWS * VW] */) {
+INLINE void few_scores(float *s, const float *q, int ld, int R, const void *krow0, qkv_dtype t, int D, int c0, int cn,
+                       vf *part /* [FEW_ROWS * VW] */) {
     for (int r0 = 0; r0 < R; r0 += 4) {
         switch (R - r0) {
-        case 1: few_partials(part, q, ld, r0, 1, krow0, vrow0, t, D, cn); break;
-        case 2: few_partials(part, q, ld, r0, 2, krow0, vrow0, t, D, cn); break;
-        case 3: few_partials(part, q, ld, r0, 3, krow0, vrow0, t, D, cn); break;
-        default: few_partials(part, q, ld, r0, 4, krow0, vrow0, t, D, cn); break;
+        case 1: few_partials(part, q, ld, r0, 1, krow0, t, D, cn); break;
+        case 2: few_partials(part, q, ld, r0, 2, krow0, t, D, cn); break;
+        case 3: few_partials(part, q, ld, r0, 3, krow0, t, D, cn); break;
+        default: few_partials(part, q, ld, r0, 4, krow0, t, D, cn); break;
         }
     }
     for (int k = cn; k < VW; k++)
@@ -919,6 +919,8 @@ INLINE void few_pv(float *acc, int ld, const float *p, const void *vrow0, qkv_dt
         for (int c = 0; c < nc; c++) a[i][c] = vload(acc + (size_t)(r0 + i) * ld + c0 + c * VW);
     for (int j = 0; j < nk; j++) {
         const void *vr = kv_row(vrow0, t, (int64_t)j * D);
+        if (r0 == 0) /* the same columns of the next tile's V */
+            prefetch_span(kv_row(vr, t, (int64_t)ATTN_BK * D + c0), nc * VW * (t == QKV_DTYPE_F32 ? 4 : 2));
         vf vv[NC];
         for (int c = 0; c < nc; c++) vv[c] = vload_kv(vr, t, c0 + c * VW);
         for (int i = 0; i < mr; i++) {
@@ -939,8 +941,7 @@ INLINE void few_tile(const attn_problem *P, int R, int nq, int p_first, int jt, 
 
     /* 1. scores s[r][j] = (scale q_r) . k_j, VW keys at a time, capped where the call caps */
     for (int c0 = 0; c0 < nk; c0 += VW)
-        few_scores(ws->s, ws->q, ld, R, kv_row(ksrc, t, (int64_t)c0 * D), kv_row(vsrc, t, (int64_t)c0 * D), t, D, c0, nk - c0 < VW ? nk - c0 : VW,
-                   part);
+        few_scores(ws->s, ws->q, ld, R, kv_row(ksrc, t, (int64_t)c0 * D), t, D, c0, nk - c0 < VW ? nk - c0 : VW, part);
     if (P->softcap > 0)
         for (int r = 0; r < R; r++) softcap_span(ws->s + (size_t)r * ATTN_BK, (nk + VW - 1) / VW * VW, P->softcap);
 

@@ -106,7 +106,7 @@ static qkv_status intervene_heads(const fwd_call *f, int l, const qkv_attn_desc 
         qkv_attn_desc one = *desc;
         one.n_q_head = one.n_kv_head = 1;
         one.mask.exclude = m->excl_head;
-        one.mask.n_exclude = forward_opts_exclusions(m->excl_head, m->excl_mark, o, l, h, desc->kv_len);
+        one.mask.n_exclude = forward_opts_exclusions(m->excl_head, m->excl_mark, o, l, h, m->key0[l], desc->kv_len);
         const char *k = (const char *)qkv_kv_cache_k(c) + (size_t)kvh * desc->kv_head_stride * es;
         const char *v = (const char *)qkv_kv_cache_v(c) + (size_t)kvh * desc->kv_head_stride * es;
         qkv_status st = qkv_attn_run(m->plan, m->att + (size_t)h * n * D, m->lse + (size_t)h * n,
@@ -170,15 +170,16 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         (st = qkv_rope_apply(m->kt, m->positions, &a->rope, Hkv, n, D, err)) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_Q, l, m->qt, m->q, Hq, err)) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_K, l, m->kt, m->k, Hkv, err)) ||
-        (st = qkv_kv_cache_append(m->cache[l], m->kt, m->vt, n, err)))
+        (st = model_kv_append(m, l, m->kt, m->vt, n, err)))
         return st;
-    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n, .head_dim = D,
-                          .scale = a->scale, .softcap = a->softcap, .mask = layer_mask(o, a),
+    /* the keys the layer holds: positions key0[l] .. pos0 + n - 1 */
+    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = qkv_kv_cache_len(m->cache[l]),
+                          .head_dim = D, .scale = a->scale, .softcap = a->softcap, .mask = layer_mask(o, a),
                           .kv_dtype = qkv_kv_cache_dtype(m->cache[l]),
                           .kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D,
                           .n_threads = m->n_threads};
     if (o->n_exclude) {
-        desc.mask.n_exclude = forward_opts_exclusions(m->excl_layer, m->excl_mark, o, l, QKV_ALL, desc.kv_len);
+        desc.mask.n_exclude = forward_opts_exclusions(m->excl_layer, m->excl_mark, o, l, QKV_ALL, m->key0[l], desc.kv_len);
         desc.mask.exclude = m->excl_layer;
     }
     if (o->replace)
@@ -187,8 +188,8 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err);
     if (st || (st = intervene_heads(f, l, &desc, err))) return st;
     if (o->n_hooks && forward_opts_hooked(o, QKV_HOOK_PATTERN, l)) {
-        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .desc = desc, .opts = o,
-                                    .head_excl = m->excl_head, .mark = m->excl_mark};
+        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .key0 = m->key0[l], .desc = desc,
+                                    .opts = o, .head_excl = m->excl_head, .mark = m->excl_mark};
         const qkv_activation pattern = {.point = QKV_HOOK_PATTERN, .layer = l, .pos0 = pos0, .ndim = 3,
                                         .shape = {Hq, n, pos0 + n}, .attn = &view};
         if ((st = forward_opts_call(o, &pattern, err))) return st;
@@ -278,12 +279,14 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
     if (n > m->n_ctx - f.pos0)
         return qkv_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
                         m->n_ctx);
+    if (n > m->n_batch)
+        return qkv_fail(err, QKV_ERR_INVALID, "forward: %d tokens in one call exceed the model's n_batch of %d "
+                        "(its run state: pass them in calls of at most %d)", n, m->n_batch, m->n_batch);
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
             return qkv_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
     qkv_status st = forward_opts_check(f.o, &m->cfg, err);
     if (st) return st;
-    if ((st = forward_layers(&f, logits, tokens, all_logits, err)))
-        for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], f.pos0, NULL);
+    if ((st = forward_layers(&f, logits, tokens, all_logits, err))) model_kv_truncate(m, f.pos0);
     return st;
 }

@@ -140,14 +140,14 @@ static int applies(const qkv_exclusion *e, int layer, int head) {
 }
 
 int forward_opts_exclusions(int *out, unsigned char *mark, const qkv_forward_opts *o, int layer, int head,
-                            int n_keys) {
+                            int key0, int n_keys) {
     int n = 0;
     for (int i = 0; i < o->n_exclude; i++) {
         const qkv_exclusion *e = &o->exclude[i];
         if (!applies(e, layer, head) || (head == QKV_ALL && e->head != QKV_ALL)) continue;
         for (int j = 0; j < e->n; j++) {
-            const int p = e->positions[j];
-            if (p < n_keys && !mark[p]) {
+            const int p = e->positions[j] - key0;
+            if (p >= 0 && p < n_keys && !mark[p]) {
                 mark[p] = 1;
                 out[n++] = p;
             }
@@ -201,6 +201,7 @@ const float *qkv_attn_view_q(const qkv_attn_view *v) { return v->q; }
 const float *qkv_attn_view_lse(const qkv_attn_view *v) { return v->lse; }
 const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v) { return v->cache; }
 const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v) { return &v->desc; }
+int qkv_attn_view_key0(const qkv_attn_view *v) { return v->key0; }
 
 qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int row0, int n_rows, int key0,
                                int n_keys, qkv_error *err) {
@@ -214,8 +215,21 @@ qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int 
                         (long long)a->shape[1], (long long)a->shape[2]);
     qkv_attn_desc d = v->desc;
     if (v->opts && forward_opts_head_excluded(v->opts, a->layer, head)) {
-        d.mask.n_exclude = forward_opts_exclusions(v->head_excl, v->mark, v->opts, a->layer, head, d.kv_len);
+        d.mask.n_exclude = forward_opts_exclusions(v->head_excl, v->mark, v->opts, a->layer, head, v->key0, d.kv_len);
         d.mask.exclude = v->head_excl;
     }
-    return qkv_attn_weights(w, v->q, v->lse, qkv_kv_cache_k(v->cache), &d, head, row0, n_rows, key0, n_keys, err);
+    /* keys are positions; a cache that dropped those before v->key0 (a
+     * sliding-window cache) held nothing any row's window reaches there */
+    const int skip = key0 >= v->key0 ? 0 : v->key0 - key0 < n_keys ? v->key0 - key0 : n_keys;
+    const int k0 = key0 + skip - v->key0, n_held = n_keys - skip;
+    const void *k = qkv_kv_cache_k(v->cache);
+    if (!skip) return qkv_attn_weights(w, v->q, v->lse, k, &d, head, row0, n_rows, k0, n_keys, err);
+    for (int r = 0; r < n_rows; r++) { /* [skip zeros, n_held weights] per row of w */
+        memset(w + (size_t)r * n_keys, 0, (size_t)skip * sizeof *w);
+        qkv_status st = n_held ? qkv_attn_weights(w + (size_t)r * n_keys + skip, v->q, v->lse, k, &d, head, row0 + r,
+                                                  1, k0, n_held, err)
+                               : QKV_OK;
+        if (st) return st;
+    }
+    return QKV_OK;
 }

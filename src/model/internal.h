@@ -90,6 +90,7 @@ struct qkv_attn_view {
     const float *q;            /* [Hq, n, D] rotated */
     const float *lse;          /* [Hq, n] */
     const qkv_kv_cache *cache;
+    int key0;                  /* the position of the cache's row 0 (desc's key 0) */
     qkv_attn_desc desc;        /* the layer's call: its exclusions for every head, the cache's dtype and stride */
     const qkv_forward_opts *opts; /* for head-scoped exclusions */
     int *head_excl;            /* [n_ctx] scratch for one head's exclusion list */
@@ -98,11 +99,12 @@ struct qkv_attn_view {
 
 /* QKV_OK, or QKV_ERR_INVALID naming the first option out of range for c. */
 qkv_status forward_opts_check(const qkv_forward_opts *o, const qkv_model_config *c, qkv_error *err);
-/* out <- the union of the positions below n_keys that o hides in layer
- * `layer` from query head `head` (QKV_ALL: only the exclusions for every
- * head); returns its length. mark: [n_keys] zeros, left zero. */
+/* out <- the union of the positions in [key0, key0 + n_keys) that o hides in
+ * layer `layer` from query head `head` (QKV_ALL: only the exclusions for
+ * every head), as keys (position - key0: rows of a cache whose row 0 is
+ * position key0); returns its length. mark: [n_keys] zeros, left zero. */
 int forward_opts_exclusions(int *out, unsigned char *mark, const qkv_forward_opts *o, int layer, int head,
-                            int n_keys);
+                            int key0, int n_keys);
 /* 1 if an exclusion scoped to this head applies in this layer. */
 int forward_opts_head_excluded(const qkv_forward_opts *o, int layer, int head);
 /* 1 if (layer, head) is one of o's zeroed heads. */

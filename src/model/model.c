@@ -1,9 +1,9 @@
 /*
  * model.c — opening a model: its config (config.c), every weight found and
  * checked in the GGUF mapping (the matrices stay there in their types; the
- * norms, QK-norms and biases are dequantised once), and the run state and
- * KV caches allocated once for n_ctx positions; the sequence state (rewind,
- * evict). The pass itself is forward.c.
+ * norms, QK-norms and biases are dequantised once), and the run state for
+ * n_batch tokens per call and the KV caches (sequence.c) allocated once.
+ * The pass itself is forward.c.
  */
 #include "model/state.h"
 #include "util/error.h"
@@ -149,64 +149,63 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
 }
 
 /* The memory an allocation may take: physical memory, or less under
- * RLIMIT_AS / RLIMIT_DATA (ulimit -v, -d). */
-static double memory_bytes(void) {
+ * RLIMIT_DATA (ulimit -d) or RLIMIT_AS (ulimit -v), whose address space the
+ * model's mapping (mapped bytes) already takes part of. */
+static double memory_bytes(double mapped) {
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     static const int limits[] = {RLIMIT_AS, RLIMIT_DATA};
     for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
         struct rlimit r;
-        if (getrlimit(limits[i], &r) == 0 && r.rlim_cur != RLIM_INFINITY && (double)r.rlim_cur < have)
-            have = (double)r.rlim_cur;
+        const double taken = limits[i] == RLIMIT_AS ? mapped : 0;
+        if (getrlimit(limits[i], &r) == 0 && r.rlim_cur != RLIM_INFINITY && (double)r.rlim_cur - taken < have)
+            have = (double)r.rlim_cur - taken;
     }
     return have;
 }
 
 static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error *err) {
     const qkv_model_config *c = &m->cfg;
-    const size_t N = (size_t)m->n_ctx, E = (size_t)c->n_embd, QD = (size_t)c->n_head * c->head_dim,
-                 KD = (size_t)c->n_kv_head * c->head_dim, F = (size_t)c->n_ff;
+    const size_t N = (size_t)m->n_ctx, B = (size_t)m->n_batch, E = (size_t)c->n_embd,
+                 QD = (size_t)c->n_head * c->head_dim, KD = (size_t)c->n_kv_head * c->head_dim, F = (size_t)c->n_ff;
     size_t max_cols = E > QD ? E : QD;
     if (F > max_cols) max_cols = F;
-    /* what the buffers below and the KV cache take, checked before any of them
-     * is allocated (in doubles: no size_t product can wrap here) */
-    const double need = 4.0 * N * (2.0 * E + 4.0 * QD + 4.0 * KD + c->n_head + 2.0 * F) + 17.0 * N +
-                        4.0 * m->n_threads * MATMUL_ROWS * max_cols +
-                        2.0 * c->n_layer * N * KD * qkv_dtype_size(p->kv_dtype);
-    const double have = memory_bytes();
+    /* what the buffers below and the KV caches take, checked before any of
+     * them is allocated (in doubles: no size_t product can wrap here) */
+    double kv_rows = 0;
+    for (int l = 0; l < c->n_layer; l++) kv_rows += model_kv_capacity(m, l, p->swa_cache);
+    const double need = 4.0 * B * (2.0 * E + 4.0 * QD + 4.0 * KD + c->n_head + 2.0 * F) + 8.0 * B + 9.0 * N +
+                        4.0 * m->n_threads * MATMUL_ROWS * max_cols + 2.0 * kv_rows * KD * qkv_dtype_size(p->kv_dtype);
+    const double have = memory_bytes((double)qkv_gguf_file_size(m->gguf));
     if (need > have)
         return qkv_fail(err, QKV_ERR_TOO_LARGE,
                         "model: a context of %d positions needs %.0f bytes (%.1f GiB) of run state and KV cache, "
                         "more than the %.1f GiB of memory there is",
                         m->n_ctx, need, need / (1 << 30), have / (1 << 30));
-    m->x = malloc(N * E * 4);
-    m->h = malloc(N * E * 4);
-    m->q = malloc(N * QD * 4);
-    m->k = malloc(N * KD * 4);
-    m->v = malloc(N * KD * 4);
-    m->qt = malloc(N * QD * 4);
-    m->kt = malloc(N * KD * 4);
-    m->vt = malloc(N * KD * 4);
-    m->att = malloc(N * QD * 4);
-    m->lse = malloc(N * (size_t)c->n_head * 4);
-    m->o = malloc(N * QD * 4);
-    m->gate = malloc(N * F * 4);
-    m->up = malloc(N * F * 4);
+    m->x = malloc(B * E * 4);
+    m->h = malloc(B * E * 4);
+    m->q = malloc(B * QD * 4);
+    m->k = malloc(B * KD * 4);
+    m->v = malloc(B * KD * 4);
+    m->qt = malloc(B * QD * 4);
+    m->kt = malloc(B * KD * 4);
+    m->vt = malloc(B * KD * 4);
+    m->att = malloc(B * QD * 4);
+    m->lse = malloc(B * (size_t)c->n_head * 4);
+    m->o = malloc(B * QD * 4);
+    m->gate = malloc(B * F * 4);
+    m->up = malloc(B * F * 4);
     m->scratch = malloc((size_t)m->n_threads * MATMUL_ROWS * max_cols * 4);
-    m->positions = malloc(N * sizeof(int64_t));
+    m->positions = malloc(B * sizeof(int64_t));
     m->excl_layer = malloc(N * sizeof(int));
     m->excl_head = malloc(N * sizeof(int));
     m->excl_mark = calloc(N, 1);
-    m->cache = calloc((size_t)c->n_layer, sizeof *m->cache);
     if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->qt || !m->kt || !m->vt || !m->att || !m->lse || !m->o ||
-        !m->gate || !m->up || !m->scratch || !m->positions || !m->excl_layer || !m->excl_head || !m->excl_mark ||
-        !m->cache)
-        return qkv_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_ctx);
-    for (int l = 0; l < c->n_layer; l++) {
-        qkv_status st = qkv_kv_cache_init(&m->cache[l], c->n_kv_head, c->head_dim, m->n_ctx, p->kv_dtype, err);
-        if (st) return st;
-    }
-    /* a forward call of n tokens at pos attends n rows to pos + n <= n_ctx keys */
-    const qkv_attn_desc max = {.n_q_head = c->n_head, .n_kv_head = c->n_kv_head, .q_len = m->n_ctx,
+        !m->gate || !m->up || !m->scratch || !m->positions || !m->excl_layer || !m->excl_head || !m->excl_mark)
+        return qkv_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_batch);
+    qkv_status st = model_kv_init(m, p->swa_cache, p->kv_dtype, err);
+    if (st) return st;
+    /* a forward call of n <= n_batch tokens at pos attends n rows to pos + n <= n_ctx keys */
+    const qkv_attn_desc max = {.n_q_head = c->n_head, .n_kv_head = c->n_kv_head, .q_len = m->n_batch,
                                .kv_len = m->n_ctx, .head_dim = c->head_dim, .kv_dtype = p->kv_dtype};
     return qkv_attn_plan_init(&m->plan, &max, QKV_KERNEL_AUTO, m->n_threads, err);
 }
@@ -216,7 +215,8 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     *out = NULL;
     const qkv_model_params defaults = {0}; /* zero is every field's default */
     if (!p) p = &defaults;
-    if (p->n_ctx < 0 || p->n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx or n_threads");
+    if (p->n_ctx < 0 || p->n_threads < 0 || p->n_batch < 0)
+        return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx, n_threads or n_batch");
     qkv_model *m = calloc(1, sizeof *m);
     if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     qkv_status st = qkv_gguf_open(&m->gguf, path, err);
@@ -226,6 +226,8 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
         m->n_threads = p->n_threads > 0 ? p->n_threads : qkv_cpu_count();
         m->n_ctx = p->n_ctx > 0 ? p->n_ctx
                                 : (m->cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? m->cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX);
+        m->n_batch = p->n_batch ? p->n_batch : p->swa_cache && m->cfg.window ? QKV_MODEL_DEFAULT_BATCH : m->n_ctx;
+        if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
         st = alloc_state(m, p, err);
     }
     if (st) {
@@ -238,9 +240,7 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
 
 void qkv_model_close(qkv_model *m) {
     if (!m) return;
-    if (m->cache)
-        for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_free(m->cache[l]);
-    free(m->cache);
+    model_kv_free(m);
     qkv_attn_plan_free(m->plan);
     free(m->layers); free(m->attn); free(m->norm_w); free(m->post_norm_w); free(m->qk_norm_w); free(m->bias);
     free(m->rope_factors);
@@ -253,27 +253,3 @@ void qkv_model_close(qkv_model *m) {
 
 const qkv_model_config *qkv_model_get_config(const qkv_model *m) { return &m->cfg; }
 const qkv_gguf *qkv_model_gguf(const qkv_model *m) { return m->gguf; }
-int qkv_model_n_ctx(const qkv_model *m) { return m->n_ctx; }
-int qkv_model_pos(const qkv_model *m) { return qkv_kv_cache_len(m->cache[0]); }
-
-qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err) {
-    if (pos < 0 || pos > qkv_model_pos(m))
-        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot rewind to %d (at %d)", pos, qkv_model_pos(m));
-    for (int l = 0; l < m->cfg.n_layer; l++) qkv_kv_cache_truncate(m->cache[l], pos, NULL);
-    if (pos == 0) m->rope_offset = 0;
-    return QKV_OK;
-}
-
-int qkv_model_rope_pos(const qkv_model *m) { return qkv_model_pos(m) + m->rope_offset; }
-
-qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err) {
-    const int len = qkv_model_pos(m);
-    if (from < 0 || n < 0 || n > len - from)
-        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot evict [%d, %d) of %d cached positions", from, from + n, len);
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        qkv_status st = qkv_kv_cache_shift(m->cache[l], from, n, shift ? &m->cfg.rope : NULL, err);
-        if (st) return st;
-    }
-    if (!shift) m->rope_offset += n;
-    return QKV_OK;
-}
