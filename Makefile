@@ -151,10 +151,12 @@ check: all
 # process that hit it, which fails the run. LeakSanitizer checks every exit.
 # The whole suite takes about 5x its plain time under ASan; `make test` runs
 # this subset instead: every parser (GGUF, model config and load checks,
-# tokenizer, .npy through attend, flags, the fuzz corpora) and every
-# command's bad input and one good run of each (demo, sinks: their parts), the
-# tests' JSON reader, and the PNG encoder (png_: tests/test_png_encode.c and the inspect figure).
-SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks tokenizer_load_checks tok_ fuzz_replay \
+# tokenizer, .npy through attend, flags, the fuzz corpora, each family's hostile
+# files) and every command's bad input and one good run of each (demo, sinks:
+# their parts; every command on each tiny family model), the tests' JSON
+# reader, and the PNG encoder (png_: tests/test_png_encode.c and the inspect figure).
+SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks model_hostile tokenizer_load_checks tok_ \
+                     fuzz_replay families_cli_qwen families_cli_gemma families_cli_mistral families_cli_json \
                      dequant alloc_counter attn_plan_runs sampler_draws bad_input rejects_bad cli_every_command \
                      cli_one_bos explain_json scaling_is_deterministic cost_model_from_gguf attend_cli_matches \
                      run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json \

@@ -188,7 +188,7 @@ int cli_parse_threads(void *dest, const char *flag, const char *value);
     {.name = "--prompt", .alias = "-p", .kind = CLI_STRING, .dest = &(pa)->text, .metavar = "TEXT", .help = "the prompt text"}, \
     {.name = "--file", .alias = "-f", .kind = CLI_STRING, .dest = &(pa)->file, .metavar = "FILE", .help = "read the prompt from a file ('-': stdin)"}, \
     {.name = "--tokens", .kind = CLI_STRING, .dest = &(pa)->tokens, .metavar = "IDS", .help = "the prompt as token ids, e.g. 1,9690,198"}, \
-    {.name = "--chat", .kind = CLI_BOOL, .dest = &(pa)->chat, .help = "wrap the text as a user turn in the model's chat template (ChatML, Llama-3)"}, \
+    {.name = "--chat", .kind = CLI_BOOL, .dest = &(pa)->chat, .help = "wrap the text as a user turn in the model's chat template (ChatML, Llama-3, Gemma)"}, \
     {.name = "--system", .kind = CLI_STRING, .dest = &(pa)->system, .metavar = "TEXT", .help = "system turn for --chat (default: the template's own)"}, \
     {.name = "--special", .kind = CLI_BOOL, .dest = &(pa)->special, .help = "recognise special tokens (<|im_start|> ...) written in the text"}
 

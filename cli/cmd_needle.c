@@ -36,6 +36,7 @@ typedef struct {
 
 typedef struct {
     const char *model, *haystack, *needle, *question, *answer;
+    int chat;               /* the prompt in the model's chat template (else plain text) */
     const cli_ints *lengths, *depths;
     int n_layer, n_head, hay_tokens;
     cell *cells;            /* [lengths, depths] */
@@ -120,7 +121,7 @@ static void print_json(const grid *g, const int *rank) {
     cli_json_string(stdout, g->question);
     printf(",\n  \"answer\": ");
     cli_json_string(stdout, g->answer);
-    printf(",\n  \"cells\": [\n");
+    printf(",\n  \"chat\": %s,\n  \"cells\": [\n", g->chat ? "true" : "false");
     const int nc = g->lengths->n * g->depths->n;
     for (int i = 0; i < nc; i++) {
         const cell *c = &g->cells[i];
@@ -433,6 +434,8 @@ int cmd_needle(int argc, char **argv) {
          .help = "a reply is correct when it contains this (case folded)"},
         {.name = "--system", .kind = CLI_STRING, .dest = &nt.system, .metavar = "TEXT",
          .help = "system turn (default: the template's own)"},
+        {.name = "--no-chat", .kind = CLI_BOOL, .dest = &nt.plain,
+         .help = "no chat template: the haystack and question as plain text after\nthe BOS (a base model)"},
         {.name = "--max-answer", .kind = CLI_INT, .dest = &nt.max_answer, .lo = 1, .hi = 1024, .metavar = "N",
          .help = "reply tokens at most (default 16)"},
         CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
@@ -450,12 +453,12 @@ int cmd_needle(int argc, char **argv) {
         .name = "needle", .usage = "[-m MODEL] [-f HAYSTACK] [--lengths L,...] [--depths D,...] [flags]",
         .about = "Needle in a haystack with attention telemetry: for each length and depth the needle\n"
         "sentence goes into the haystack at a sentence boundary, the question follows as a chat\n"
-        "turn, the model answers greedily and the reply is scored by substring (RULER's\n"
-        "string_match_all). From the kernel's LSE: the weight the first answer token puts on\n"
-        "the needle's tokens, and each head's retrieval score (Wu et al. 2024). Cost per cell:\n"
-        "one prefill of the length plus one decode step per reply token.",
+        "turn (--no-chat: as plain text), the model answers greedily and the reply is scored by\n"
+        "substring (RULER's string_match_all). From the kernel's LSE: the weight the first answer\n"
+        "token puts on the needle's tokens, and each head's retrieval score (Wu et al. 2024).\n"
+        "Cost per cell: one prefill of the length plus one decode step per reply token.",
         .notes = "JSON: {\"model\", \"haystack\", \"haystack_tokens\", \"needle\", \"question\", \"answer\",\n"
-        "\"cells\": [{\"length\", \"depth\", \"tokens\", \"needle_pos\", \"needle_tokens\", \"correct\", \"answer\",\n"
+        "\"chat\", \"cells\": [{\"length\", \"depth\", \"tokens\", \"needle_pos\", \"needle_tokens\", \"correct\", \"answer\",\n"
         "\"needle_mass_max\", \"needle_mass_mean\", \"needle_mass_by_layer\" (max over heads),\n"
         "\"needle_mass_mean_by_layer\", \"answer_step\", \"answer_mass_max\", \"answer_mass_mean\",\n"
         "\"answer_mass_by_layer\" (the reply token where the answer starts; null if absent), \"seconds\"}],\n"
@@ -487,6 +490,7 @@ int cmd_needle(int argc, char **argv) {
     if (!rc && !nt.needle[0]) rc = cli_fail("--needle is empty");
     if (!rc && !expected[0]) rc = cli_fail("--answer is empty");
     if (!rc && !nt.question[0]) rc = cli_fail("--question is empty");
+    if (!rc && nt.plain && nt.system) rc = cli_fail("--system needs the chat template, not --no-chat");
     if (!rc && qkv_needle_match(nt.needle, expected) < 0)
         rc = cli_fail("--answer '%s' is not in the needle: the model could not find it", expected);
     size_t len = 0;
@@ -496,6 +500,11 @@ int cmd_needle(int argc, char **argv) {
         goto done;
     }
     if ((rc = cli_tokenizer_open(&g, &tok, model))) goto done;
+    gr.chat = !nt.plain;
+    if (gr.chat && qkv_gguf_find_key(g, "tokenizer.chat_template") < 0) {
+        rc = cli_fail("%s has no tokenizer.chat_template (a base model?): --no-chat asks in plain text", model);
+        goto done;
+    }
     if (qkv_needle_match(text, expected) >= 0) {
         rc = cli_fail("%s: the answer '%s' is already in the haystack", haystack, expected);
         goto done;

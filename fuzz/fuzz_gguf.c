@@ -1,12 +1,13 @@
 /*
- * fuzz_gguf.c — a GGUF file from a stranger, as far as qkv reads one before
- * the first forward call: the reader (every key, every value and array
- * element, every tensor's last byte, small tensors dequantised and checked
- * for non-finite values), the model configuration, the tokenizer (with its
- * chat template), the chat formatter and a tokenization of its output, and
- * qkv_model_open (weights' shapes and types, norm weights, RoPE factors, a
- * run state of 4 positions). A crash, a sanitizer report or a leak is a
- * finding; a refusal must come with a message and no handle.
+ * fuzz_gguf.c — a GGUF file from a stranger, as qkv reads and runs one: the
+ * reader (every key, every value and array element, every tensor's last
+ * byte, small tensors dequantised and checked for non-finite values), the
+ * model configuration, the tokenizer (with its chat template), the chat
+ * formatter and a tokenization of its output, qkv_model_open (weights' shapes
+ * and types, norm weights, RoPE factors, a run state of 4 positions) and,
+ * when it opens, one forward call of 2 tokens (each family's layers: windows,
+ * soft-caps, QK-norms, biases, post-norms). A crash, a sanitizer report or a
+ * leak is a finding; a refusal must come with a message and no handle.
  */
 #include "fuzz_file.h"
 #include "qkv.h"
@@ -80,8 +81,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const qkv_model_params p = {.n_ctx = 4, .n_threads = 1};
         qkv_model *m = NULL;
         err.msg[0] = 0;
-        if (qkv_model_open(&m, path, &p, &err) == QKV_OK) qkv_model_close(m);
-        else if (!err.msg[0] || m) abort();
+        if (qkv_model_open(&m, path, &p, &err) == QKV_OK) {
+            const int32_t ids[2] = {0, c.n_vocab - 1};
+            float *logits = malloc((size_t)c.n_vocab * sizeof *logits); /* [V] */
+            err.msg[0] = 0;
+            if (logits && qkv_model_forward(m, logits, ids, 2, 0, NULL, &err) != QKV_OK && !err.msg[0]) abort();
+            free(logits);
+            qkv_model_close(m);
+        } else if (!err.msg[0] || m) {
+            abort();
+        }
     }
     return 0;
 }

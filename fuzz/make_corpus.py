@@ -7,10 +7,15 @@ repository root:  python3 fuzz/make_corpus.py
 
   gguf       small valid GGUFs qkv reads whole: tiny Llama models (F32 and F16
              weights, SentencePiece and byte-level BPE vocabularies, ChatML and
-             Llama-3 templates, rope_freqs), a metadata-only model, a
-             vocabulary-only file, two blocks of every quantised type
-             qkv_dequantize reads (the second with a NaN or inf scale), and
-             the small committed test fixtures
+             Llama-3 templates, rope_freqs), a tiny model of each other family
+             (qwen2 biases, qwen3 QK-norms and key_length != E / H, gemma2
+             windows and soft-caps, gemma3 sliding pattern and local RoPE base),
+             each family's hostile files (window 0, soft-caps <= 0 or NaN,
+             key_length 512, a pattern with no global layer, a missing QK-norm,
+             bias or post-norm, NaN scales in Q5_0 and Q4_K blocks, an unknown
+             architecture), a metadata-only model, a vocabulary-only file, two
+             blocks of every quantised type qkv_dequantize reads (the second
+             with a NaN or inf scale), and the small committed test fixtures
   npy        .npy files of every dtype and header version the loader takes
   tokenizer  flag byte (bit 0 vocabulary, bit 1 specials, bit 2 BOS/EOS) + text
   chat       TEMPLATE \\0 SYSTEM \\0 USER
@@ -129,6 +134,102 @@ def tiny_llama(vocab, template, gtype=GGML_F32, rope_freqs=False, layers=1):
     return gguf(meta, ts)
 
 
+def tiny_family(arch, layers=2, E=16, D=16, F=16, meta=(), drop=(), quant=None):
+    """A tiny model of a family as llama.cpp's converter lays it out: one
+    head of D, ffn F, F16 matrices, the SentencePiece vocabulary of 16. meta: (key, type,
+    value) set over the defaults; drop: keys or tensors left out; quant:
+    (tensor, ggml type, raw block bytes) replacing an F32 matrix."""
+    qk_norm, post = arch in ("qwen3", "gemma3"), arch in ("gemma2", "gemma3")
+    kv = {"general.architecture": (STRING, arch)}
+    for suffix, t, v in [("block_count", U32, layers), ("embedding_length", U32, E), ("attention.head_count", U32, 1),
+                         ("attention.head_count_kv", U32, 1), ("feed_forward_length", U32, F),
+                         ("context_length", U32, 32), ("attention.layer_norm_rms_epsilon", F32, 1e-6),
+                         ("attention.key_length", U32, D), ("attention.value_length", U32, D)]:
+        kv["%s.%s" % (arch, suffix)] = (t, v)
+    if post:
+        kv[arch + ".attention.sliding_window"] = (U32, 4)
+    if arch == "gemma2":
+        kv["gemma2.attn_logit_softcapping"] = (F32, 50.0)
+        kv["gemma2.final_logit_softcapping"] = (F32, 30.0)
+    if arch == "gemma3":
+        kv["gemma3.rope.freq_base"] = (F32, 1e6)
+    for k, t, v in meta:
+        kv[k] = (t, v)
+    for k, (t, v) in spm_vocab_kv(16).items():
+        kv.setdefault(k, (t, v))
+
+    def mat(r, c, k):
+        return [((i * 7 + k) % 11 - 5) / 50 for i in range(r * c)]
+
+    ts = [("token_embd.weight", (16, E), GGML_F32, mat(16, E, 1)), ("output_norm.weight", (E,), GGML_F32, [1.0] * E)]
+    for l in range(layers):
+        per = [("attn_norm.weight", (E,)), ("attn_q.weight", (D, E)), ("attn_k.weight", (D, E)),
+               ("attn_v.weight", (D, E))]
+        per += [("attn_%s.bias" % x, (D,)) for x in "qkv" if arch == "qwen2"]
+        per += [("attn_q_norm.weight", (D,)), ("attn_k_norm.weight", (D,))] if qk_norm else []
+        per += [("attn_output.weight", (E, D))] + ([("post_attention_norm.weight", (E,))] if post else [])
+        per += [("ffn_norm.weight", (E,)), ("ffn_gate.weight", (F, E)), ("ffn_up.weight", (F, E)),
+                ("ffn_down.weight", (E, F))] + ([("post_ffw_norm.weight", (E,))] if post else [])
+        for k, (suffix, shape) in enumerate(per):
+            name = "blk.%d.%s" % (l, suffix)
+            if quant and quant[0] == name:
+                ts.append((name, shape, quant[1], quant[2]))
+            elif len(shape) == 1:
+                ts.append((name, shape, GGML_F32, [0.01 if "bias" in suffix else 1.0] * shape[0]))
+            else:
+                ts.append((name, shape, GGML_F16, mat(shape[0], shape[1], k + l)))
+    kvs = [(k, t, v) for k, (t, v) in kv.items() if k not in drop]
+    return gguf(kvs, [x for x in ts if x[0] not in drop])
+
+
+def spm_vocab_kv(n):
+    return {k: (t, v) for k, t, v in spm_vocab(n)}
+
+
+def family_seeds():
+    """A good tiny model of each family, and its hostile files (one fault each)."""
+    nan = float("nan")
+
+    def blocks(gtype, nblocks, bad):
+        """nblocks blocks of a type: varied codes, every scale 0.25, block 1's d (and m / dmin) bad."""
+        _, _, _, nbytes, d = next(q for q in QUANT_TYPES if q[1] == gtype)
+        rng = random.Random(gtype)
+        out = bytearray(rng.getrandbits(8) for _ in range(nblocks * nbytes))
+        for b in range(nblocks):
+            for off in (d, d + 2) if gtype in (7, 12) else (d,):
+                out[b * nbytes + off:b * nbytes + off + 2] = struct.pack("<H", bad if b == 1 else 0x3400)
+        return bytes(out)
+
+    g3 = ("gemma3.attention.sliding_window_pattern", U32, 2)
+    return {
+        "family-qwen2.gguf": tiny_family("qwen2"),
+        "family-qwen3.gguf": tiny_family("qwen3", D=32),
+        "family-gemma2.gguf": tiny_family("gemma2"),
+        "family-gemma3.gguf": tiny_family("gemma3", layers=6, meta=[("gemma3.rope.freq_base_swa", F32, 10000.0)]),
+        "family-gemma3-pattern2.gguf": tiny_family("gemma3", meta=[g3]),
+        "hostile-gemma2-window0.gguf": tiny_family("gemma2", meta=[("gemma2.attention.sliding_window", U32, 0)]),
+        "hostile-gemma3-no-window.gguf": tiny_family("gemma3", meta=[g3], drop=["gemma3.attention.sliding_window"]),
+        "hostile-gemma2-softcap-nan.gguf": tiny_family("gemma2", meta=[("gemma2.attn_logit_softcapping", F32, nan)]),
+        "hostile-gemma2-final-softcap0.gguf": tiny_family("gemma2", meta=[("gemma2.final_logit_softcapping", F32, 0.0)]),
+        "hostile-gemma3-keylen512.gguf": tiny_family("gemma3", meta=[g3, ("gemma3.attention.key_length", U32, 512)]),
+        "hostile-qwen3-keylen-vs-q.gguf": tiny_family("qwen3", D=32, meta=[("qwen3.attention.key_length", U32, 16),
+                                                                           ("qwen3.attention.value_length", U32, 16)]),
+        "hostile-gemma3-no-global.gguf": tiny_family("gemma3", meta=[("gemma3.attention.sliding_window_pattern", U32, 8)]),
+        "hostile-gemma3-default-no-global.gguf": tiny_family("gemma3", layers=4),
+        "hostile-gemma3-swabase-nan.gguf": tiny_family("gemma3", meta=[g3, ("gemma3.rope.freq_base_swa", F32, nan)]),
+        "hostile-qwen3-no-knorm.gguf": tiny_family("qwen3", D=32, drop=["blk.1.attn_k_norm.weight"]),
+        "hostile-qwen2-no-bias.gguf": tiny_family("qwen2", drop=["blk.0.attn_v.bias"]),
+        "hostile-gemma2-no-postnorm.gguf": tiny_family("gemma2", drop=["blk.1.post_ffw_norm.weight"]),
+        "hostile-qwen2-q5_0-nan.gguf": tiny_family("qwen2", F=32, quant=("blk.0.ffn_down.weight", 6,
+                                                                         blocks(6, 16, 0x7e00))),
+        "hostile-qwen3-q4_K-nan.gguf": tiny_family("qwen3", layers=1, D=32, F=256,
+                                                   quant=("blk.0.ffn_down.weight", 12, blocks(12, 16, 0x7e00))),
+        "hostile-gemma2-q8_0-inf.gguf": tiny_family("gemma2", F=32, quant=("blk.1.ffn_down.weight", 8,
+                                                                           blocks(8, 16, 0x7c00))),
+        "hostile-falcon.gguf": tiny_family("falcon"),
+    }
+
+
 # name, ggml type, elements and bytes a block, byte offset of the scale d
 QUANT_TYPES = [("q8_0", 8, 32, 34, 0), ("q4_0", 2, 32, 18, 0), ("q4_1", 3, 32, 20, 0), ("q5_0", 6, 32, 22, 0),
                ("q5_1", 7, 32, 24, 0), ("q2_K", 10, 256, 84, 80), ("q3_K", 11, 256, 110, 108),
@@ -162,6 +263,7 @@ def gguf_seeds():
         "empty.gguf": gguf([]),
         "quant-blocks.gguf": quant_blocks(),
     }
+    seeds.update(family_seeds())
     for rel in ("tests/fixtures/gguf/meta.gguf", "tests/fixtures/tokenizer/llama_bpe.gguf",
                 "tests/fixtures/tokenizer/spm.gguf", "tests/fixtures/tokenizer/bad_merge.gguf",
                 "tests/fixtures/tokenizer/bad_bos.gguf"):

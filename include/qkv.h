@@ -1006,7 +1006,9 @@ typedef struct {
     /* the mask of every layer: 0 or QKV_MASK_CAUSAL is the model's causal
      * mask; QKV_MASK_WINDOW (window) or QKV_MASK_SINK_WINDOW (window, sinks)
      * over the rows of the KV cache as qkv_mask defines it (p(i) = cache
-     * length - n + i) */
+     * length - n + i). A sliding layer takes it only when it reaches back
+     * less far than the layer's own window (a narrower window; sinks +
+     * window within it), and keeps its own otherwise. */
     qkv_mask_kind mask;
     int window, sinks;
     const qkv_exclusion *exclude;   /* [n_exclude] */
@@ -1713,14 +1715,16 @@ typedef struct {
     const char *question;   /* the user's question after the haystack */
     const char *system;     /* the chat's system turn; NULL: the template's own */
     int max_answer;         /* tokens the answer may take, >= 1 */
+    int plain;              /* 1: no chat template (a base model): the text alone, after the tokenizer's BOS;
+                               system must be NULL */
 } qkv_needle_text;
 
 /* One prompt: the first tokens of the haystack (repeated from its start
  * if it is shorter), the needle at a sentence boundary at depth percent of
  * them (qkv_needle_offset of their text), then "\n\n" and the question, as
  * the user turn of the GGUF's chat template (qkv_chat_format, then
- * qkv_chat_tokenize). As many haystack tokens as leave n + max_answer <=
- * length. */
+ * qkv_chat_tokenize), or as it is when nt->plain. As many haystack tokens as
+ * leave n + max_answer <= length. */
 typedef struct {
     int32_t *ids;           /* [n] malloc'd (qkv_needle_prompt_free) */
     int n;

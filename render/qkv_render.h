@@ -41,8 +41,9 @@ qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size
 void qkv_token_labels_free(char **labels, int n);
 
 /* s (UTF-8, NULL as "") as a JSON string, quotes included: " and \ escaped,
- * controls as \n or \u00XX; in_script also escapes <, > and & so the string
- * can stand inside an HTML <script> block. */
+ * controls as \n or \u00XX, each byte of an invalid UTF-8 sequence as \ufffd;
+ * in_script also escapes <, > and & so the string can stand inside an HTML
+ * <script> block. */
 void qkv_json_string(FILE *f, const char *s, int in_script);
 
 /* s (UTF-8, NULL as "") as HTML text or a quoted attribute's value: <, >, &

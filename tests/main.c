@@ -80,6 +80,13 @@ const char *test_model_path(void) {
 
 int test_require_model(void) { return test_require_file(test_model_path(), "the real model: run `make model`"); }
 
+const char *test_gemma3_path(void) {
+    const char *p = getenv("QKV_GEMMA3_MODEL");
+    return p && *p ? p : "models/gemma-3-270m-q4_k_m.gguf";
+}
+
+int test_require_gemma3(void) { return test_require_file(test_gemma3_path(), "Gemma 3 270M: run `make model`"); }
+
 int test_argmax(const float *row, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -102,13 +109,6 @@ double test_worst_row(const float *got, const float *want, int64_t rows, int64_t
     }
     return worst;
 }
-
-const char *test_gemma3_path(void) {
-    const char *p = getenv("QKV_GEMMA3_MODEL");
-    return p && *p ? p : "models/gemma-3-270m-q4_k_m.gguf";
-}
-
-int test_require_gemma3(void) { return test_require_file(test_gemma3_path(), "Gemma 3 270M: run `make model`"); }
 
 double test_logit_row_diff(const float *row, int V, double lse, const int32_t *top_ids, const float *top,
                            const int32_t *sub_ids, const float *sub, int64_t n_sub, double *dlse, int *argmax) {

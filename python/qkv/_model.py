@@ -167,7 +167,7 @@ class Model:
             raise TypeError(f"text: expected str, got {type(text).__name__}")
         data = text.encode("utf-8", "surrogatepass")
         if chat:
-            data = self._c.chat_text(data, None if system is None else system.encode("utf-8"))
+            data = self._c.chat_text(data, system)  # str or None: the C side takes it as UTF-8
             special = True
             bos = self._c.piece(self.config.bos) if self.config.bos >= 0 else None
             if bos and data.startswith(bos):
@@ -646,11 +646,13 @@ class Model:
     # ------------------------------------------------------------ needle
 
     def needle(self, haystack=None, *, lengths=(1024, 2048, 4096, 8192), depths=(0, 25, 50, 75, 100),
-               needle=NEEDLE, question=QUESTION, answer=ANSWER, system=None, max_answer=16, progress=None):
+               needle=NEEDLE, question=QUESTION, answer=ANSWER, system=None, max_answer=16, chat=True,
+               progress=None):
         """Needle in a haystack with attention telemetry (qkv needle): for each length
         (prompt + max_answer tokens) and depth (percent) the needle sentence goes into
         the haystack text (default: the GPL-3 file) at a sentence boundary, the question
-        follows as a chat turn, the model answers greedily and the reply is correct when
+        follows as a chat turn (chat=False: as plain text after the BOS, for a base model
+        without a chat template), the model answers greedily and the reply is correct when
         it contains `answer` (ASCII case folded, as RULER's string_match_all). A dict of
         the CLI's JSON fields: cells (a list of dicts: length, depth, tokens, needle_pos,
         needle_tokens, correct, answer, needle_mass_max, needle_mass_mean,
@@ -689,7 +691,6 @@ class Model:
         c = self.config
         L, H, A = c.n_layer, c.n_head, int(max_answer)
         retrieval = np.zeros((L, H), dtype=np.float64)
-        sysb = None if system is None else system.encode("utf-8")
         cells, done = [], 0
         total = sum(lengths) * len(depths)
         with _progress.Progress(progress, "needle", "tokens", total) as pr:
@@ -697,7 +698,7 @@ class Model:
                 for depth in depths:
                     pr.stage(f"needle {length} tokens, depth {depth}% ({len(cells) + 1}/{len(lengths) * len(depths)})")
                     pids, pos, nlen, _ = self._c.needle_prompt(hay, needle.encode("utf-8"), question.encode("utf-8"),
-                                                                sysb, A, length, float(depth))
+                                                                system, A, length, float(depth), not chat)
                     ids = np.frombuffer(pids, dtype=np.int32).copy()
                     reply = np.empty(A, dtype=np.int32)
                     mass = np.zeros((2, L), dtype=np.float64)
@@ -722,8 +723,8 @@ class Model:
         retrieval /= len(cells)
         order = sorted(range(L * H), key=lambda i: -retrieval.flat[i])  # stable: ties by (layer, head)
         heads = [dict(layer=i // H, head=i % H, score=float(retrieval.flat[i])) for i in order]
-        return dict(haystack_tokens=len(hay), needle=needle, question=question, answer=answer, cells=cells,
-                    retrieval_heads=heads, retrieval=retrieval)
+        return dict(haystack_tokens=len(hay), needle=needle, question=question, answer=answer, chat=bool(chat),
+                    cells=cells, retrieval_heads=heads, retrieval=retrieval)
 
     def _answer_step(self, reply, offset):
         """The reply token whose text holds byte `offset` of the reply (where the answer starts)."""

@@ -525,7 +525,8 @@ static PyMethodDef model_methods[] = {
     {"stream_score", model_stream_score, METH_VARARGS,
      "stream_score(nll, ids, policy, cache, window, sinks, chunk, progress=None) -> max_rows."},
     {"needle_prompt", model_needle_prompt, METH_VARARGS,
-     "needle_prompt(hay, needle, question, system, max_answer, length, depth) -> (ids, needle_pos, needle_len, hay_tokens)."},
+     "needle_prompt(hay, needle, question, system, max_answer, length, depth, plain) -> (ids, needle_pos, needle_len, "
+     "hay_tokens)."},
     {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
     {"patch", model_patch, METH_VARARGS,
      "patch(head_out, head_out_pos, resid_pre, attn_out, mlp_out, clean, corrupt, metric, answer, wrong, max_bytes, "

@@ -1,6 +1,6 @@
 /*
  * needle.c — Model.needle's engine, on an open model the caller holds:
- *   needle_prompt(hay, needle, question, system, max_answer, length, depth)
+ *   needle_prompt(hay, needle, question, system, max_answer, length, depth, plain)
  *     -> (ids bytes int32 [n], needle_pos, needle_len, haystack_tokens)
  *     hay [n_hay] int32: the haystack's tokens (qkv_needle_prompt_build)
  *   needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n_answer
@@ -14,16 +14,18 @@
 PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
     PyObject *hay_obj;
     const char *needle, *question, *system;
-    int max_answer, length;
+    int max_answer, length, plain;
     double depth;
-    if (!PyArg_ParseTuple(args, "Oyyziid", &hay_obj, &needle, &question, &system, &max_answer, &length, &depth))
+    if (!PyArg_ParseTuple(args, "Oyyziidp", &hay_obj, &needle, &question, &system, &max_answer, &length, &depth,
+                          &plain))
         return NULL;
     Py_buffer bh;
     if (PyObject_GetBuffer(hay_obj, &bh, PyBUF_C_CONTIGUOUS) < 0) return NULL;
     const Py_ssize_t n_hay = bh.len / 4;
     PyBuffer_Release(&bh);
     if (pyq_buffer(&bh, hay_obj, PYQ_I32, n_hay, 0, "haystack ids") < 0) return NULL;
-    const qkv_needle_text nt = {.needle = needle, .question = question, .system = system, .max_answer = max_answer};
+    const qkv_needle_text nt = {.needle = needle, .question = question, .system = system, .max_answer = max_answer,
+                                .plain = plain};
     qkv_needle_prompt p;
     qkv_error err = {0};
     qkv_status st;

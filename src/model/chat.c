@@ -5,6 +5,9 @@
  *            (SmolLM2's template inserts a default system turn when the first
  *            message is not a system one; its text is read from the template)
  *   Llama-3  <|begin_of_text|><|start_header_id|>role<|end_header_id|>\\n\\ncontent<|eot_id|>
+ *   Gemma    <start_of_turn>user\\n[system\\n\\n]content<end_of_turn>\\n<start_of_turn>model\\n
+ *            (no system role: its text opens the first user turn, as Gemma
+ *            3's template and llama.cpp do; the tokenizer adds the BOS)
  */
 #include "model/internal.h"
 #include "util/error.h"
@@ -92,8 +95,11 @@ qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, co
         if (system) bad |= append(&buf, &len, &cap, "<|start_header_id|>system<|end_header_id|>\n\n", system, "<|eot_id|>");
         bad |= append(&buf, &len, &cap, "<|start_header_id|>user<|end_header_id|>\n\n", user, "<|eot_id|>");
         bad |= append(&buf, &len, &cap, "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL, NULL);
+    } else if (strstr(tmpl, "<start_of_turn>")) {
+        bad |= append(&buf, &len, &cap, "<start_of_turn>user\n", system, system ? "\n\n" : NULL);
+        bad |= append(&buf, &len, &cap, user, "<end_of_turn>\n", "<start_of_turn>model\n");
     } else {
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: chat template not recognised (ChatML and Llama-3 are)",
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: chat template not recognised (ChatML, Llama-3 and Gemma are)",
                         qkv_gguf_path(g));
     }
     if (bad) {

@@ -145,16 +145,31 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         (st = meta_positive(&c->attn_scale, g, arch, "attention.scale", err)))
         return st;
     if (fam == FAMILY_GEMMA2 || fam == FAMILY_GEMMA3) {
-        if ((st = meta_int(&c->window, g, arch, "attention.sliding_window", 0, c->window, QKV_MODEL_MAX_CTX, err)) ||
+        /* as llama.cpp: gemma2's window defaults to 4096, gemma3 must say; a
+         * window of 0 (which llama.cpp would take as masking every key) and a
+         * soft-cap <= 0 (which it divides by) are refused by the ranges */
+        if ((st = meta_int(&c->window, g, arch, "attention.sliding_window", fam == FAMILY_GEMMA3, c->window,
+                           QKV_MODEL_MAX_CTX, err)) ||
             (st = meta_int(&c->swa_period, g, arch, "attention.sliding_window_pattern", 0, c->swa_period,
                            QKV_MODEL_MAX_LAYERS, err)) ||
             (st = meta_positive(&c->final_softcap, g, arch, "final_logit_softcapping", err)))
             return st;
         if (fam == FAMILY_GEMMA2 && (st = meta_positive(&c->attn_softcap, g, arch, "attn_logit_softcapping", err)))
             return st;
-        if (c->window && c->swa_period < 2 && c->n_layer > 0)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s.attention.sliding_window_pattern %d names no global layer",
-                            qkv_gguf_path(g), arch, c->swa_period);
+        /* of each swa_period layers the last is global (llama.cpp's set_swa_pattern):
+         * the family's window needs a sliding layer and at least one global one */
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
+        const int said = qkv_gguf_find_key(g, key) >= 0;
+        if (c->swa_period < 2)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s %d names no sliding layer for the window of %d",
+                            qkv_gguf_path(g), key, c->swa_period, c->window);
+        if (c->swa_period > c->n_layer && said)
+            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s %d names no global layer among %d layers", qkv_gguf_path(g),
+                            key, c->swa_period, c->n_layer);
+        if (c->swa_period > c->n_layer)
+            return qkv_fail(err, QKV_ERR_FORMAT,
+                            "%s: %s's sliding pattern %d (there is no %s) names no global layer among %d layers",
+                            qkv_gguf_path(g), arch, c->swa_period, key, c->n_layer);
     }
     /* the vocabulary: rows of the embedding, else the tokenizer's list (a
      * metadata-only file); qkv_model_open checks the weights against it */

@@ -123,13 +123,16 @@ static qkv_status intervene_heads(const fwd_call *f, int l, const qkv_attn_desc 
 
 /* The mask of a layer's call: the layer's own (causal, or its sliding
  * window), unless the call's options override it. An override applies to
- * the global layers; a sliding layer keeps its window unless the override is
- * a narrower window (it never sees further than it was trained to). */
+ * the global layers; a sliding layer keeps its window unless the override
+ * reaches back less far (a narrower window, or sinks + window within its own:
+ * the bounded cache a stream keeps, which eviction would leave it anyway). */
 static qkv_mask layer_mask(const qkv_forward_opts *o, const qkv_layer_attn *a) {
     const qkv_mask own = a->window ? (qkv_mask){.kind = QKV_MASK_WINDOW, .window = a->window}
                                    : (qkv_mask){.kind = QKV_MASK_CAUSAL};
     if (o->mask == QKV_MASK_NONE || o->mask == QKV_MASK_CAUSAL) return own;
-    if (!a->window || (o->mask == QKV_MASK_WINDOW && o->window < a->window))
+    const int64_t reach = (int64_t)o->window + (o->mask == QKV_MASK_SINK_WINDOW ? o->sinks : 0);
+    if (!a->window || ((o->mask == QKV_MASK_WINDOW && o->window < a->window) ||
+                       (o->mask == QKV_MASK_SINK_WINDOW && reach <= a->window)))
         return (qkv_mask){.kind = o->mask, .window = o->window, .sinks = o->sinks};
     return own;
 }

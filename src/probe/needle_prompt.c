@@ -2,8 +2,9 @@
  * needle_prompt.c — the prompts of a needle-in-a-haystack test: haystack
  * tokens cut to fit a length, a needle sentence put in at a sentence
  * boundary at a depth, the question after it, all in the model's chat
- * template; and where the needle's tokens are in the result. The answer's
- * scoring (substring, as RULER does) is here too. Nothing is run.
+ * template (or as plain text, for a base model); and where the needle's
+ * tokens are in the result. The answer's scoring (substring, as RULER
+ * does) is here too. Nothing is run.
  */
 #include "qkv.h"
 #include "util/error.h"
@@ -89,14 +90,15 @@ fail:
     return NULL;
 }
 
-/* out <- the chat prompt for b haystack tokens, the needle's token span
- * found from its bytes. */
+/* out <- the prompt for b haystack tokens (the chat template's, or the
+ * user turn alone when plain), the needle's token span found from its bytes. */
 static qkv_status build(qkv_needle_prompt *out, const qkv_gguf *g, const qkv_tokenizer *t, const int32_t *hay,
                         int64_t n_hay, const qkv_needle_text *nt, int64_t b, double depth, qkv_error *err) {
     size_t needle_at = 0;
     char *chat = NULL, *user = user_turn(&needle_at, t, hay, n_hay, nt, b, depth, err);
     if (!user) return err ? err->status : QKV_ERR_NOMEM;
-    qkv_status st = qkv_chat_format(&chat, g, nt->system, user, err);
+    qkv_status st = nt->plain ? QKV_OK : qkv_chat_format(&chat, g, nt->system, user, err);
+    if (!st && nt->plain && !(chat = strdup(user))) st = qkv_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
     if (st) {
         free(user);
         return st;
@@ -161,6 +163,8 @@ qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, co
     if (!(depth >= 0 && depth <= 100)) return qkv_fail(err, QKV_ERR_INVALID, "needle: depth %g outside [0, 100]", depth);
     if (nt->max_answer < 1) return qkv_fail(err, QKV_ERR_INVALID, "needle: max_answer %d < 1", nt->max_answer);
     if (!nt->needle[0]) return qkv_fail(err, QKV_ERR_INVALID, "needle: the needle is empty");
+    if (nt->plain && nt->system)
+        return qkv_fail(err, QKV_ERR_INVALID, "needle: a system turn needs the chat template (plain is set)");
     /* the template, needle and question alone fix the overhead; then as many
      * haystack tokens as fit, a few fewer when tokens merge differently */
     qkv_needle_prompt p;
@@ -170,9 +174,9 @@ qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, co
     qkv_needle_prompt_free(&p);
     if (least > length)
         return qkv_fail(err, QKV_ERR_INVALID,
-                        "needle: a length of %d tokens cannot hold the template, needle, question and %d answer "
-                        "tokens (needs %lld)",
-                        length, nt->max_answer, (long long)least);
+                        "needle: a length of %d tokens cannot hold the %sneedle, question and %d answer tokens "
+                        "(needs %lld)",
+                        length, nt->plain ? "" : "template, ", nt->max_answer, (long long)least);
     int64_t b = length - least;
     for (int tries = 0; tries < 16; tries++) {
         if ((st = build(&p, g, t, hay, n_hay, nt, b, depth, err))) return st;

@@ -8,7 +8,9 @@
   - needle: one cell equals `qkv needle --json`'s (reply, needle span, the
     masses per layer, the retrieval ranking), whose masses tests/test_needle.c
     checks against a dense softmax; the reply follows the needle (4817 ->
-    9023); bad arguments raise ValueError.
+    9023); bad arguments raise ValueError; a base model without a chat
+    template (the tiny gemma3 fixture) answers with chat=False as
+    `qkv needle --no-chat` does.
 """
 import json
 import subprocess
@@ -16,7 +18,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from conftest import model_path, qkv_cli_bin
+from conftest import FIXTURES, model_path, qkv_cli_bin
 
 TEXT = ("The licenses for most software and other practical works are designed to take away your freedom to share "
         "and change the works. By contrast, the GNU General Public License is intended to guarantee your freedom to "
@@ -87,3 +89,24 @@ def test_needle_reply_follows_the_needle(smollm2):
 def test_needle_bad_arguments(smollm2, kw, msg):
     with pytest.raises(ValueError, match=msg):
         smollm2.needle(**{"lengths": [256], "depths": [50], **kw})
+
+
+def test_needle_plain_on_a_base_model():
+    import qkv
+
+    path = FIXTURES / "families" / "gemma3" / "model.gguf"
+    kw = dict(lengths=[96], depths=[0, 100], needle="Key is 42.", question="Key?", answer="42", max_answer=3)
+    with qkv.Model(path, ctx=96, threads=2) as m:
+        with pytest.raises(ValueError, match="no tokenizer.chat_template"):
+            m.needle(**kw)
+        with pytest.raises(ValueError, match="system turn needs the chat template"):
+            m.needle(chat=False, system="Be brief.", **kw)
+        got = m.needle(chat=False, **kw)
+    r = subprocess.run([str(qkv_cli_bin()), "needle", "-m", str(path), "--lengths", "96", "--depths", "0,100", "--needle",
+                        "Key is 42.", "--question", "Key?", "--answer", "42", "--max-answer", "3", "--no-chat",
+                        "--threads", "2", "--json"], check=True, capture_output=True, text=True)
+    cli = json.loads(r.stdout)
+    assert got["chat"] is False and cli["chat"] is False
+    for a, b in zip(got["cells"], cli["cells"], strict=True):
+        assert a["tokens"] == b["tokens"] and a["needle_pos"] == b["needle_pos"] and a["answer"] == b["answer"]
+        assert np.abs(np.asarray(a["needle_mass_by_layer"]) - np.asarray(b["needle_mass_by_layer"])).max() < 1e-5

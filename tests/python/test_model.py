@@ -126,6 +126,9 @@ def test_smollm2_chat_template(smollm2):
     text = (FIXTURES / "model" / "smollm2" / "chat.txt").read_text(encoding="utf-8")
     user = "What is the capital of France, and why is it famous?"
     assert np.array_equal(smollm2.tokenize(user, chat=True), smollm2.tokenize(text, special=True))
+    # a system text of one's own replaces the template's (str, as every text argument)
+    mine = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
+    assert np.array_equal(smollm2.tokenize(user, chat=True, system="Be brief."), smollm2.tokenize(mine, special=True))
 
 
 @pytest.mark.parametrize("name", ["story"])  # (the C tests run all three)
