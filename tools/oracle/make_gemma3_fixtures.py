@@ -43,7 +43,6 @@ PROMPTs: gpl3 (the GPL-3 from its first line to section 1, 1,2xx tokens: past
 the 512 window), chinese (年假怎么申请？), english (a short sentence).
 """
 import argparse
-import hashlib
 import os
 import sys
 from importlib.metadata import version
@@ -55,6 +54,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_family_fixtures import PINNED, check_versions, fix_config, llamacpp_view  # noqa: E402
 from gguf_f32 import dequantised_f32_gguf  # noqa: E402
+from make_logits_fixtures import save, sha256  # noqa: E402
 
 MODEL = "models/gemma-3-270m-q4_k_m.gguf"
 SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -76,16 +76,11 @@ STRINGS = [
 ]
 
 
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def save(out, name, arr):
-    np.save(os.path.join(out, name), np.ascontiguousarray(arr))
+def llamacpp_logits(lc, ids, n):
+    """llama-cpp-python's logits [n, V] for ids, from a fresh context."""
+    lc.reset()
+    lc.eval(ids)
+    return torch.tensor(np.array(lc.scores[:n], dtype=np.float32))
 
 
 def gpl3_head():
@@ -225,16 +220,12 @@ def main():
                 f"(position {int(d64.amax(-1).argmax())}), max |dlse| {dlse:.2e}, argmax agreement "
                 f"{(logits.argmax(-1) == l64.argmax(-1)).double().mean().item():.4f}")
         if lc is not None:
-            lc.reset()
-            lc.eval(ids)
-            lg = torch.tensor(np.array(lc.scores[:n], dtype=np.float32))
+            lg = llamacpp_logits(lc, ids, n)
             line += (f"; llama.cpp (defaults, 8-bit activations) vs transformers max |dlogit| "
                      f"{(lg - logits).abs().max().item():.3g}, argmax agreement "
                      f"{(lg.argmax(-1) == logits.argmax(-1)).double().mean().item():.4f}")
         if lc32 is not None:
-            lc32.reset()
-            lc32.eval(ids)
-            lg = torch.tensor(np.array(lc32.scores[:n], dtype=np.float32))
+            lg = llamacpp_logits(lc32, ids, n)
             dl = (lg - logits).abs()
             line += (f"; llama.cpp on the F32-dequantised GGUF, F32 KV cache, vs transformers max |dlogit| "
                      f"{dl.max().item():.3g} (median over positions {dl.amax(-1).median().item():.2g}), argmax "
