@@ -26,7 +26,7 @@ endif
 WARN_FLAGS := -std=c11 -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
               -Wmissing-prototypes -Werror
 OPT_FLAGS  ?= -O3 -g
-# -fvisibility=hidden: libqkv.so exports what include/qkv.h declares (QKV_API), nothing else
+# -fvisibility=hidden: libqkv.so exports what include/qkv/*.h declare (QKV_API), nothing else
 ALL_CFLAGS  = $(WARN_FLAGS) $(OPT_FLAGS) $(ARCH_FLAGS) -fPIC -fvisibility=hidden -pthread \
               -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(CFLAGS)
 LDLIBS     := -lm -pthread $(LDFLAGS)
@@ -40,9 +40,9 @@ LDLIBS     += $(SAN_FLAGS)
 endif
 
 # The version is the header's; the shared library is libqkv.so.MAJOR.
-VERSION_MAJOR := $(shell sed -n 's/^\#define QKV_VERSION_MAJOR //p' include/qkv.h)
-VERSION_MINOR := $(shell sed -n 's/^\#define QKV_VERSION_MINOR //p' include/qkv.h)
-VERSION_PATCH := $(shell sed -n 's/^\#define QKV_VERSION_PATCH //p' include/qkv.h)
+VERSION_MAJOR := $(shell sed -n 's/^\#define QKV_VERSION_MAJOR //p' include/qkv/base.h)
+VERSION_MINOR := $(shell sed -n 's/^\#define QKV_VERSION_MINOR //p' include/qkv/base.h)
+VERSION_PATCH := $(shell sed -n 's/^\#define QKV_VERSION_PATCH //p' include/qkv/base.h)
 SONAME   := libqkv.so.$(VERSION_MAJOR)
 SO_FILE  := $(SONAME).$(VERSION_MINOR).$(VERSION_PATCH)
 

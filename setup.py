@@ -47,7 +47,7 @@ class build_ext_libqkv(build_ext):
     def build_extension(self, ext):
         fused = [s for s in LIB_SOURCES if s.startswith(FMA_PATTERNS)]
         plain = [s for s in LIB_SOURCES if s not in fused]
-        headers = glob.glob("include/*.h") + glob.glob("src/*/*.h") + glob.glob("render/*.h")
+        headers = glob.glob("include/*.h") + glob.glob("include/qkv/*.h") + glob.glob("src/*/*.h") + glob.glob("render/*.h")
         objects = []
         for group, extra in ((plain + RENDER_SOURCES, []), (fused, ["-ffp-contract=fast"])):
             outputs = self.compiler.object_filenames(group, output_dir=self.build_temp)
@@ -75,7 +75,7 @@ setup(
             extra_compile_args=COMMON_FLAGS,
             extra_link_args=["-pthread"],
             libraries=["m"],
-            depends=glob.glob("python/src/*.h") + glob.glob("include/*.h") + glob.glob("render/*.h"),
+            depends=glob.glob("python/src/*.h") + glob.glob("include/*.h") + glob.glob("include/qkv/*.h") + glob.glob("render/*.h"),
         )
     ],
     cmdclass={"build_ext": build_ext_libqkv},

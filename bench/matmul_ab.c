@@ -41,7 +41,7 @@ void model_mm_rows_B(float *out, const float *x, const qkv_gguf_tensor *w, int n
 enum { N_LAYERS_MAX = 64, ROUNDS_MAX = 1000, COLS_MAX = 2048, ROWS_MAX = 262144 };
 
 /* The block types and the byte offsets of their f16 scales in a block: d,
- * and m or dmin (-1: none). Layouts in src/model/dequant.c. */
+ * and m or dmin (-1: none). Layouts in src/gguf/dequant.c. */
 static const struct {
     const char *name;
     qkv_ggml_type t;

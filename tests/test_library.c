@@ -167,30 +167,40 @@ TEST(qkv_isa_narrows_the_process_choice) {
     }
 }
 
-/* The names of the functions include/qkv.h declares (each declaration opens
- * a line with QKV_API); a declaration without it is counted in *unmarked. */
+/* The names of the functions the public headers (include/qkv/, the
+ * umbrella include/qkv.h includes them all) declare, each declaration
+ * opening a line with QKV_API; a declaration without it is counted in
+ * *unmarked. */
 static int header_functions(char names[][64], int cap, int *unmarked) {
-    FILE *f = fopen("include/qkv.h", "r");
-    CHECK(f != NULL, "cannot open include/qkv.h");
-    if (!f) return 0;
-    char line[512];
-    int n = 0;
+    FILE *ls = popen("ls include/qkv/*.h", "r");
+    CHECK(ls != NULL, "cannot list include/qkv");
+    if (!ls) return 0;
+    char path[256], line[512];
+    int n = 0, n_headers = 0;
     *unmarked = 0;
-    while (fgets(line, sizeof line, f)) {
-        const char *open = strchr(line, '('), *name = open;
-        while (name && name > line && (name[-1] == '_' || (name[-1] >= 'a' && name[-1] <= 'z') ||
-                                       (name[-1] >= '0' && name[-1] <= '9')))
-            name--;
-        if (!open || strncmp(name, "qkv_", 4) || line[0] == ' ' || line[0] == '#' || line[0] == '/' || line[0] == '*' ||
-            !strncmp(line, "typedef", 7))
-            continue;
-        if (strncmp(line, "QKV_API ", 8)) {
-            ++*unmarked;
-            continue;
+    while (fgets(path, sizeof path, ls)) {
+        path[strcspn(path, "\n")] = 0;
+        FILE *f = fopen(path, "r");
+        CHECK(f != NULL, "cannot open %s", path);
+        if (!f) continue;
+        n_headers++;
+        while (fgets(line, sizeof line, f)) {
+            const char *open = strchr(line, '('), *name = open;
+            while (name && name > line && (name[-1] == '_' || (name[-1] >= 'a' && name[-1] <= 'z') ||
+                                           (name[-1] >= '0' && name[-1] <= '9')))
+                name--;
+            if (!open || strncmp(name, "qkv_", 4) || line[0] == ' ' || line[0] == '#' || line[0] == '/' ||
+                line[0] == '*' || !strncmp(line, "typedef", 7))
+                continue;
+            if (strncmp(line, "QKV_API ", 8)) {
+                ++*unmarked;
+                continue;
+            }
+            if (n < cap) snprintf(names[n++], 64, "%.*s", (int)(open - name), name);
         }
-        if (n < cap) snprintf(names[n++], 64, "%.*s", (int)(open - name), name);
+        fclose(f);
     }
-    fclose(f);
+    CHECK(pclose(ls) == 0 && n_headers >= 2, "include/qkv/*.h: %d headers read", n_headers);
     return n;
 }
 
@@ -204,7 +214,7 @@ TEST(shared_library_exports_exactly_the_header) {
     static char declared[512][64], exported[512][64];
     int unmarked = 0;
     const int n_decl = header_functions(declared, 512, &unmarked);
-    CHECK(n_decl > 100 && unmarked == 0, "qkv.h: %d functions, %d declarations without QKV_API", n_decl, unmarked);
+    CHECK(n_decl > 100 && unmarked == 0, "include/qkv: %d functions, %d declarations without QKV_API", n_decl, unmarked);
     char dir[512], cmd[700], line[512];
     build_dir(dir, sizeof dir);
     snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s/libqkv.so' 2>&1", dir);
@@ -222,8 +232,8 @@ TEST(shared_library_exports_exactly_the_header) {
         }
     }
     CHECK(pclose(p) == 0, "nm failed");
-    for (int i = 0; i < n_exp; i++) CHECK(listed(declared, n_decl, exported[i]), "%s is exported, not in qkv.h", exported[i]);
-    for (int i = 0; i < n_decl; i++) CHECK(listed(exported, n_exp, declared[i]), "%s is in qkv.h, not exported", declared[i]);
+    for (int i = 0; i < n_exp; i++) CHECK(listed(declared, n_decl, exported[i]), "%s is exported, not in include/qkv", exported[i]);
+    for (int i = 0; i < n_decl; i++) CHECK(listed(exported, n_exp, declared[i]), "%s is in include/qkv, not exported", declared[i]);
     CHECK(data == 0, "%d data symbols exported", data);
-    printf("     libqkv.so exports %d functions, the %d qkv.h declares\n", n_exp, n_decl);
+    printf("     libqkv.so exports %d functions, the %d include/qkv declares\n", n_exp, n_decl);
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes src/model/unicode_tables.c: the Unicode classes the tokenizer's
+"""Writes src/tokenizer/unicode_tables.c: the Unicode classes the tokenizer's
 pre-tokenizers need, from Python's own unicodedata (no network, no third-party
 data).
 
-    python3 tools/gen_unicode_tables.py [--out src/model/unicode_tables.c]
+    python3 tools/gen_unicode_tables.py [--out src/tokenizer/unicode_tables.c]
 
 Classes, as regex engines (Oniguruma in HF tokenizers, llama.cpp's tables) use them:
   L  \\p{L}: general category Lu, Ll, Lt, Lm, Lo
@@ -38,7 +38,7 @@ def ranges():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="src/model/unicode_tables.c")
+    ap.add_argument("--out", default="src/tokenizer/unicode_tables.c")
     args = ap.parse_args()
     rs = ranges()
     lines = [
@@ -48,7 +48,7 @@ def main():
         " * Sorted, disjoint code point ranges of \\p{L} (Lu Ll Lt Lm Lo) and \\p{N}",
         " * (Nd Nl No); everything else is in neither class.",
         " */",
-        '#include "model/unicode.h"',
+        '#include "tokenizer/unicode.h"',
         "",
         f'const char qkv_ucd_version[] = "{unicodedata.unidata_version}";',
         "",

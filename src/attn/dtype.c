@@ -3,7 +3,7 @@
  * f16 subnormals handled). Scalar and exact; the kernels convert whole tiles
  * with their own vector code and are tested against these.
  */
-#include "qkv.h"
+#include "qkv/attn.h"
 
 #include <string.h>
 

@@ -10,7 +10,7 @@
 #ifndef QKV_ATTN_INTERNAL_H
 #define QKV_ATTN_INTERNAL_H
 
-#include "qkv.h"
+#include "qkv/attn.h"
 #include "util/error.h"
 #include "util/parallel.h"
 

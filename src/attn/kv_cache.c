@@ -9,7 +9,7 @@
  * faults all of it in (kv_commit), as llama.cpp clears its KV buffers when
  * it makes a context.
  */
-#include "qkv.h"
+#include "qkv/attn.h"
 #include "util/error.h"
 
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * wavelengths longer than orig/low_freq_factor are divided by factor, shorter
  * than orig/high_freq_factor kept, the band between interpolated smoothly.
  */
-#include "qkv.h"
+#include "qkv/attn.h"
 #include "util/error.h"
 
 #include <math.h>

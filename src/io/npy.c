@@ -4,7 +4,7 @@
  * header is checked against the file before the data is read. Writing is
  * npy_writer.c's.
  */
-#include "qkv.h"
+#include "qkv/io.h"
 #include "util/error.h"
 
 #include <errno.h>

@@ -6,7 +6,7 @@
  * removed on any failure (no partial file); keeping a previous file until a
  * write has succeeded is the caller's (qkv's CLI: cli/outputs.c).
  */
-#include "qkv.h"
+#include "qkv/io.h"
 #include "util/error.h"
 
 #include <errno.h>

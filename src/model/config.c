@@ -6,7 +6,7 @@
  * sliding pattern and query scale, Gemma 3's local RoPE base). Reads
  * metadata only: no weight is touched, so a metadata-only file is enough.
  */
-#include "qkv.h"
+#include "qkv/model.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -193,9 +193,9 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: no token_embd.weight and no tokenizer.ggml.tokens: vocabulary size unknown",
                         qkv_gguf_path(g));
     }
-    if (n_vocab < 1 || n_vocab > QKV_MODEL_MAX_VOCAB)
+    if (n_vocab < 1 || n_vocab > QKV_MAX_VOCAB)
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: a vocabulary of %lld tokens is out of range [1, %d]", qkv_gguf_path(g),
-                        (long long)n_vocab, QKV_MODEL_MAX_VOCAB);
+                        (long long)n_vocab, QKV_MAX_VOCAB);
     c->n_vocab = (int)n_vocab;
     snprintf(key, sizeof key, "%s.vocab_size", arch);
     if (qkv_gguf_find_key(g, key) >= 0) {

@@ -5,7 +5,7 @@
 #ifndef QKV_MODEL_INTERNAL_H
 #define QKV_MODEL_INTERNAL_H
 
-#include "qkv.h"
+#include "qkv/model.h"
 
 #define MATMUL_ROWS 16 /* weight rows per thread block (dequantised together when tiled) */
 #define MM_FUSED_MAX 3  /* up to this many tokens a matmul decodes weights in registers */
@@ -78,10 +78,6 @@ void model_rms_normalize(float *out, const float *x, int n, float eps);
 
 /* sum_i a[i] * b[i] with independent partial sums (vectorises without -ffast-math). */
 float model_dot(const float *a, const float *b, int n);
-
-/* tokenizer.chat_template of g: a string of at most QKV_CHAT_TEMPLATE_MAX
- * bytes (QKV_ERR_FORMAT naming the key and the limit otherwise, or when absent). */
-qkv_status model_chat_template(const char **out, const qkv_gguf *g, qkv_error *err);
 
 /* ------------------------------------------------ forward options (forward_opts.c) */
 

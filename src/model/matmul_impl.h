@@ -28,7 +28,7 @@
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "model/internal.h"
-#include "model/quant.h"
+#include "gguf/quant.h"
 
 #include <string.h>
 #if VW >= 8 || defined(__F16C__)

@@ -6,7 +6,7 @@
  * sort (glibc's qsort allocates for arrays of this size), so a draw never
  * allocates.
  */
-#include "qkv.h"
+#include "qkv/model.h"
 #include "util/error.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
  * Also: zero-ablation of whole heads, KL of two logit vectors, Spearman's
  * rank correlation. It does not render or print anything.
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "probe/internal.h"
 #include "util/error.h"
 

@@ -8,7 +8,7 @@
  * ([INSPECT_BLOCK, Lk] floats), so inspecting any prompt needs O(n) memory
  * beyond the model's own, and the model keeps its kernel (flash or decode).
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "util/error.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
 #ifndef QKV_PROBE_INTERNAL_H
 #define QKV_PROBE_INTERNAL_H
 
-#include "qkv.h"
+#include "qkv/probe.h"
 
 /* log sum_i exp(x[i]) in double, the max subtracted first.   x: [n], n >= 1 */
 double probe_log_sum_exp(const float *x, int n);

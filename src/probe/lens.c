@@ -6,7 +6,7 @@
  * rows of V logits at a time, and each row's softmax gives its top k and
  * the target's probability. It ranks and does not print.
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "probe/internal.h"
 #include "util/error.h"
 

@@ -8,7 +8,7 @@
  * token generated (Wu et al. 2024), and, if asked, the needle mass at every
  * answer token. It does not render or print anything.
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "probe/internal.h"
 #include "util/error.h"
 

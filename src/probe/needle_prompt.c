@@ -6,7 +6,7 @@
  * tokens are in the result. The answer's scoring (substring, as RULER
  * does) is here too. Nothing is run.
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "util/error.h"
 
 #include <ctype.h>

@@ -9,7 +9,7 @@
  * never computes more than the last position's logits; it does not render,
  * rank or print anything.
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "probe/internal.h"
 #include "util/error.h"
 

@@ -14,7 +14,7 @@
  *   sink_top   share of sampled rows whose strongest key is 0
  *   entropy    mean -sum w ln w                 (sampled rows)
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "util/error.h"
 #include "util/parallel.h"
 

@@ -7,7 +7,7 @@
  * chunk, what the cache keeps, and scores the chunk's logits. It does not time anything or
  * open models: the caller sizes the model with qkv_stream_rows.
  */
-#include "qkv.h"
+#include "qkv/probe.h"
 #include "probe/internal.h"
 #include "util/error.h"
 

@@ -2,7 +2,7 @@
 #ifndef QKV_UTIL_ERROR_H
 #define QKV_UTIL_ERROR_H
 
-#include "qkv.h"
+#include "qkv/base.h"
 
 /* Writes the formatted one-line message into err (if non-NULL); returns s. */
 qkv_status qkv_fail(qkv_error *err, qkv_status s, const char *fmt, ...)

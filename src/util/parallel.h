@@ -4,7 +4,7 @@
 #ifndef QKV_UTIL_PARALLEL_H
 #define QKV_UTIL_PARALLEL_H
 
-#include "qkv.h"
+#include "qkv/base.h"
 
 #include <stdint.h>
 

@@ -14,7 +14,8 @@
  * Not here: the special-token cut (tokenizer.c does that first, and hands
  * each stretch between special tokens here separately, as HF and llama.cpp do).
  */
-#include "model/unicode.h"
+#include "qkv/tokenizer.h"
+#include "tokenizer/unicode.h"
 #include "util/error.h"
 
 #include <stdlib.h>

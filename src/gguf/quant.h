@@ -7,7 +7,7 @@
 #ifndef QKV_MODEL_QUANT_H
 #define QKV_MODEL_QUANT_H
 
-#include "qkv.h"
+#include "qkv/gguf.h"
 
 #include <stdint.h>
 #ifdef __F16C__

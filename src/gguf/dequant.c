@@ -13,8 +13,8 @@
  * It does not quantise, and has no dot products or matmuls on quantised data
  * (the model's matmuls have their own kernels, tested against this file).
  */
-#include "model/quant.h"
-#include "qkv.h"
+#include "gguf/quant.h"
+#include "qkv/gguf.h"
 #include "util/error.h"
 
 #include <string.h>

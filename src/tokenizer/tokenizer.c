@@ -21,8 +21,8 @@
  * normalisers (NFKC, precompiled charsmaps), and the pre-tokenizers of other
  * model families (qkv.h lists the names accepted).
  */
-#include "model/internal.h"
-#include "model/unicode.h"
+#include "tokenizer/internal.h"
+#include "tokenizer/unicode.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -268,9 +268,9 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens is not an array of strings",
                         path);
     uint64_t n = qkv_gguf_arr_len(g, kt);
-    if (n < 1 || n > QKV_MODEL_MAX_VOCAB)
+    if (n < 1 || n > QKV_MAX_VOCAB)
         return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries, out of range [1, %d]",
-                        path, (unsigned long long)n, QKV_MODEL_MAX_VOCAB);
+                        path, (unsigned long long)n, QKV_MAX_VOCAB);
     t->n_vocab = (int)n;
 
     /* token types and scores: optional, but of the vocabulary's length */
@@ -506,7 +506,7 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error 
     if ((s = check_other_ids(g, t->n_vocab, err))) goto fail;
     if (qkv_gguf_find_key(g, "tokenizer.chat_template") >= 0) {
         const char *tmpl;
-        if ((s = model_chat_template(&tmpl, g, err))) goto fail;
+        if ((s = tokenizer_chat_template(&tmpl, g, err))) goto fail;
     }
     if (t->unk < 0 && t->type == QKV_VOCAB_SPM) t->unk = qkv_token_find(t, "<unk>", 5);
 

@@ -7,6 +7,7 @@
  * softmax, the FFN's elementwise product, biases): they are O(n * hidden), far
  * below the rest. No timings, no hardware: that is `qkv bench`.
  */
+#include "qkv/cost.h"
 #include "util/error.h"
 
 #include <math.h>

@@ -11,7 +11,7 @@
  * A file that changes size while mapped can still fault (SIGBUS) on access;
  * that is the price of mmap and is not defended against.
  */
-#include "qkv.h"
+#include "qkv/gguf.h"
 #include "util/error.h"
 
 #include <errno.h>

@@ -8,9 +8,8 @@
  * libm's tanhf), else s: the kernels' LSE is over the capped scores.
  * Any row costs one dot product per key asked for, so the sink columns of a
  * row (keys 0 .. k-1) cost k dot products, and no n x n table is ever held.
- * Also: the statistics of one row (sink mass, entropy, strongest keys).
  */
-#include "qkv.h"
+#include "qkv/attn.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
@@ -107,27 +106,4 @@ qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const vo
     if (work < (1 << 18)) nt = 1;
     qkv_parallel_for(n_rows, nt, 4, weights_row, &c);
     return QKV_OK;
-}
-
-void qkv_row_stats_of(qkv_row_stats *s, const float *w, int n, int n_first) {
-    memset(s, 0, sizeof *s);
-    s->top = -1;
-    s->top_other = -1;
-    double first = 0, ent = 0;
-    for (int j = 0; j < n; j++) {
-        const float x = w[j];
-        if (j < n_first) first += x;
-        if (x > 0) ent -= (double)x * log((double)x);
-        if (s->top < 0 || x > s->top_weight) {
-            s->top = j;
-            s->top_weight = x;
-        }
-        if (j >= n_first && (s->top_other < 0 || x > s->top_other_weight)) {
-            s->top_other = j;
-            s->top_other_weight = x;
-        }
-    }
-    s->sink = n > 0 ? w[0] : 0;
-    s->first = first;
-    s->entropy = ent;
 }

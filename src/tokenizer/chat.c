@@ -9,7 +9,7 @@
  *            (no system role: its text opens the first user turn, as Gemma
  *            3's template and llama.cpp do; the tokenizer adds the BOS)
  */
-#include "model/internal.h"
+#include "tokenizer/internal.h"
 #include "util/error.h"
 
 #include <stdio.h>
@@ -60,7 +60,7 @@ static int chatml_default_system(char **out, const char *tmpl) {
     return 0;
 }
 
-qkv_status model_chat_template(const char **out, const qkv_gguf *g, qkv_error *err) {
+qkv_status tokenizer_chat_template(const char **out, const qkv_gguf *g, qkv_error *err) {
     static const char key[] = "tokenizer.chat_template";
     if (qkv_gguf_find_key(g, key) < 0) return qkv_fail(err, QKV_ERR_FORMAT, "%s: no %s", qkv_gguf_path(g), key);
     size_t len;
@@ -77,7 +77,7 @@ qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, co
     *out = NULL;
     if (!user) return qkv_fail(err, QKV_ERR_INVALID, "chat: no user text");
     const char *tmpl;
-    qkv_status st = model_chat_template(&tmpl, g, err);
+    qkv_status st = tokenizer_chat_template(&tmpl, g, err);
     if (st) return st;
     char *buf = NULL;
     size_t len = 0, cap = 0;

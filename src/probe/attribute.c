@@ -3,12 +3,12 @@
  * forward call keeps, at the last position, the embedding, every layer's
  * attention and MLP outputs (and hook_z for the heads) and the final
  * residual; each part is then projected onto g * (W_U[answer] -
- * W_U[wrong]) with the run's final RMS scale frozen. It lives beside the
- * weights because a head's part needs its columns of W_O and the parts the
- * unembedding rows: both go through the forward's own matmul and
- * dequantiser, never a copy. It does not decide what a part means.
+ * W_U[wrong]) with the run's final RMS scale frozen. A head's part goes
+ * through its columns of W_O (qkv_model_head_result) and the unembedding
+ * rows through the model's own tensor and dequantiser, never a copy. It
+ * does not decide what a part means.
  */
-#include "model/state.h"
+#include "qkv/probe.h"
 #include "util/error.h"
 
 #include <math.h>
@@ -22,6 +22,7 @@ typedef struct {
     float *z;           /* [L, QD] attn.hook_z, or NULL */
     float *attn, *mlp;  /* [L, E] hook_attn_out, hook_mlp_out */
     float *x;           /* [E] hook_resid_post of the last layer */
+    float *normed;      /* [E] ln_final.hook_normalized: x / rms(x), before the weight */
     int n_layer;
 } last_rows;
 
@@ -37,6 +38,7 @@ static qkv_status keep_last(void *user, const qkv_activation *a, qkv_error *err)
     case QKV_HOOK_ATTN_OUT: dst = r->attn + (size_t)a->layer * r->E; break;
     case QKV_HOOK_MLP_OUT: dst = r->mlp + (size_t)a->layer * r->E; break;
     case QKV_HOOK_RESID_POST: dst = a->layer == r->n_layer - 1 ? r->x : NULL; break;
+    case QKV_HOOK_LN_FINAL: dst = r->normed; break;
     default: break;
     }
     if (dst) memcpy(dst, row, (size_t)width * sizeof(float));
@@ -61,8 +63,8 @@ static int32_t top_except(const float *x, int V, int32_t skip) {
 
 /* u[E] <- W_U[a] - W_U[w] in double, the rows dequantised as the forward's matmul reads them. */
 static qkv_status unembed_diff(double *u, float *row, const qkv_model *m, int32_t a, int32_t w, qkv_error *err) {
-    const qkv_gguf_tensor *out = m->output;
-    const int E = m->cfg.n_embd;
+    const qkv_gguf_tensor *out = qkv_model_unembedding(m);
+    const int E = qkv_model_get_config(m)->n_embd;
     const size_t bytes = qkv_ggml_row_size(out->type, E);
     qkv_status st = qkv_dequantize(row, (const char *)out->data + (size_t)a * bytes, out->type, E, err);
     if (st) return st;
@@ -76,7 +78,8 @@ static qkv_status unembed_diff(double *u, float *row, const qkv_model *m, int32_
  * columns h D .. (h+1) D (qkv_model_head_result).   c: [Hq, E] scratch */
 static qkv_status head_parts(float *heads, const last_rows *r, qkv_model *m, const double *w, double s, float *c,
                              qkv_error *err) {
-    const int L = m->cfg.n_layer, Hq = m->cfg.n_head, E = m->cfg.n_embd;
+    const qkv_model_config *cfg = qkv_model_get_config(m);
+    const int L = cfg->n_layer, Hq = cfg->n_head, E = cfg->n_embd;
     for (int l = 0; l < L; l++) {
         qkv_status st = qkv_model_head_result(c, m, l, r->z + (size_t)l * r->QD, 1, err);
         if (st) return st;
@@ -88,9 +91,10 @@ static qkv_status head_parts(float *heads, const last_rows *r, qkv_model *m, con
 qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens, int n, int32_t answer,
                          int32_t wrong, qkv_error *err) {
     if (!a || !a->attn || !a->mlp || !m || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "attribute: a NULL argument");
-    const qkv_model_config *c = &m->cfg;
+    const qkv_model_config *c = qkv_model_get_config(m);
     const int L = c->n_layer, Hq = c->n_head, E = c->n_embd, V = c->n_vocab, QD = Hq * c->head_dim;
-    if (n < 1 || n > m->n_ctx) return qkv_fail(err, QKV_ERR_INVALID, "attribute: %d tokens outside [1, %d]", n, m->n_ctx);
+    const int n_ctx = qkv_model_n_ctx(m);
+    if (n < 1 || n > n_ctx) return qkv_fail(err, QKV_ERR_INVALID, "attribute: %d tokens outside [1, %d]", n, n_ctx);
     if (answer < -1 || answer >= V || wrong < -1 || wrong >= V || (answer >= 0 && answer == wrong))
         return qkv_fail(err, QKV_ERR_INVALID, "attribute: answer %d and wrong %d: two different ids in [0, %d) or -1",
                         answer, wrong, V);
@@ -98,22 +102,23 @@ qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens
     last_rows r = {.last = n - 1, .E = E, .QD = QD, .n_layer = L, .embed = malloc((size_t)E * sizeof(float)),
                    .z = want_heads ? malloc((size_t)L * QD * sizeof(float)) : NULL,
                    .attn = malloc((size_t)L * E * sizeof(float)), .mlp = malloc((size_t)L * E * sizeof(float)),
-                   .x = malloc((size_t)E * sizeof(float))};
+                   .x = malloc((size_t)E * sizeof(float)), .normed = malloc((size_t)E * sizeof(float))};
     float *logits = malloc((size_t)V * sizeof(float)), *row = malloc((size_t)E * sizeof(float));
     double *w = malloc((size_t)E * sizeof(double));
     float *hc = want_heads ? malloc((size_t)Hq * E * sizeof(float)) : NULL;
     qkv_status st = QKV_OK;
-    if (!r.embed || (want_heads && (!r.z || !hc)) || !r.attn || !r.mlp || !r.x || !logits || !row || !w) {
+    if (!r.embed || (want_heads && (!r.z || !hc)) || !r.attn || !r.mlp || !r.x || !r.normed || !logits || !row || !w) {
         st = qkv_fail(err, QKV_ERR_NOMEM, "attribute: out of memory");
         goto done;
     }
-    const qkv_hook hooks[5] = {{.point = QKV_HOOK_EMBED, .fn = keep_last, .user = &r},
+    const qkv_hook hooks[6] = {{.point = QKV_HOOK_EMBED, .fn = keep_last, .user = &r},
                                {.point = QKV_HOOK_ATTN_OUT, .layer = QKV_ALL, .fn = keep_last, .user = &r},
                                {.point = QKV_HOOK_MLP_OUT, .layer = QKV_ALL, .fn = keep_last, .user = &r},
                                {.point = QKV_HOOK_RESID_POST, .layer = L - 1, .fn = keep_last, .user = &r},
+                               {.point = QKV_HOOK_LN_FINAL, .layer = -1, .fn = keep_last, .user = &r},
                                {.point = QKV_HOOK_Z, .layer = QKV_ALL, .fn = keep_last, .user = &r}};
     if ((st = qkv_model_rewind(m, 0, err)) ||
-        (st = qkv_model_forward(m, logits, tokens, n, 0, &(qkv_forward_opts){.hooks = hooks, .n_hooks = want_heads ? 5 : 4},
+        (st = qkv_model_forward(m, logits, tokens, n, 0, &(qkv_forward_opts){.hooks = hooks, .n_hooks = want_heads ? 6 : 5},
                                 err)))
         goto done;
     a->answer = answer >= 0 ? answer : top_except(logits, V, wrong);
@@ -124,8 +129,8 @@ qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens
     /* u = W_U[answer] - W_U[wrong] (in w); the model's own logit difference:
      * its final normed row, as the forward computes it, dotted with u */
     if ((st = unembed_diff(w, row, m, a->answer, a->wrong, err))) goto done;
-    const float *g = m->norm_w + (size_t)(2 * L) * E;
-    model_rmsnorm(row, r.x, g, E, c->norm_eps);
+    const float *g = qkv_model_final_norm_weight(m);
+    for (int i = 0; i < E; i++) row[i] = g[i] * r.normed[i]; /* the forward's own final norm */
     a->logit_diff = 0;
     for (int i = 0; i < E; i++) a->logit_diff += (double)row[i] * w[i];
     /* w = g * u; s: the final norm's scale of this run, frozen */
@@ -152,6 +157,7 @@ done:
     free(r.attn);
     free(r.mlp);
     free(r.x);
+    free(r.normed);
     free(logits);
     free(row);
     free(w);

@@ -4,7 +4,7 @@
  * Sorted, disjoint code point ranges of \p{L} (Lu Ll Lt Lm Lo) and \p{N}
  * (Nd Nl No); everything else is in neither class.
  */
-#include "model/unicode.h"
+#include "tokenizer/unicode.h"
 
 const char qkv_ucd_version[] = "14.0.0";
 
