@@ -14,12 +14,15 @@
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  *   head_result(out, layer, z):  z [n, Hq, D] f32 (hook_z); out [n, Hq, E] f32 each head through its
  *       slice of Wo (qkv_model_head_result)
+ * Every argument may be given by keyword; python/qkv gives the long lists so.
+ * The feature files' methods run through model_call, which holds the model.
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
  * progress (here and in the probes' files): None or fn(done, total), called
  * after each layer (maps, sinks, inspect_maps) or forward call (ablate,
  * stream); an exception it raises stops the call and comes out of it (progress.c).
  */
-#include "qkv_py.h"
+#include "bindings.h"
+#include "model.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +213,6 @@ static PyObject *model_piece(PyObject *self, PyObject *args) {
     return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
 }
 
-
 /* forward(logits, ids, all, hooks=None, zero_heads=None): one call, appending
  * to the cache, with this call's options (hooks.c). */
 static PyObject *model_forward(PyObject *self, PyObject *args, PyObject *kw) {
@@ -297,17 +299,6 @@ static PyObject *model_head_result(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------- maps */
 
-qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, pyq_progress *pr,
-                            qkv_error *err) {
-    const qkv_hook hooks[2] = {{.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = fn, .user = user},
-                               {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = pyq_progress_layer, .user = pr}};
-    const qkv_forward_opts o = {.hooks = hooks, .n_hooks = pr && pr->fn ? 2 : 1};
-    qkv_status st = qkv_model_rewind(m, 0, err);
-    if (st == QKV_OK) st = qkv_model_forward(m, NULL, ids, n, 0, &o, err);
-    qkv_model_rewind(m, 0, NULL);
-    return st;
-}
-
 typedef struct {
     float *out;       /* [nl, nh, nr, n] */
     const int *slot;  /* [n] index of a query row in the request, -1 if not requested */
@@ -322,9 +313,11 @@ static int maps_row(void *user, int li, int hi, int row, const float *w, int n_k
     return 0;
 }
 
-static PyObject *model_maps(PyObject *self, PyObject *args) {
+static PyObject *model_maps(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"out", "ids", "layers", "heads", "rows", "progress", NULL};
     PyObject *out_obj, *ids_obj, *layers_obj, *heads_obj, *rows_obj, *progress = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOO|O", &out_obj, &ids_obj, &layers_obj, &heads_obj, &rows_obj, &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|O", kwlist, &out_obj, &ids_obj, &layers_obj, &heads_obj,
+                                     &rows_obj, &progress))
         return NULL;
     model_object *o = (model_object *)self;
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
@@ -384,11 +377,12 @@ done:
 
 /* --------------------------------------------------------------- sinks */
 
-static PyObject *model_sinks(PyObject *self, PyObject *args) {
+static PyObject *model_sinks(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"means", "counts", "ids", "n_first", "skip", "every", "progress", NULL};
     PyObject *means_obj, *counts_obj, *ids_obj, *progress = NULL;
     qkv_sinks_params sp = qkv_sinks_params_default();
-    if (!PyArg_ParseTuple(args, "OOOiii|O", &means_obj, &counts_obj, &ids_obj, &sp.n_first, &sp.skip, &sp.every,
-                          &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOiii|O", kwlist, &means_obj, &counts_obj, &ids_obj, &sp.n_first,
+                                     &sp.skip, &sp.every, &progress))
         return NULL;
     model_object *o = (model_object *)self;
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
@@ -432,77 +426,29 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *model_inspect_maps(PyObject *self, PyObject *args) {
+/* A feature file's method (bindings.h) on the open model, held for the call. */
+static PyObject *model_call(PyObject *self, PyObject *args, PyObject *kw, pyq_model_fn *fn) {
     model_object *o = model_enter(self);
     if (!o) return NULL;
-    PyObject *r = pyq_inspect_maps(o->m, o->tok, args);
+    PyObject *r = fn(o->m, o->tok, args, kw);
     pyq_leave(&o->busy);
     return r;
 }
 
-static PyObject *model_ablate_positions(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_ablate_positions(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_ablate_heads(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_ablate_heads(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_stream_score(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_stream_score(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_needle_prompt(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_needle_prompt(o->m, o->tok, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_needle_run(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_needle_run(o->m, o->tok, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_patch(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_patch(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_attribute(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_attribute(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_lens(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_lens(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
+/* model_<name>: the method table's entry for pyq_<name> through model_call. */
+#define MODEL_CALL(name) \
+    static PyObject *model_##name(PyObject *self, PyObject *args, PyObject *kw) { \
+        return model_call(self, args, kw, pyq_##name); \
+    }
+MODEL_CALL(inspect_maps)
+MODEL_CALL(ablate_positions)
+MODEL_CALL(ablate_heads)
+MODEL_CALL(stream_score)
+MODEL_CALL(needle_prompt)
+MODEL_CALL(needle_run)
+MODEL_CALL(patch)
+MODEL_CALL(attribute)
+MODEL_CALL(lens)
 
 static PyMethodDef model_methods[] = {
     {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
@@ -517,23 +463,23 @@ static PyMethodDef model_methods[] = {
     {"head_result", model_head_result, METH_VARARGS,
      "head_result(out, layer, z): out [n, Hq, E] <- each head of z [n, Hq, D] through its slice of Wo."},
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
-    {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows, progress=None): exact attention weights."},
-    {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every, progress=None)."},
-    {"ablate_positions", model_ablate_positions, METH_VARARGS,
+    {"maps", PYQ_KW(model_maps), METH_VARARGS | METH_KEYWORDS, "maps(out, ids, layers, heads, rows, progress=None): exact attention weights."},
+    {"sinks", PYQ_KW(model_sinks), METH_VARARGS | METH_KEYWORDS, "sinks(means, counts, ids, n_first, skip, every, progress=None)."},
+    {"ablate_positions", PYQ_KW(model_ablate_positions), METH_VARARGS | METH_KEYWORDS,
      "ablate_positions(values, top, ids, scope, layer, head, target, progress=None)."},
-    {"ablate_heads", model_ablate_heads, METH_VARARGS, "ablate_heads(values, top, ids, target, progress=None)."},
-    {"stream_score", model_stream_score, METH_VARARGS,
+    {"ablate_heads", PYQ_KW(model_ablate_heads), METH_VARARGS | METH_KEYWORDS, "ablate_heads(values, top, ids, target, progress=None)."},
+    {"stream_score", PYQ_KW(model_stream_score), METH_VARARGS | METH_KEYWORDS,
      "stream_score(nll, ids, policy, cache, window, sinks, chunk, progress=None) -> max_rows."},
-    {"needle_prompt", model_needle_prompt, METH_VARARGS,
+    {"needle_prompt", PYQ_KW(model_needle_prompt), METH_VARARGS | METH_KEYWORDS,
      "needle_prompt(hay, needle, question, system, max_answer, length, depth, plain) -> (ids, needle_pos, needle_len, "
      "hay_tokens)."},
-    {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
-    {"patch", model_patch, METH_VARARGS,
+    {"needle_run", PYQ_KW(model_needle_run), METH_VARARGS | METH_KEYWORDS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
+    {"patch", PYQ_KW(model_patch), METH_VARARGS | METH_KEYWORDS,
      "patch(head_out, head_out_pos, resid_pre, attn_out, mlp_out, clean, corrupt, metric, answer, wrong, max_bytes, "
      "progress=None)."},
-    {"attribute", model_attribute, METH_VARARGS, "attribute(heads, attn, mlp, ids, answer, wrong)."},
-    {"lens", model_lens, METH_VARARGS, "lens(top_ids, top_probs, target_prob, ids, k, target)."},
-    {"inspect_maps", model_inspect_maps, METH_VARARGS,
+    {"attribute", PYQ_KW(model_attribute), METH_VARARGS | METH_KEYWORDS, "attribute(heads, attn, mlp, ids, answer, wrong)."},
+    {"lens", PYQ_KW(model_lens), METH_VARARGS | METH_KEYWORDS, "lens(top_ids, top_probs, target_prob, ids, k, target)."},
+    {"inspect_maps", PYQ_KW(model_inspect_maps), METH_VARARGS | METH_KEYWORDS,
      "inspect_maps(path, ids, layers, heads, title, subtitle, progress=None) -> the PNG figure (a capsule)."},
     {NULL, NULL, 0, NULL},
 };
