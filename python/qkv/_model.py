@@ -40,42 +40,12 @@ class LayerAttention:
     qkv_bias: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """What the GGUF says about the model (qkv_model_config), plus the open context.
-    arch names the family (llama, qwen2, qwen3, gemma2, gemma3); layers holds
-    each layer's attention spec (LayerAttention)."""
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_kv_head: int
-    head_dim: int
-    n_ff: int
-    n_vocab: int
-    n_ctx_train: int
-    norm_eps: float
-    rope_pairing: str
-    rope_theta: float
-    rope_scaling: str
-    rope_factor: float
-    rope_low_freq_factor: float
-    rope_high_freq_factor: float
-    rope_original_max_position: int
-    tied_embeddings: bool
-    n_ctx: int
-    bos: int
-    eos: int
-    path: str
-    layers: tuple
-    ffn_act: str
-    post_norms: bool
-    embd_scale: float
-    final_softcap: float
-    attn_scale: float
-    window: int
-    swa_period: int
-    rope_theta_swa: float
+Config = dataclasses.make_dataclass("Config", _qkv.CONFIG_FIELDS, frozen=True, namespace={
+    "__module__": __name__,
+    "__doc__": """What the GGUF says about the model (qkv_model_config), plus the open context
+    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3);
+    layers holds each layer's attention spec (LayerAttention). The fields are the C
+    struct's, as the extension lists them (qkv._qkv.CONFIG_FIELDS)."""})
 
 
 class Inspection:

@@ -14,6 +14,7 @@
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  *   head_result(out, layer, z):  z [n, Hq, D] f32 (hook_z); out [n, Hq, E] f32 each head through its
  *       slice of Wo (qkv_model_head_result)
+ *   config() -> dict:  the rows of config_fields (CONFIG_FIELDS, the module's)
  * Every argument may be given by keyword; python/qkv gives the long lists so.
  * The feature files' methods run through model_call, which holds the model.
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
@@ -24,6 +25,7 @@
 #include "bindings.h"
 #include "model.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,25 +94,30 @@ static PyObject *model_close(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *model_config(PyObject *self, PyObject *args) {
-    (void)args;
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
+/* ------------------------------------------------------------- config */
+
+/* Model.config()'s keys: one row per field of qkv_model_config (its qkv_rope
+ * flattened to rope_*, the pointer freq_factors left out), then what the open
+ * model adds. The module exports the rows as CONFIG_FIELDS, [(name, type)],
+ * from which python/qkv makes its Config; tests/python/test_config.py checks
+ * the rows against the struct in include/qkv.h. */
+typedef enum { CFG_INT, CFG_FLOAT, CFG_BOOL, CFG_STR, CFG_ENUM, CFG_LIST } cfg_kind;
+
+static const char *const rope_pairings[] = {[QKV_ROPE_HALF] = "half", [QKV_ROPE_INTERLEAVED] = "interleaved"};
+static const char *const rope_scalings[] = {[QKV_ROPE_SCALING_NONE] = "none", [QKV_ROPE_SCALING_LLAMA3] = "llama3"};
+static const char *const ffn_acts[] = {[QKV_FFN_SILU] = "silu", [QKV_FFN_GELU_TANH] = "gelu_tanh"};
+
+static PyObject *open_n_ctx(const model_object *o) { return PyLong_FromLong(qkv_model_n_ctx(o->m)); }
+static PyObject *open_bos(const model_object *o) { return PyLong_FromLong(qkv_tokenizer_bos(o->tok)); }
+static PyObject *open_eos(const model_object *o) { return PyLong_FromLong(qkv_tokenizer_eos(o->tok)); }
+static PyObject *open_path(const model_object *o) {
+    return PyUnicode_FromString(qkv_gguf_path(qkv_model_gguf(o->m)));
+}
+
+/* [{n_head, ...}] every layer's attention spec (Python's LayerAttention). */
+static PyObject *open_layers(const model_object *o) {
     const qkv_model_config *c = qkv_model_get_config(o->m);
-    const qkv_rope *r = &c->rope;
-    PyObject *d = Py_BuildValue(
-        "{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:s,s:f,s:s,s:f,s:f,s:f,s:i,s:O,s:i,s:i,s:i,s:s}", "arch", c->arch,
-        "n_layer", c->n_layer, "n_embd", c->n_embd, "n_head", c->n_head, "n_kv_head", c->n_kv_head, "head_dim",
-        c->head_dim, "n_ff", c->n_ff, "n_vocab", c->n_vocab, "n_ctx_train", c->n_ctx_train, "norm_eps",
-        (double)c->norm_eps, "rope_pairing", r->pairing == QKV_ROPE_INTERLEAVED ? "interleaved" : "half",
-        "rope_theta", (double)r->theta, "rope_scaling", r->scaling == QKV_ROPE_SCALING_LLAMA3 ? "llama3" : "none",
-        "rope_factor", (double)r->factor, "rope_low_freq_factor", (double)r->low_freq_factor,
-        "rope_high_freq_factor", (double)r->high_freq_factor, "rope_original_max_position",
-        r->original_max_position, "tied_embeddings", c->tied_embeddings ? Py_True : Py_False, "n_ctx",
-        qkv_model_n_ctx(o->m), "bos", qkv_tokenizer_bos(o->tok), "eos", qkv_tokenizer_eos(o->tok), "path",
-        qkv_gguf_path(qkv_model_gguf(o->m)));
-    /* the family's parts, and every layer's attention spec */
-    PyObject *layers = d ? PyList_New(c->n_layer) : NULL;
+    PyObject *layers = PyList_New(c->n_layer);
     for (int l = 0; layers && l < c->n_layer; l++) {
         qkv_layer_attn a;
         qkv_model_layer_attn(&a, c, l);
@@ -122,18 +129,108 @@ static PyObject *model_config(PyObject *self, PyObject *args) {
         if (!one) Py_CLEAR(layers);
         else PyList_SET_ITEM(layers, l, one);
     }
-    PyObject *family = layers ? Py_BuildValue("{s:N,s:s,s:O,s:f,s:f,s:f,s:i,s:i,s:f}", "layers", layers, "ffn_act",
-                                              c->ffn_act == QKV_FFN_GELU_TANH ? "gelu_tanh" : "silu", "post_norms",
-                                              c->post_norms ? Py_True : Py_False, "embd_scale",
-                                              (double)c->embd_scale, "final_softcap", (double)c->final_softcap,
-                                              "attn_scale", (double)c->attn_scale, "window", c->window,
-                                              "swa_period", c->swa_period, "rope_theta_swa",
-                                              (double)c->rope_theta_swa)
-                              : NULL;
-    if (!family || PyDict_Update(d, family) < 0) Py_CLEAR(d);
-    Py_XDECREF(family);
+    return layers;
+}
+
+#define CFG(field, kind) {#field, kind, offsetof(qkv_model_config, field), NULL, NULL}
+#define CFG_ROPE(field, kind) {"rope_" #field, kind, offsetof(qkv_model_config, rope.field), NULL, NULL}
+#define CFG_ENUM_OF(name, field, names) {name, CFG_ENUM, offsetof(qkv_model_config, field), names, NULL}
+#define CFG_OPEN(field, kind) {#field, kind, 0, NULL, open_##field}
+static const struct {
+    const char *name;
+    cfg_kind kind;
+    size_t offset;                            /* in qkv_model_config, unless open */
+    const char *const *names;                 /* CFG_ENUM: the value's name by its number */
+    PyObject *(*open)(const model_object *o); /* a value of the open model, not of the struct */
+} config_fields[] = {
+    CFG(arch, CFG_STR),
+    CFG(n_layer, CFG_INT),
+    CFG(n_embd, CFG_INT),
+    CFG(n_head, CFG_INT),
+    CFG(n_kv_head, CFG_INT),
+    CFG(head_dim, CFG_INT),
+    CFG(n_ff, CFG_INT),
+    CFG(n_vocab, CFG_INT),
+    CFG(n_ctx_train, CFG_INT),
+    CFG(norm_eps, CFG_FLOAT),
+    CFG_ENUM_OF("rope_pairing", rope.pairing, rope_pairings),
+    CFG_ROPE(theta, CFG_FLOAT),
+    CFG_ENUM_OF("rope_scaling", rope.scaling, rope_scalings),
+    CFG_ROPE(factor, CFG_FLOAT),
+    CFG_ROPE(low_freq_factor, CFG_FLOAT),
+    CFG_ROPE(high_freq_factor, CFG_FLOAT),
+    CFG_ROPE(original_max_position, CFG_INT),
+    CFG(tied_embeddings, CFG_BOOL),
+    CFG(attn_scale, CFG_FLOAT),
+    CFG(window, CFG_INT),
+    CFG(swa_period, CFG_INT),
+    CFG(rope_theta_swa, CFG_FLOAT),
+    CFG(attn_softcap, CFG_FLOAT),
+    CFG(qk_norm, CFG_BOOL),
+    CFG(qkv_bias, CFG_BOOL),
+    CFG(post_norms, CFG_BOOL),
+    CFG_ENUM_OF("ffn_act", ffn_act, ffn_acts),
+    CFG(embd_scale, CFG_FLOAT),
+    CFG(final_softcap, CFG_FLOAT),
+    CFG_OPEN(n_ctx, CFG_INT), /* positions the KV cache holds */
+    CFG_OPEN(bos, CFG_INT),   /* the tokenizer's BOS id, -1: none */
+    CFG_OPEN(eos, CFG_INT),
+    CFG_OPEN(path, CFG_STR),  /* the GGUF file */
+    CFG_OPEN(layers, CFG_LIST),
+};
+#undef CFG
+#undef CFG_ROPE
+#undef CFG_ENUM_OF
+#undef CFG_OPEN
+_Static_assert(sizeof(qkv_rope_pairing) == sizeof(int) && sizeof(qkv_rope_scaling) == sizeof(int) &&
+                   sizeof(qkv_ffn_act) == sizeof(int),
+               "CFG_ENUM rows are read as int");
+enum { N_CONFIG_FIELDS = sizeof config_fields / sizeof *config_fields };
+
+/* Row i's value for the open model o: a new reference, or NULL with an exception. */
+static PyObject *config_value(const model_object *o, int i) {
+    if (config_fields[i].open) return config_fields[i].open(o);
+    const char *p = (const char *)qkv_model_get_config(o->m) + config_fields[i].offset;
+    switch (config_fields[i].kind) {
+    case CFG_INT: return PyLong_FromLong(*(const int *)p);
+    case CFG_FLOAT: return PyFloat_FromDouble((double)*(const float *)p);
+    case CFG_BOOL: return PyBool_FromLong(*(const int *)p);
+    case CFG_STR: return PyUnicode_FromString(p);
+    case CFG_ENUM: return PyUnicode_FromString(config_fields[i].names[*(const int *)p]);
+    case CFG_LIST: break;
+    }
+    return PyErr_Format(PyExc_SystemError, "config: %s has no value", config_fields[i].name);
+}
+
+/* config() -> {name: value} of every row of config_fields. */
+static PyObject *model_config(PyObject *self, PyObject *args) {
+    (void)args;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < N_CONFIG_FIELDS; i++) {
+        PyObject *v = config_value(o, i);
+        if (!v || PyDict_SetItemString(d, config_fields[i].name, v) < 0) Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
     pyq_leave(&o->busy);
     return d;
+}
+
+/* CONFIG_FIELDS: ((name, type), ...) in config_fields' order, the types
+ * Python's own (layers: tuple, of LayerAttention on the Python side). */
+static int add_config_fields(PyObject *module) {
+    PyTypeObject *types[] = {[CFG_INT] = &PyLong_Type,    [CFG_FLOAT] = &PyFloat_Type, [CFG_BOOL] = &PyBool_Type,
+                             [CFG_STR] = &PyUnicode_Type, [CFG_ENUM] = &PyUnicode_Type, [CFG_LIST] = &PyTuple_Type};
+    PyObject *fields = PyTuple_New(N_CONFIG_FIELDS);
+    for (int i = 0; fields && i < N_CONFIG_FIELDS; i++) {
+        PyObject *row = Py_BuildValue("(sO)", config_fields[i].name, (PyObject *)types[config_fields[i].kind]);
+        if (!row) Py_CLEAR(fields);
+        else PyTuple_SET_ITEM(fields, i, row);
+    }
+    if (!fields) return -1;
+    if (PyModule_AddObject(module, "CONFIG_FIELDS", fields) < 0) return Py_DECREF(fields), -1;
+    return 0;
 }
 
 static PyObject *model_tokenize(PyObject *self, PyObject *args) {
@@ -496,7 +593,7 @@ static PyTypeObject model_type = {
 };
 
 int pyq_add_model(PyObject *module) {
-    if (PyType_Ready(&model_type) < 0) return -1;
+    if (PyType_Ready(&model_type) < 0 || add_config_fields(module) < 0) return -1;
     Py_INCREF(&model_type);
     return PyModule_AddObject(module, "Model", (PyObject *)&model_type);
 }
