@@ -296,7 +296,9 @@ class Model:
 
     def generate(self, prompt, n=32, *, temp=0.0, top_k=0, top_p=1.0, seed=1, chat=False):
         """An iterator of (token id, text) for up to n new tokens after prompt (a
-        string, tokenized, or ids); greedy when temp is 0; stops at the model's EOS.
+        string, tokenized, or ids); greedy when temp is 0; stops where `qkv run` stops, at
+        a token that ends the turn (the EOS or an end-of-turn control token such as
+        <|im_end|>, <|eot_id|>: libqkv's qkv_token_ends_turn).
         The text of a token is what it adds to the decoded output (a character cut
         between tokens comes with the token that completes it)."""
         ids = self.tokenize(prompt, chat=chat) if isinstance(prompt, str) else self._ids(prompt)
@@ -314,7 +316,7 @@ class Model:
             self._c.forward(logits, ids, False)
             for step in range(n):
                 tok = sampler.sample(logits[0])
-                if tok == self.config.eos:
+                if self._c.ends_turn(tok):
                     return
                 yield tok, decoder.decode(self._c.piece(tok))
                 if step + 1 < n:

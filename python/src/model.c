@@ -14,7 +14,7 @@
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  *   head_result(out, layer, z):  z [n, Hq, D] f32 (hook_z); out [n, Hq, E] f32 each head through its
  *       slice of Wo (qkv_model_head_result)
- *   config() -> dict:  the rows of config_fields (CONFIG_FIELDS, the module's)
+ *   config() -> dict:  the rows of config_fields (CONFIG_FIELDS, the module's);  ends_turn(id):  qkv run's stop
  * Every argument may be given by keyword; python/qkv gives the long lists so.
  * The feature files' methods run through model_call, which holds the model.
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
@@ -310,6 +310,17 @@ static PyObject *model_piece(PyObject *self, PyObject *args) {
     return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
 }
 
+/* ends_turn(id) -> whether generation stops at id, as qkv run's (qkv_token_ends_turn). */
+static PyObject *model_ends_turn(PyObject *self, PyObject *args) {
+    int id;
+    if (!PyArg_ParseTuple(args, "i", &id)) return NULL;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    const int ends = qkv_token_ends_turn(o->tok, id);
+    pyq_leave(&o->busy);
+    return PyBool_FromLong(ends);
+}
+
 /* forward(logits, ids, all, hooks=None, zero_heads=None): one call, appending
  * to the cache, with this call's options (hooks.c). */
 static PyObject *model_forward(PyObject *self, PyObject *args, PyObject *kw) {
@@ -554,6 +565,7 @@ static PyMethodDef model_methods[] = {
     {"chat_text", model_chat_text, METH_VARARGS, "chat_text(user, system=None) -> bytes."},
     {"detokenize", model_detokenize, METH_VARARGS, "detokenize(ids_int32, skip_special) -> bytes."},
     {"piece", model_piece, METH_VARARGS, "piece(id) -> bytes or None."},
+    {"ends_turn", model_ends_turn, METH_VARARGS, "ends_turn(id) -> whether generation stops at id (qkv run's rule)."},
     {"forward", PYQ_KW(model_forward), METH_VARARGS | METH_KEYWORDS,
      "forward(logits or None, ids, all_logits, hooks=None, zero_heads=None): appends to the cache."},
     {"rewind", model_rewind, METH_VARARGS, "rewind(pos)."},
