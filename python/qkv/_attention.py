@@ -178,8 +178,8 @@ def rope(x, positions, *, theta, pairing="half", scaling=None):
     orig = int(s.pop("original_max_position", 8192))
     if s:
         raise ValueError(f"scaling: unknown keys {sorted(s)}")
-    _qkv.rope(out, pos, h, t, d, 1 if pairing == "interleaved" else 0, float(theta), 1 if kind == "llama3" else 0,
-              factor, low, high, orig)
+    _qkv.rope(out, pos, h, t, d, pairing=1 if pairing == "interleaved" else 0, theta=float(theta),
+              scaling=1 if kind == "llama3" else 0, factor=factor, low=low, high=high, orig=orig)
     return out
 
 

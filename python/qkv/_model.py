@@ -40,42 +40,12 @@ class LayerAttention:
     qkv_bias: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """What the GGUF says about the model (qkv_model_config), plus the open context.
-    arch names the family (llama, qwen2, qwen3, gemma2, gemma3); layers holds
-    each layer's attention spec (LayerAttention)."""
-    arch: str
-    n_layer: int
-    n_embd: int
-    n_head: int
-    n_kv_head: int
-    head_dim: int
-    n_ff: int
-    n_vocab: int
-    n_ctx_train: int
-    norm_eps: float
-    rope_pairing: str
-    rope_theta: float
-    rope_scaling: str
-    rope_factor: float
-    rope_low_freq_factor: float
-    rope_high_freq_factor: float
-    rope_original_max_position: int
-    tied_embeddings: bool
-    n_ctx: int
-    bos: int
-    eos: int
-    path: str
-    layers: tuple
-    ffn_act: str
-    post_norms: bool
-    embd_scale: float
-    final_softcap: float
-    attn_scale: float
-    window: int
-    swa_period: int
-    rope_theta_swa: float
+Config = dataclasses.make_dataclass("Config", _qkv.CONFIG_FIELDS, frozen=True, namespace={
+    "__module__": __name__,
+    "__doc__": """What the GGUF says about the model (qkv_model_config), plus the open context
+    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3);
+    layers holds each layer's attention spec (LayerAttention). The fields are the C
+    struct's, as the extension lists them (qkv._qkv.CONFIG_FIELDS)."""})
 
 
 class Inspection:
@@ -326,7 +296,9 @@ class Model:
 
     def generate(self, prompt, n=32, *, temp=0.0, top_k=0, top_p=1.0, seed=1, chat=False):
         """An iterator of (token id, text) for up to n new tokens after prompt (a
-        string, tokenized, or ids); greedy when temp is 0; stops at the model's EOS.
+        string, tokenized, or ids); greedy when temp is 0; stops where `qkv run` stops, at
+        a token that ends the turn (the EOS or an end-of-turn control token such as
+        <|im_end|>, <|eot_id|>: libqkv's qkv_token_ends_turn).
         The text of a token is what it adds to the decoded output (a character cut
         between tokens comes with the token that completes it)."""
         ids = self.tokenize(prompt, chat=chat) if isinstance(prompt, str) else self._ids(prompt)
@@ -344,7 +316,7 @@ class Model:
             self._c.forward(logits, ids, False)
             for step in range(n):
                 tok = sampler.sample(logits[0])
-                if tok == self.config.eos:
+                if self._c.ends_turn(tok):
                     return
                 yield tok, decoder.decode(self._c.piece(tok))
                 if step + 1 < n:
@@ -382,8 +354,9 @@ class Model:
         order = np.argsort(ls, kind="stable")  # the engine takes layers in increasing order
         out = np.empty((len(ls), len(hs), len(rs), n), dtype=np.float32)
         with _progress.Progress(progress, "attention", "layers", self.config.n_layer) as pr:
-            self._c.maps(out, ids, np.ascontiguousarray(ls[order], dtype=np.int32),
-                         np.ascontiguousarray(hs, dtype=np.int32), np.ascontiguousarray(rs, dtype=np.int32), pr.fn)
+            self._c.maps(out=out, ids=ids, layers=np.ascontiguousarray(ls[order], dtype=np.int32),
+                         heads=np.ascontiguousarray(hs, dtype=np.int32), rows=np.ascontiguousarray(rs, dtype=np.int32),
+                         progress=pr.fn)
         if not np.array_equal(order, np.arange(len(ls))):
             out = out[np.argsort(order)]
         return out[0, 0] if single else out
@@ -400,7 +373,8 @@ class Model:
         means = np.empty((6, L, H), dtype=np.float64)
         counts = np.empty((2, L, H), dtype=np.int64)
         with _progress.Progress(progress, "sinks", "layers", L) as pr:
-            self._c.sinks(means, counts, ids, int(n_first), int(skip), int(every), pr.fn)
+            self._c.sinks(means=means, counts=counts, ids=ids, n_first=int(n_first), skip=int(skip), every=int(every),
+                          progress=pr.fn)
         out = {name: means[i] for i, name in enumerate(_SINK_FIELDS)}
         out["n_rows"], out["n_sampled"] = counts[0], counts[1]
         return out
@@ -428,8 +402,9 @@ class Model:
                     f"w = exp(q\u00b7k/\u221a{c.head_dim} - lse)")
         with tempfile.TemporaryDirectory() as d, _progress.Progress(progress, "inspect", "layers", c.n_layer) as pr:
             path = os.path.join(d, "inspect.html")
-            figure = self._c.inspect_maps(path, ids, np.ascontiguousarray(ls, dtype=np.int32),
-                                          np.ascontiguousarray(hs, dtype=np.int32), title, subtitle, pr.fn)
+            figure = self._c.inspect_maps(path=path, ids=ids, layers=np.ascontiguousarray(ls, dtype=np.int32),
+                                          heads=np.ascontiguousarray(hs, dtype=np.int32), title=title,
+                                          subtitle=subtitle, progress=pr.fn)
             with open(path, encoding="utf-8") as f:
                 page = f.read()
         return Inspection(page, figure, n, ls, hs)
@@ -458,7 +433,7 @@ class Model:
             values = np.empty((2, c.n_layer, c.n_head), dtype=np.float64)
             top = np.empty((c.n_layer, c.n_head), dtype=np.int32)
             with _progress.Progress(progress, "ablate --heads", "tokens") as pr:
-                t, p, top_full, _ = self._c.ablate_heads(values, top, ids, tgt, pr.fn)
+                t, p, top_full, _ = self._c.ablate_heads(values=values, top=top, ids=ids, target=tgt, progress=pr.fn)
             return dict(target=t, p_target=p, top_full=top_full, n_layer=c.n_layer, n_head=c.n_head,
                         kl=values[0], dp_target=values[1], top_after=top)
         if scope not in ("all", "last"):
@@ -468,8 +443,9 @@ class Model:
         li = -1 if layer is None else int(layer)
         hi = -1 if head is None else int(head)
         with _progress.Progress(progress, "ablate", "tokens") as pr:
-            t, p, top_full, rho = self._c.ablate_positions(values, top, ids, 0 if scope == "all" else 1, li, hi, tgt,
-                                                           pr.fn)
+            t, p, top_full, rho = self._c.ablate_positions(values=values, top=top, ids=ids,
+                                                           scope=0 if scope == "all" else 1, layer=li, head=hi,
+                                                           target=tgt, progress=pr.fn)
         return dict(target=t, p_target=p, top_full=top_full, scope=scope, layer=layer, head=head,
                     attn_mean=values[0], attn_max=values[1], kl=values[2], dp_target=values[3], top_after=top,
                     spearman_attn_kl=None if np.isnan(rho) else rho)
@@ -547,9 +523,10 @@ class Model:
                       resid_pre=(c.n_layer, n), attn_out=(c.n_layer, n), mlp_out=(c.n_layer, n))
         out = {s: np.empty(shapes[s], dtype=np.float32) if s in names else None for s in _patch.SWEEPS}
         with _progress.Progress(progress, "patch", "components") as pr:
-            vc, vk, steps, naive, count, unchanged = self._c.patch(*(out[s] for s in _patch.SWEEPS), ci, ki, kind,
-                                                        -1 if a is None else a, -1 if w is None else w,
-                                                        int(max_bytes), pr.fn)
+            vc, vk, steps, naive, count, unchanged = self._c.patch(**out, clean=ci, corrupt=ki, metric=kind,
+                                                                   answer=-1 if a is None else a,
+                                                                   wrong=-1 if w is None else w,
+                                                                   max_bytes=int(max_bytes), progress=pr.fn)
         return _patch.PatchResult(
             metric="kl" if kind == 0 else "logit_diff", answer=a, wrong=w,
             answer_piece=None if a is None else self.piece(a), wrong_piece=None if w is None else self.piece(w),
@@ -571,8 +548,9 @@ class Model:
         heads = np.empty((c.n_layer, c.n_head), dtype=np.float32)
         attn = np.empty(c.n_layer, dtype=np.float32)
         mlp = np.empty(c.n_layer, dtype=np.float32)
-        embed, total, ld, linear, capped, a, w = self._c.attribute(heads, attn, mlp, ids, -1 if a is None else a,
-                                                                   -1 if w is None else w)
+        embed, total, ld, linear, capped, a, w = self._c.attribute(heads=heads, attn=attn, mlp=mlp, ids=ids,
+                                                                   answer=-1 if a is None else a,
+                                                                   wrong=-1 if w is None else w)
         return _patch.Attribution(ids=ids, tokens=self._labels(ids), answer=a, wrong=w, answer_piece=self.piece(a),
                                   wrong_piece=self.piece(w), heads=heads, attn=attn, mlp=mlp, embed=embed,
                                   total=total, logit_diff=ld, heads_linear=bool(linear), final_softcap=bool(capped),
@@ -596,7 +574,7 @@ class Model:
         top_ids = np.empty((c.n_layer, n, k), dtype=np.int32)
         top_probs = np.empty((c.n_layer, n, k), dtype=np.float32)
         target_prob = np.empty((c.n_layer, n), dtype=np.float32)
-        self._c.lens(top_ids, top_probs, target_prob, ids, int(k), t)
+        self._c.lens(top_ids=top_ids, top_probs=top_probs, target_prob=target_prob, ids=ids, k=int(k), target=t)
         flat = self._labels(top_ids.ravel())
         labels = [[flat[(l * n + p) * k:(l * n + p + 1) * k] for p in range(n)] for l in range(c.n_layer)]
         return _patch.Lens(ids=ids, tokens=self._labels(ids), top_ids=top_ids, top_probs=top_probs, target=t,
@@ -631,8 +609,9 @@ class Model:
                 pr.stage(f"stream {name} ({k + 1}/{len(_STREAM_VARIANTS)})")
                 nll = np.empty(n - 1, dtype=np.float32)
                 t0 = time.perf_counter()
-                rows = self._c.stream_score(nll, ids, policy, cache, int(window), int(sinks), int(chunk),
-                                            pr.part(sum(steps[:k]), sum(steps)))
+                rows = self._c.stream_score(nll=nll, ids=ids, policy=policy, cache=cache, window=int(window),
+                                            sinks=int(sinks), chunk=int(chunk),
+                                            progress=pr.part(sum(steps[:k]), sum(steps)))
                 dt = time.perf_counter() - t0
                 variants.append(dict(name=name, positions=positions,
                                      ppl=float(np.exp(nll.astype(np.float64).mean())),
@@ -697,13 +676,16 @@ class Model:
             for length in lengths:
                 for depth in depths:
                     pr.stage(f"needle {length} tokens, depth {depth}% ({len(cells) + 1}/{len(lengths) * len(depths)})")
-                    pids, pos, nlen, _ = self._c.needle_prompt(hay, needle.encode("utf-8"), question.encode("utf-8"),
-                                                                system, A, length, float(depth), not chat)
+                    pids, pos, nlen, _ = self._c.needle_prompt(hay=hay, needle=needle.encode("utf-8"),
+                                                                question=question.encode("utf-8"), system=system,
+                                                                max_answer=A, length=length, depth=float(depth),
+                                                                plain=not chat)
                     ids = np.frombuffer(pids, dtype=np.int32).copy()
                     reply = np.empty(A, dtype=np.int32)
                     mass = np.zeros((2, L), dtype=np.float64)
                     step = np.zeros((2, A, L), dtype=np.float64)
-                    k = self._c.needle_run(reply, mass, step, retrieval, ids, pos, nlen)
+                    k = self._c.needle_run(answer=reply, mass=mass, step=step, retrieval=retrieval, ids=ids,
+                                           needle_pos=pos, needle_len=nlen)
                     reply = reply[:k]
                     raw = self._c.detokenize(reply, True)
                     text = raw.decode("utf-8", "replace")

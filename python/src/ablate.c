@@ -9,7 +9,7 @@
  * Both return (target, p_target, top_full, spearman_attn_kl). progress: None
  * or fn(done, total) in tokens run, after each forward call (progress.c).
  */
-#include "qkv_py.h"
+#include "bindings.h"
 
 #include <stdlib.h>
 
@@ -28,11 +28,13 @@ static PyObject *summary(const qkv_ablate_summary *s) {
     return Py_BuildValue("(idid)", (int)s->target, s->p_target, (int)s->top_full, s->spearman_attn_kl);
 }
 
-PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args) {
+PyObject *pyq_ablate_positions(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"values", "top", "ids", "scope", "layer", "head", "target", "progress", NULL};
+    (void)tok;
     PyObject *values_obj, *top_obj, *ids_obj, *progress = NULL;
     qkv_ablate_params p = {0};
     int scope, target;
-    if (!PyArg_ParseTuple(args, "OOOiiii|O", &values_obj, &top_obj, &ids_obj, &scope, &p.layer, &p.head, &target,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOiiii|O", kwlist, &values_obj, &top_obj, &ids_obj, &scope, &p.layer, &p.head, &target,
                           &progress))
         return NULL;
     p.scope = scope ? QKV_ABLATE_LAST : QKV_ABLATE_ALL;
@@ -76,10 +78,13 @@ PyObject *pyq_ablate_positions(qkv_model *m, PyObject *args) {
     return summary(&sum);
 }
 
-PyObject *pyq_ablate_heads(qkv_model *m, PyObject *args) {
+PyObject *pyq_ablate_heads(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"values", "top", "ids", "target", "progress", NULL};
+    (void)tok;
     PyObject *values_obj, *top_obj, *ids_obj, *progress = NULL;
     int target;
-    if (!PyArg_ParseTuple(args, "OOOi|O", &values_obj, &top_obj, &ids_obj, &target, &progress)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOi|O", kwlist, &values_obj, &top_obj, &ids_obj, &target, &progress))
+        return NULL;
     const qkv_model_config *cfg = qkv_model_get_config(m);
     const Py_ssize_t LH = (Py_ssize_t)cfg->n_layer * cfg->n_head;
     pyq_progress pr;

@@ -7,7 +7,7 @@
  *   k, v: [B, Hkv, Lk, D] of kv_dtype (f32, f16, or bf16 as uint16)
  * Each call releases the GIL from the first kernel call to the last.
  */
-#include "qkv_py.h"
+#include "bindings.h"
 
 #include <string.h>
 
@@ -130,15 +130,17 @@ static PyObject *py_attention_reference(PyObject *self, PyObject *args, PyObject
     Py_RETURN_NONE;
 }
 
-/* rope(x, pos, n_head, n_tok, head_dim, pairing, theta, scaling, factor, low, high, orig):
- *   x: [n_head, n_tok, D] f32, rotated in place;  pos: [n_tok] int64 */
-static PyObject *py_rope(PyObject *self, PyObject *args) {
+/* rope(x, pos, n_head, n_tok, head_dim, *, pairing, theta, scaling, factor, low, high, orig):
+ *   x: [n_head, n_tok, D] f32, rotated in place;  pos: [n_tok] int64; the rest by keyword, qkv_rope's fields */
+static PyObject *py_rope(PyObject *self, PyObject *args, PyObject *kw) {
     (void)self;
+    static char *kwlist[] = {"x", "pos", "n_head", "n_tok", "head_dim", "pairing", "theta", "scaling", "factor",
+                             "low", "high", "orig", NULL};
     PyObject *xo, *po;
     int n_head, n_tok, head_dim, pairing, scaling, orig;
     float theta, factor, low, high;
-    if (!PyArg_ParseTuple(args, "OOiiiififffi", &xo, &po, &n_head, &n_tok, &head_dim, &pairing, &theta, &scaling,
-                          &factor, &low, &high, &orig))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiiififffi", kwlist, &xo, &po, &n_head, &n_tok, &head_dim,
+                                     &pairing, &theta, &scaling, &factor, &low, &high, &orig))
         return NULL;
     qkv_rope r = qkv_rope_default();
     r.pairing = pairing ? QKV_ROPE_INTERLEAVED : QKV_ROPE_HALF;
@@ -192,7 +194,8 @@ PyMethodDef pyq_attention_methods[] = {
      "attention(o, lse, q, k, v, *, batch, n_q_head, ..., softcap=0): o, lse <- attention of a batch (qkv_attn_run)."},
     {"attention_reference", PYQ_KW(py_attention_reference), METH_VARARGS | METH_KEYWORDS,
      "attention_reference(o, lse, q, k, v, *, ..., weights=None): the reference kernel and its weights."},
-    {"rope", py_rope, METH_VARARGS, "rope(x, pos, n_head, n_tok, head_dim, ...): rotates x in place."},
+    {"rope", PYQ_KW(py_rope), METH_VARARGS | METH_KEYWORDS,
+     "rope(x, pos, n_head, n_tok, head_dim, *, pairing, theta, scaling, factor, low, high, orig): rotates x in place."},
     {"round_kv", py_round_kv, METH_VARARGS, "round_kv(dst_u16, src_f32, 'bf16'|'f16')."},
     {NULL, NULL, 0, NULL},
 };

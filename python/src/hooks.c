@@ -17,37 +17,10 @@
  * names against the model's layers (the forward does) nor shapes (the
  * Python side does, with messages in TransformerLens's words).
  */
-#include "qkv_py.h"
+#include "bindings.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* A hook's exception leaves the error indicator while the forward stops,
- * and is put back when it has returned. */
-void pyq_exc_save(pyq_exc *e) {
-#if PY_VERSION_HEX >= 0x030C0000
-    e->type = e->tb = NULL;
-    e->value = PyErr_GetRaisedException();
-#else
-    PyErr_Fetch(&e->type, &e->value, &e->tb);
-    PyErr_NormalizeException(&e->type, &e->value, &e->tb);
-#endif
-}
-
-void pyq_exc_restore(pyq_exc *e) {
-#if PY_VERSION_HEX >= 0x030C0000
-    PyErr_SetRaisedException(e->value);
-#else
-    PyErr_Restore(e->type, e->value, e->tb);
-#endif
-    e->type = e->value = e->tb = NULL;
-}
-
-void pyq_exc_clear(pyq_exc *e) {
-    Py_CLEAR(e->type);
-    Py_CLEAR(e->value);
-    Py_CLEAR(e->tb);
-}
 
 struct pyq_hook {
     PyObject *fn;       /* fn(data, shape, layer) -> None or a float32 buffer (a strong reference) */

@@ -14,7 +14,7 @@
  *   file_replace(path, bytes)  path whole or not at all (save_html)
  * The page appears at path only when whole (the writer's rename).
  */
-#include "qkv_py.h"
+#include "bindings.h"
 #include "qkv_render.h"
 
 #include <stdlib.h>
@@ -35,11 +35,24 @@ static int page_row(void *user, int li, int hi, int row, const float *w, int n_k
     return qkv_html_row(p->html, li, hi, row, w, &p->err) != QKV_OK;
 }
 
-/* The page of ids through m at path and its figure in *png; QKV_OK or the
- * failure in *err (*png NULL then). Runs without the GIL. */
-static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokenizer *tok, const char *path,
-                             const int32_t *ids, int n, const int *layers, int nl, const int *heads, int nh,
-                             const char *title, const char *subtitle, pyq_progress *pr, qkv_error *err) {
+/* What inspect_maps asks for: the maps of ids, layers x heads, on a page at path. */
+typedef struct {
+    const char *path;
+    const int32_t *ids;      /* [n] */
+    const int *layers;       /* [nl] increasing */
+    const int *heads;        /* [nh] */
+    int n, nl, nh;
+    const char *title, *subtitle;
+    pyq_progress *progress;  /* its per-layer report */
+} page_request;
+
+/* The page of rq through m and its figure in *png; QKV_OK or the failure in
+ * *err (*png NULL then). Runs without the GIL. */
+static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokenizer *tok, const page_request *rq,
+                             qkv_error *err) {
+    const int32_t *ids = rq->ids;
+    const int *layers = rq->layers, *heads = rq->heads;
+    const int n = rq->n, nl = rq->nl, nh = rq->nh;
     *png = NULL;
     const char **pieces = malloc((size_t)n * sizeof *pieces);
     size_t *lens = malloc((size_t)n * sizeof *lens);
@@ -66,15 +79,15 @@ static qkv_status write_page(qkv_png_maps **png, qkv_model *m, const qkv_tokeniz
         qkv_model_layer_attn(&la, qkv_model_get_config(m), layers[i]);
         windows[i] = la.window;
     }
-    qkv_maps_info info = {.title = title, .subtitle = subtitle, .n_tok = n, .labels = (const char *const *)labels,
-                          .ids = ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh,
+    qkv_maps_info info = {.title = rq->title, .subtitle = rq->subtitle, .n_tok = n,
+                          .labels = (const char *const *)labels, .ids = ids, .layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh,
                           .windows = windows};
     qkv_inspect_params ip = {.layers = layers, .n_layers = nl, .heads = heads, .n_heads = nh, .row = page_row,
                              .user = &sink};
     if ((st = qkv_inspect_init(&in, qkv_model_get_config(m), &ip, err))) goto done;
     if ((st = qkv_png_maps_init(&sink.png, &info, NULL, err))) goto done;
-    if ((st = qkv_html_open(&sink.html, path, &info, err))) goto done;
-    if ((st = pyq_pattern_pass(m, ids, n, qkv_inspect_hook, in, pr, err))) {
+    if ((st = qkv_html_open(&sink.html, rq->path, &info, err))) goto done;
+    if ((st = pyq_pattern_pass(m, ids, n, qkv_inspect_hook, in, rq->progress, err))) {
         if (sink.err.msg[0]) *err = sink.err; /* the page's writer failed: its own error, not the hook's */
         goto done;
     }
@@ -94,11 +107,12 @@ done:
 
 static void figure_free(PyObject *capsule) { qkv_png_maps_free(PyCapsule_GetPointer(capsule, FIGURE)); }
 
-PyObject *pyq_inspect_maps(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
+PyObject *pyq_inspect_maps(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "ids", "layers", "heads", "title", "subtitle", "progress", NULL};
     PyObject *path_obj, *ids_obj, *layers_obj, *heads_obj, *progress = NULL;
     const char *title, *subtitle;
-    if (!PyArg_ParseTuple(args, "O&OOOss|O", PyUnicode_FSConverter, &path_obj, &ids_obj, &layers_obj, &heads_obj,
-                          &title, &subtitle, &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&OOOss|O", kwlist, PyUnicode_FSConverter, &path_obj, &ids_obj,
+                                     &layers_obj, &heads_obj, &title, &subtitle, &progress))
         return NULL;
     Py_buffer bi = {0}, bl = {0}, bh = {0};
     PyObject *r = NULL;
@@ -123,9 +137,11 @@ PyObject *pyq_inspect_maps(qkv_model *m, const qkv_tokenizer *tok, PyObject *arg
     qkv_error err = {0};
     qkv_status st;
     qkv_png_maps *png = NULL;
-    const char *path = PyBytes_AS_STRING(path_obj);
+    const page_request rq = {.path = PyBytes_AS_STRING(path_obj), .ids = bi.buf, .layers = bl.buf, .heads = bh.buf,
+                             .n = (int)n, .nl = (int)nl, .nh = (int)nh, .title = title, .subtitle = subtitle,
+                             .progress = &pr};
     Py_BEGIN_ALLOW_THREADS
-    st = write_page(&png, m, tok, path, bi.buf, (int)n, bl.buf, (int)nl, bh.buf, (int)nh, title, subtitle, &pr, &err);
+    st = write_page(&png, m, tok, &rq, &err);
     Py_END_ALLOW_THREADS
     if (st) pyq_raise(&err);
     else if (!(r = PyCapsule_New(png, FIGURE, figure_free))) qkv_png_maps_free(png);

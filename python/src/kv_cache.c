@@ -6,7 +6,7 @@
  *   attention(o, lse, q, *, n_q_head, q_len, scale, softcap, mask, window, sinks, exclude, kernel, threads)
  *     o: [Hq, Lq, D] f32, lse: [Hq, Lq] f32 or None, q: [Hq, Lq, D] f32
  */
-#include "qkv_py.h"
+#include "bindings.h"
 
 #include <string.h>
 

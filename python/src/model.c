@@ -14,13 +14,18 @@
  *   stream_score(...):  qkv stream (stream.c);  needle_prompt/needle_run(...):  qkv needle (needle.c)
  *   head_result(out, layer, z):  z [n, Hq, D] f32 (hook_z); out [n, Hq, E] f32 each head through its
  *       slice of Wo (qkv_model_head_result)
+ *   config() -> dict:  the rows of config_fields (CONFIG_FIELDS, the module's);  ends_turn(id):  qkv run's stop
+ * Every argument may be given by keyword; python/qkv gives the long lists so.
+ * The feature files' methods run through model_call, which holds the model.
  * maps and sinks run a fresh sequence (the cache is rewound before and after).
  * progress (here and in the probes' files): None or fn(done, total), called
  * after each layer (maps, sinks, inspect_maps) or forward call (ablate,
  * stream); an exception it raises stops the call and comes out of it (progress.c).
  */
-#include "qkv_py.h"
+#include "bindings.h"
+#include "model.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,25 +94,30 @@ static PyObject *model_close(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *model_config(PyObject *self, PyObject *args) {
-    (void)args;
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
+/* ------------------------------------------------------------- config */
+
+/* Model.config()'s keys: one row per field of qkv_model_config (its qkv_rope
+ * flattened to rope_*, the pointer freq_factors left out), then what the open
+ * model adds. The module exports the rows as CONFIG_FIELDS, [(name, type)],
+ * from which python/qkv makes its Config; tests/python/test_config.py checks
+ * the rows against the struct in include/qkv.h. */
+typedef enum { CFG_INT, CFG_FLOAT, CFG_BOOL, CFG_STR, CFG_ENUM, CFG_LIST } cfg_kind;
+
+static const char *const rope_pairings[] = {[QKV_ROPE_HALF] = "half", [QKV_ROPE_INTERLEAVED] = "interleaved"};
+static const char *const rope_scalings[] = {[QKV_ROPE_SCALING_NONE] = "none", [QKV_ROPE_SCALING_LLAMA3] = "llama3"};
+static const char *const ffn_acts[] = {[QKV_FFN_SILU] = "silu", [QKV_FFN_GELU_TANH] = "gelu_tanh"};
+
+static PyObject *open_n_ctx(const model_object *o) { return PyLong_FromLong(qkv_model_n_ctx(o->m)); }
+static PyObject *open_bos(const model_object *o) { return PyLong_FromLong(qkv_tokenizer_bos(o->tok)); }
+static PyObject *open_eos(const model_object *o) { return PyLong_FromLong(qkv_tokenizer_eos(o->tok)); }
+static PyObject *open_path(const model_object *o) {
+    return PyUnicode_FromString(qkv_gguf_path(qkv_model_gguf(o->m)));
+}
+
+/* [{n_head, ...}] every layer's attention spec (Python's LayerAttention). */
+static PyObject *open_layers(const model_object *o) {
     const qkv_model_config *c = qkv_model_get_config(o->m);
-    const qkv_rope *r = &c->rope;
-    PyObject *d = Py_BuildValue(
-        "{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:s,s:f,s:s,s:f,s:f,s:f,s:i,s:O,s:i,s:i,s:i,s:s}", "arch", c->arch,
-        "n_layer", c->n_layer, "n_embd", c->n_embd, "n_head", c->n_head, "n_kv_head", c->n_kv_head, "head_dim",
-        c->head_dim, "n_ff", c->n_ff, "n_vocab", c->n_vocab, "n_ctx_train", c->n_ctx_train, "norm_eps",
-        (double)c->norm_eps, "rope_pairing", r->pairing == QKV_ROPE_INTERLEAVED ? "interleaved" : "half",
-        "rope_theta", (double)r->theta, "rope_scaling", r->scaling == QKV_ROPE_SCALING_LLAMA3 ? "llama3" : "none",
-        "rope_factor", (double)r->factor, "rope_low_freq_factor", (double)r->low_freq_factor,
-        "rope_high_freq_factor", (double)r->high_freq_factor, "rope_original_max_position",
-        r->original_max_position, "tied_embeddings", c->tied_embeddings ? Py_True : Py_False, "n_ctx",
-        qkv_model_n_ctx(o->m), "bos", qkv_tokenizer_bos(o->tok), "eos", qkv_tokenizer_eos(o->tok), "path",
-        qkv_gguf_path(qkv_model_gguf(o->m)));
-    /* the family's parts, and every layer's attention spec */
-    PyObject *layers = d ? PyList_New(c->n_layer) : NULL;
+    PyObject *layers = PyList_New(c->n_layer);
     for (int l = 0; layers && l < c->n_layer; l++) {
         qkv_layer_attn a;
         qkv_model_layer_attn(&a, c, l);
@@ -119,18 +129,108 @@ static PyObject *model_config(PyObject *self, PyObject *args) {
         if (!one) Py_CLEAR(layers);
         else PyList_SET_ITEM(layers, l, one);
     }
-    PyObject *family = layers ? Py_BuildValue("{s:N,s:s,s:O,s:f,s:f,s:f,s:i,s:i,s:f}", "layers", layers, "ffn_act",
-                                              c->ffn_act == QKV_FFN_GELU_TANH ? "gelu_tanh" : "silu", "post_norms",
-                                              c->post_norms ? Py_True : Py_False, "embd_scale",
-                                              (double)c->embd_scale, "final_softcap", (double)c->final_softcap,
-                                              "attn_scale", (double)c->attn_scale, "window", c->window,
-                                              "swa_period", c->swa_period, "rope_theta_swa",
-                                              (double)c->rope_theta_swa)
-                              : NULL;
-    if (!family || PyDict_Update(d, family) < 0) Py_CLEAR(d);
-    Py_XDECREF(family);
+    return layers;
+}
+
+#define CFG(field, kind) {#field, kind, offsetof(qkv_model_config, field), NULL, NULL}
+#define CFG_ROPE(field, kind) {"rope_" #field, kind, offsetof(qkv_model_config, rope.field), NULL, NULL}
+#define CFG_ENUM_OF(name, field, names) {name, CFG_ENUM, offsetof(qkv_model_config, field), names, NULL}
+#define CFG_OPEN(field, kind) {#field, kind, 0, NULL, open_##field}
+static const struct {
+    const char *name;
+    cfg_kind kind;
+    size_t offset;                            /* in qkv_model_config, unless open */
+    const char *const *names;                 /* CFG_ENUM: the value's name by its number */
+    PyObject *(*open)(const model_object *o); /* a value of the open model, not of the struct */
+} config_fields[] = {
+    CFG(arch, CFG_STR),
+    CFG(n_layer, CFG_INT),
+    CFG(n_embd, CFG_INT),
+    CFG(n_head, CFG_INT),
+    CFG(n_kv_head, CFG_INT),
+    CFG(head_dim, CFG_INT),
+    CFG(n_ff, CFG_INT),
+    CFG(n_vocab, CFG_INT),
+    CFG(n_ctx_train, CFG_INT),
+    CFG(norm_eps, CFG_FLOAT),
+    CFG_ENUM_OF("rope_pairing", rope.pairing, rope_pairings),
+    CFG_ROPE(theta, CFG_FLOAT),
+    CFG_ENUM_OF("rope_scaling", rope.scaling, rope_scalings),
+    CFG_ROPE(factor, CFG_FLOAT),
+    CFG_ROPE(low_freq_factor, CFG_FLOAT),
+    CFG_ROPE(high_freq_factor, CFG_FLOAT),
+    CFG_ROPE(original_max_position, CFG_INT),
+    CFG(tied_embeddings, CFG_BOOL),
+    CFG(attn_scale, CFG_FLOAT),
+    CFG(window, CFG_INT),
+    CFG(swa_period, CFG_INT),
+    CFG(rope_theta_swa, CFG_FLOAT),
+    CFG(attn_softcap, CFG_FLOAT),
+    CFG(qk_norm, CFG_BOOL),
+    CFG(qkv_bias, CFG_BOOL),
+    CFG(post_norms, CFG_BOOL),
+    CFG_ENUM_OF("ffn_act", ffn_act, ffn_acts),
+    CFG(embd_scale, CFG_FLOAT),
+    CFG(final_softcap, CFG_FLOAT),
+    CFG_OPEN(n_ctx, CFG_INT), /* positions the KV cache holds */
+    CFG_OPEN(bos, CFG_INT),   /* the tokenizer's BOS id, -1: none */
+    CFG_OPEN(eos, CFG_INT),
+    CFG_OPEN(path, CFG_STR),  /* the GGUF file */
+    CFG_OPEN(layers, CFG_LIST),
+};
+#undef CFG
+#undef CFG_ROPE
+#undef CFG_ENUM_OF
+#undef CFG_OPEN
+_Static_assert(sizeof(qkv_rope_pairing) == sizeof(int) && sizeof(qkv_rope_scaling) == sizeof(int) &&
+                   sizeof(qkv_ffn_act) == sizeof(int),
+               "CFG_ENUM rows are read as int");
+enum { N_CONFIG_FIELDS = sizeof config_fields / sizeof *config_fields };
+
+/* Row i's value for the open model o: a new reference, or NULL with an exception. */
+static PyObject *config_value(const model_object *o, int i) {
+    if (config_fields[i].open) return config_fields[i].open(o);
+    const char *p = (const char *)qkv_model_get_config(o->m) + config_fields[i].offset;
+    switch (config_fields[i].kind) {
+    case CFG_INT: return PyLong_FromLong(*(const int *)p);
+    case CFG_FLOAT: return PyFloat_FromDouble((double)*(const float *)p);
+    case CFG_BOOL: return PyBool_FromLong(*(const int *)p);
+    case CFG_STR: return PyUnicode_FromString(p);
+    case CFG_ENUM: return PyUnicode_FromString(config_fields[i].names[*(const int *)p]);
+    case CFG_LIST: break;
+    }
+    return PyErr_Format(PyExc_SystemError, "config: %s has no value", config_fields[i].name);
+}
+
+/* config() -> {name: value} of every row of config_fields. */
+static PyObject *model_config(PyObject *self, PyObject *args) {
+    (void)args;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    PyObject *d = PyDict_New();
+    for (int i = 0; d && i < N_CONFIG_FIELDS; i++) {
+        PyObject *v = config_value(o, i);
+        if (!v || PyDict_SetItemString(d, config_fields[i].name, v) < 0) Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
     pyq_leave(&o->busy);
     return d;
+}
+
+/* CONFIG_FIELDS: ((name, type), ...) in config_fields' order, the types
+ * Python's own (layers: tuple, of LayerAttention on the Python side). */
+static int add_config_fields(PyObject *module) {
+    PyTypeObject *types[] = {[CFG_INT] = &PyLong_Type,    [CFG_FLOAT] = &PyFloat_Type, [CFG_BOOL] = &PyBool_Type,
+                             [CFG_STR] = &PyUnicode_Type, [CFG_ENUM] = &PyUnicode_Type, [CFG_LIST] = &PyTuple_Type};
+    PyObject *fields = PyTuple_New(N_CONFIG_FIELDS);
+    for (int i = 0; fields && i < N_CONFIG_FIELDS; i++) {
+        PyObject *row = Py_BuildValue("(sO)", config_fields[i].name, (PyObject *)types[config_fields[i].kind]);
+        if (!row) Py_CLEAR(fields);
+        else PyTuple_SET_ITEM(fields, i, row);
+    }
+    if (!fields) return -1;
+    if (PyModule_AddObject(module, "CONFIG_FIELDS", fields) < 0) return Py_DECREF(fields), -1;
+    return 0;
 }
 
 static PyObject *model_tokenize(PyObject *self, PyObject *args) {
@@ -210,6 +310,16 @@ static PyObject *model_piece(PyObject *self, PyObject *args) {
     return PyBytes_FromStringAndSize(p, (Py_ssize_t)len);
 }
 
+/* ends_turn(id) -> whether generation stops at id, as qkv run's (qkv_token_ends_turn). */
+static PyObject *model_ends_turn(PyObject *self, PyObject *args) {
+    int id;
+    if (!PyArg_ParseTuple(args, "i", &id)) return NULL;
+    model_object *o = model_enter(self);
+    if (!o) return NULL;
+    const int ends = qkv_token_ends_turn(o->tok, id);
+    pyq_leave(&o->busy);
+    return PyBool_FromLong(ends);
+}
 
 /* forward(logits, ids, all, hooks=None, zero_heads=None): one call, appending
  * to the cache, with this call's options (hooks.c). */
@@ -297,17 +407,6 @@ static PyObject *model_head_result(PyObject *self, PyObject *args) {
 
 /* ---------------------------------------------------------------- maps */
 
-qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, pyq_progress *pr,
-                            qkv_error *err) {
-    const qkv_hook hooks[2] = {{.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = fn, .user = user},
-                               {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = pyq_progress_layer, .user = pr}};
-    const qkv_forward_opts o = {.hooks = hooks, .n_hooks = pr && pr->fn ? 2 : 1};
-    qkv_status st = qkv_model_rewind(m, 0, err);
-    if (st == QKV_OK) st = qkv_model_forward(m, NULL, ids, n, 0, &o, err);
-    qkv_model_rewind(m, 0, NULL);
-    return st;
-}
-
 typedef struct {
     float *out;       /* [nl, nh, nr, n] */
     const int *slot;  /* [n] index of a query row in the request, -1 if not requested */
@@ -322,9 +421,11 @@ static int maps_row(void *user, int li, int hi, int row, const float *w, int n_k
     return 0;
 }
 
-static PyObject *model_maps(PyObject *self, PyObject *args) {
+static PyObject *model_maps(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"out", "ids", "layers", "heads", "rows", "progress", NULL};
     PyObject *out_obj, *ids_obj, *layers_obj, *heads_obj, *rows_obj, *progress = NULL;
-    if (!PyArg_ParseTuple(args, "OOOOO|O", &out_obj, &ids_obj, &layers_obj, &heads_obj, &rows_obj, &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOO|O", kwlist, &out_obj, &ids_obj, &layers_obj, &heads_obj,
+                                     &rows_obj, &progress))
         return NULL;
     model_object *o = (model_object *)self;
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
@@ -384,11 +485,12 @@ done:
 
 /* --------------------------------------------------------------- sinks */
 
-static PyObject *model_sinks(PyObject *self, PyObject *args) {
+static PyObject *model_sinks(PyObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"means", "counts", "ids", "n_first", "skip", "every", "progress", NULL};
     PyObject *means_obj, *counts_obj, *ids_obj, *progress = NULL;
     qkv_sinks_params sp = qkv_sinks_params_default();
-    if (!PyArg_ParseTuple(args, "OOOiii|O", &means_obj, &counts_obj, &ids_obj, &sp.n_first, &sp.skip, &sp.every,
-                          &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOiii|O", kwlist, &means_obj, &counts_obj, &ids_obj, &sp.n_first,
+                                     &sp.skip, &sp.every, &progress))
         return NULL;
     model_object *o = (model_object *)self;
     if (!o->m) return PyErr_SetString(PyExc_ValueError, "Model: the model is closed"), NULL;
@@ -432,77 +534,29 @@ static PyObject *model_sinks(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *model_inspect_maps(PyObject *self, PyObject *args) {
+/* A feature file's method (bindings.h) on the open model, held for the call. */
+static PyObject *model_call(PyObject *self, PyObject *args, PyObject *kw, pyq_model_fn *fn) {
     model_object *o = model_enter(self);
     if (!o) return NULL;
-    PyObject *r = pyq_inspect_maps(o->m, o->tok, args);
+    PyObject *r = fn(o->m, o->tok, args, kw);
     pyq_leave(&o->busy);
     return r;
 }
 
-static PyObject *model_ablate_positions(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_ablate_positions(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_ablate_heads(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_ablate_heads(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_stream_score(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_stream_score(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_needle_prompt(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_needle_prompt(o->m, o->tok, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_needle_run(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_needle_run(o->m, o->tok, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_patch(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_patch(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_attribute(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_attribute(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
-
-static PyObject *model_lens(PyObject *self, PyObject *args) {
-    model_object *o = model_enter(self);
-    if (!o) return NULL;
-    PyObject *r = pyq_lens(o->m, args);
-    pyq_leave(&o->busy);
-    return r;
-}
+/* model_<name>: the method table's entry for pyq_<name> through model_call. */
+#define MODEL_CALL(name) \
+    static PyObject *model_##name(PyObject *self, PyObject *args, PyObject *kw) { \
+        return model_call(self, args, kw, pyq_##name); \
+    }
+MODEL_CALL(inspect_maps)
+MODEL_CALL(ablate_positions)
+MODEL_CALL(ablate_heads)
+MODEL_CALL(stream_score)
+MODEL_CALL(needle_prompt)
+MODEL_CALL(needle_run)
+MODEL_CALL(patch)
+MODEL_CALL(attribute)
+MODEL_CALL(lens)
 
 static PyMethodDef model_methods[] = {
     {"close", model_close, METH_NOARGS, "Frees the model (later calls raise ValueError)."},
@@ -511,29 +565,30 @@ static PyMethodDef model_methods[] = {
     {"chat_text", model_chat_text, METH_VARARGS, "chat_text(user, system=None) -> bytes."},
     {"detokenize", model_detokenize, METH_VARARGS, "detokenize(ids_int32, skip_special) -> bytes."},
     {"piece", model_piece, METH_VARARGS, "piece(id) -> bytes or None."},
+    {"ends_turn", model_ends_turn, METH_VARARGS, "ends_turn(id) -> whether generation stops at id (qkv run's rule)."},
     {"forward", PYQ_KW(model_forward), METH_VARARGS | METH_KEYWORDS,
      "forward(logits or None, ids, all_logits, hooks=None, zero_heads=None): appends to the cache."},
     {"rewind", model_rewind, METH_VARARGS, "rewind(pos)."},
     {"head_result", model_head_result, METH_VARARGS,
      "head_result(out, layer, z): out [n, Hq, E] <- each head of z [n, Hq, D] through its slice of Wo."},
     {"pos", model_pos, METH_NOARGS, "Positions in the KV cache."},
-    {"maps", model_maps, METH_VARARGS, "maps(out, ids, layers, heads, rows, progress=None): exact attention weights."},
-    {"sinks", model_sinks, METH_VARARGS, "sinks(means, counts, ids, n_first, skip, every, progress=None)."},
-    {"ablate_positions", model_ablate_positions, METH_VARARGS,
+    {"maps", PYQ_KW(model_maps), METH_VARARGS | METH_KEYWORDS, "maps(out, ids, layers, heads, rows, progress=None): exact attention weights."},
+    {"sinks", PYQ_KW(model_sinks), METH_VARARGS | METH_KEYWORDS, "sinks(means, counts, ids, n_first, skip, every, progress=None)."},
+    {"ablate_positions", PYQ_KW(model_ablate_positions), METH_VARARGS | METH_KEYWORDS,
      "ablate_positions(values, top, ids, scope, layer, head, target, progress=None)."},
-    {"ablate_heads", model_ablate_heads, METH_VARARGS, "ablate_heads(values, top, ids, target, progress=None)."},
-    {"stream_score", model_stream_score, METH_VARARGS,
+    {"ablate_heads", PYQ_KW(model_ablate_heads), METH_VARARGS | METH_KEYWORDS, "ablate_heads(values, top, ids, target, progress=None)."},
+    {"stream_score", PYQ_KW(model_stream_score), METH_VARARGS | METH_KEYWORDS,
      "stream_score(nll, ids, policy, cache, window, sinks, chunk, progress=None) -> max_rows."},
-    {"needle_prompt", model_needle_prompt, METH_VARARGS,
+    {"needle_prompt", PYQ_KW(model_needle_prompt), METH_VARARGS | METH_KEYWORDS,
      "needle_prompt(hay, needle, question, system, max_answer, length, depth, plain) -> (ids, needle_pos, needle_len, "
      "hay_tokens)."},
-    {"needle_run", model_needle_run, METH_VARARGS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
-    {"patch", model_patch, METH_VARARGS,
+    {"needle_run", PYQ_KW(model_needle_run), METH_VARARGS | METH_KEYWORDS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
+    {"patch", PYQ_KW(model_patch), METH_VARARGS | METH_KEYWORDS,
      "patch(head_out, head_out_pos, resid_pre, attn_out, mlp_out, clean, corrupt, metric, answer, wrong, max_bytes, "
      "progress=None)."},
-    {"attribute", model_attribute, METH_VARARGS, "attribute(heads, attn, mlp, ids, answer, wrong)."},
-    {"lens", model_lens, METH_VARARGS, "lens(top_ids, top_probs, target_prob, ids, k, target)."},
-    {"inspect_maps", model_inspect_maps, METH_VARARGS,
+    {"attribute", PYQ_KW(model_attribute), METH_VARARGS | METH_KEYWORDS, "attribute(heads, attn, mlp, ids, answer, wrong)."},
+    {"lens", PYQ_KW(model_lens), METH_VARARGS | METH_KEYWORDS, "lens(top_ids, top_probs, target_prob, ids, k, target)."},
+    {"inspect_maps", PYQ_KW(model_inspect_maps), METH_VARARGS | METH_KEYWORDS,
      "inspect_maps(path, ids, layers, heads, title, subtitle, progress=None) -> the PNG figure (a capsule)."},
     {NULL, NULL, 0, NULL},
 };
@@ -550,7 +605,7 @@ static PyTypeObject model_type = {
 };
 
 int pyq_add_model(PyObject *module) {
-    if (PyType_Ready(&model_type) < 0) return -1;
+    if (PyType_Ready(&model_type) < 0 || add_config_fields(module) < 0) return -1;
     Py_INCREF(&model_type);
     return PyModule_AddObject(module, "Model", (PyObject *)&model_type);
 }

@@ -9,15 +9,16 @@
  *     step [2, A, L] f64 <- the same for the row producing reply token k;
  *     retrieval [L, Hq] f64 += each head's retrieval score (qkv_needle_run)
  */
-#include "qkv_py.h"
+#include "bindings.h"
 
-PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
+PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"hay", "needle", "question", "system", "max_answer", "length", "depth", "plain", NULL};
     PyObject *hay_obj;
     const char *needle, *question, *system;
     int max_answer, length, plain;
     double depth;
-    if (!PyArg_ParseTuple(args, "Oyyziidp", &hay_obj, &needle, &question, &system, &max_answer, &length, &depth,
-                          &plain))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "Oyyziidp", kwlist, &hay_obj, &needle, &question, &system, &max_answer,
+                                     &length, &depth, &plain))
         return NULL;
     Py_buffer bh;
     if (PyObject_GetBuffer(hay_obj, &bh, PyBUF_C_CONTIGUOUS) < 0) return NULL;
@@ -40,11 +41,12 @@ PyObject *pyq_needle_prompt(qkv_model *m, const qkv_tokenizer *tok, PyObject *ar
     return r;
 }
 
-PyObject *pyq_needle_run(qkv_model *m, const qkv_tokenizer *tok, PyObject *args) {
+PyObject *pyq_needle_run(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"answer", "mass", "step", "retrieval", "ids", "needle_pos", "needle_len", NULL};
     PyObject *answer_obj, *mass_obj, *step_obj, *retrieval_obj, *ids_obj;
     int needle_pos, needle_len;
-    if (!PyArg_ParseTuple(args, "OOOOOii", &answer_obj, &mass_obj, &step_obj, &retrieval_obj, &ids_obj, &needle_pos,
-                          &needle_len))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOii", kwlist, &answer_obj, &mass_obj, &step_obj, &retrieval_obj,
+                                     &ids_obj, &needle_pos, &needle_len))
         return NULL;
     const qkv_model_config *c = qkv_model_get_config(m);
     const Py_ssize_t L = c->n_layer, H = c->n_head;

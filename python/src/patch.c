@@ -20,7 +20,7 @@
  *     row_labels, col_labels; caption, text, hover ([rows][cols] str, None entries allowed in hover),
  *     diverging, vmax optional): qkv_heatmap_page's page
  */
-#include "qkv_py.h"
+#include "bindings.h"
 #include "qkv_render.h"
 
 #include <stdio.h>
@@ -53,11 +53,14 @@ static void release(Py_buffer *b) {
 
 /* ------------------------------------------------------------------ patch */
 
-PyObject *pyq_patch(qkv_model *m, PyObject *args) {
+PyObject *pyq_patch(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"head_out", "head_out_pos", "resid_pre", "attn_out", "mlp_out", "clean", "corrupt",
+                             "metric", "answer", "wrong", "max_bytes", "progress", NULL};
+    (void)tok;
     PyObject *objs[5], *clean_obj, *corrupt_obj, *progress = NULL;
     int metric, answer, wrong;
     long long max_bytes;
-    if (!PyArg_ParseTuple(args, "OOOOOOOiiiL|O", &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &clean_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOiiiL|O", kwlist, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &clean_obj,
                           &corrupt_obj, &metric, &answer, &wrong, &max_bytes, &progress))
         return NULL;
     const qkv_model_config *c = qkv_model_get_config(m);
@@ -98,10 +101,14 @@ PyObject *pyq_patch(qkv_model *m, PyObject *args) {
 
 /* -------------------------------------------------------------- attribute */
 
-PyObject *pyq_attribute(qkv_model *m, PyObject *args) {
+PyObject *pyq_attribute(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"heads", "attn", "mlp", "ids", "answer", "wrong", NULL};
+    (void)tok;
     PyObject *heads_obj, *attn_obj, *mlp_obj, *ids_obj;
     int answer, wrong;
-    if (!PyArg_ParseTuple(args, "OOOOii", &heads_obj, &attn_obj, &mlp_obj, &ids_obj, &answer, &wrong)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOii", kwlist, &heads_obj, &attn_obj, &mlp_obj, &ids_obj, &answer,
+                                     &wrong))
+        return NULL;
     const qkv_model_config *c = qkv_model_get_config(m);
     const Py_ssize_t L = c->n_layer, H = c->n_head;
     Py_buffer bi, bh, ba, bm;
@@ -129,10 +136,14 @@ PyObject *pyq_attribute(qkv_model *m, PyObject *args) {
 
 /* ------------------------------------------------------------------- lens */
 
-PyObject *pyq_lens(qkv_model *m, PyObject *args) {
+PyObject *pyq_lens(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"top_ids", "top_probs", "target_prob", "ids", "k", "target", NULL};
+    (void)tok;
     PyObject *ids_out, *probs_out, *target_out, *ids_obj;
     int k, target;
-    if (!PyArg_ParseTuple(args, "OOOOii", &ids_out, &probs_out, &target_out, &ids_obj, &k, &target)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOii", kwlist, &ids_out, &probs_out, &target_out, &ids_obj, &k,
+                                     &target))
+        return NULL;
     const Py_ssize_t L = qkv_model_get_config(m)->n_layer;
     Py_buffer bi, bt, bp, bg = {0};
     Py_ssize_t n;

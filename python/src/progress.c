@@ -5,9 +5,10 @@
  * fn(done, total). It runs fn with the GIL taken back, keeps the first
  * exception fn raises and asks the probe to stop; the binding puts that
  * exception back once the probe has returned (QKV_ERR_CANCELLED, the KV cache
- * empty). It draws nothing: bars and lines are python/qkv/_progress.py's.
+ * empty); and the probes' pattern pass that reports per layer through it.
+ * It draws nothing: bars and lines are python/qkv/_progress.py's.
  */
-#include "qkv_py.h"
+#include "progress.h"
 
 int pyq_progress_init(pyq_progress *p, PyObject *fn, int n_layer) {
     *p = (pyq_progress){.n_layer = n_layer};
@@ -55,4 +56,15 @@ qkv_status pyq_progress_layer(void *user, const qkv_activation *a, qkv_error *er
     snprintf(err->msg, sizeof err->msg, "cancelled by the progress callback after layer %d of %d", a->layer + 1,
              p->n_layer);
     return QKV_ERR_CANCELLED;
+}
+
+qkv_status pyq_pattern_pass(qkv_model *m, const int32_t *ids, int n, qkv_hook_fn fn, void *user, pyq_progress *pr,
+                            qkv_error *err) {
+    const qkv_hook hooks[2] = {{.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = fn, .user = user},
+                               {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = pyq_progress_layer, .user = pr}};
+    const qkv_forward_opts o = {.hooks = hooks, .n_hooks = pr && pr->fn ? 2 : 1};
+    qkv_status st = qkv_model_rewind(m, 0, err);
+    if (st == QKV_OK) st = qkv_model_forward(m, NULL, ids, n, 0, &o, err);
+    qkv_model_rewind(m, 0, NULL);
+    return st;
 }

@@ -5,7 +5,7 @@
  *   Sampler(n_vocab, temperature=0, top_k=0, top_p=1, seed=1)
  *   sample(logits) -> int     logits: [V] f32
  */
-#include "qkv_py.h"
+#include "bindings.h"
 
 typedef struct {
     PyObject_HEAD qkv_sampler *s;

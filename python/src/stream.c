@@ -7,12 +7,15 @@
  *   stream_steps(n, policy, window, sinks, chunk) -> the tokens stream_score runs
  *     for n tokens (qkv_stream_steps: the total its progress counts to)
  */
-#include "qkv_py.h"
+#include "bindings.h"
 
-PyObject *pyq_stream_score(qkv_model *m, PyObject *args) {
+PyObject *pyq_stream_score(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"nll", "ids", "policy", "cache", "window", "sinks", "chunk", "progress", NULL};
+    (void)tok;
     PyObject *nll_obj, *ids_obj, *progress = NULL;
     int policy, cache, window, sinks, chunk;
-    if (!PyArg_ParseTuple(args, "OOiiiii|O", &nll_obj, &ids_obj, &policy, &cache, &window, &sinks, &chunk, &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOiiiii|O", kwlist, &nll_obj, &ids_obj, &policy, &cache, &window,
+                                     &sinks, &chunk, &progress))
         return NULL;
     Py_buffer bi, bn;
     if (PyObject_GetBuffer(ids_obj, &bi, PyBUF_C_CONTIGUOUS) < 0) return NULL;

@@ -10,11 +10,13 @@ tools/oracle/*.py; tests/fixtures/model/README.md describes them):
   - token ids: SmolLM2's tokenizer.json ids (tests/fixtures/tokenizer).
 """
 
+import subprocess
+
 import numpy as np
 import pytest
 
 import qkv
-from conftest import FIXTURES, fixture
+from conftest import FIXTURES, fixture, qkv_cli_bin
 
 LOGIT_TOL = 5e-3
 MAP_TOL = 1e-4
@@ -129,6 +131,20 @@ def test_smollm2_chat_template(smollm2):
     # a system text of one's own replaces the template's (str, as every text argument)
     mine = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n"
     assert np.array_equal(smollm2.tokenize(user, chat=True, system="Be brief."), smollm2.tokenize(mine, special=True))
+
+
+def test_generate_stops_where_qkv_run_stops(tiny):
+    """tiny31's <|eot_id|> (511) ends a turn but is not its EOS (510): sampled at
+    temperature 1 with seed 11 after these ids, it comes as the 20th token, and
+    generate stops before it, as `qkv run` does (one rule: qkv_token_ends_turn)."""
+    ids, n = [509, 3, 4, 5], 48
+    assert tiny.config.eos == 510 and tiny.piece(511) == b"<|eot_id|>"
+    got = [t for t, _ in tiny.generate(ids, n=n, temp=1.0, seed=11)]
+    run = subprocess.run([str(qkv_cli_bin()), "run", "-m", str(TINY), "--tokens", ",".join(map(str, ids)),
+                          "-n", str(n), "--temp", "1", "--seed", "11", "--print-ids", "--threads", "2"],
+                         check=True, capture_output=True, text=True)
+    assert got == [int(t) for t in run.stdout.split()]
+    assert len(got) == 19  # the sampler's next token is 511: an EOS-only stop would have gone on
 
 
 @pytest.mark.parametrize("name", ["story"])  # (the C tests run all three)
