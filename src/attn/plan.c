@@ -11,46 +11,37 @@
  * materialises its score table per call.
  */
 #include "attn/internal.h"
+#include "util/buffers.h"
 
 #include <string.h>
 
-#define PLAN_ALIGN 64
+#define PLAN_ALIGN QKV_BUFFER_ALIGN
 
 static size_t round_up(size_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
 
-/* One thread's scratch, sizes in floats, each rounded up to 16 (64 bytes). */
-#define SCRATCH_ROUND(n) (((size_t)(n) + 15) & ~(size_t)15)
-
-/* Floats of one thread's scratch for row stride ld (a multiple of 16). */
-static size_t scratch_floats(int ld) {
-    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
-                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS),
-                 n_part = SCRATCH_ROUND(ATTN_PART);
-    return 2 * n_q + n_s + 2 * n_tile + 5 * n_row + n_part;
+/* One thread's scratch as a table (util/buffers.h) for ws, row stride ld
+ * (a multiple of 16): every buffer starts 64-byte aligned, and a thread's
+ * bytes are the rows' sum (shapes in internal.h's attn_scratch; acc has
+ * q's floats, more than its [ATTN_MAX_ROWS, ld], as it always had). */
+#define SCRATCH_ROWS 11
+static void scratch_table(qkv_buffer rows[SCRATCH_ROWS], attn_scratch *ws, int ld) {
+    const size_t n_q = (size_t)ATTN_MAX_STRIDE * ld, n_tile = (size_t)ATTN_BK * ld, f = sizeof(float);
+    const qkv_buffer table[SCRATCH_ROWS] = {
+        {&ws->q, n_q, f},           {&ws->s, ATTN_MAX_STRIDE * ATTN_BK, f},
+        {&ws->kt, n_tile, f},       {&ws->vt, n_tile, f},
+        {&ws->acc, n_q, f},         {&ws->m, ATTN_MAX_ROWS, f},
+        {&ws->l, ATTN_MAX_ROWS, f}, {&ws->alpha, ATTN_MAX_ROWS, f},
+        {&ws->tmax, ATTN_MAX_ROWS, f},
+        {&ws->pos, ATTN_MAX_ROWS, sizeof(int32_t)},
+        {&ws->part, ATTN_PART, f},
+    };
+    memcpy(rows, table, sizeof table);
 }
-
-/* Points ws's buffers into mem: [scratch_floats(ld)], 64-byte aligned. */
-static void scratch_bind(attn_scratch *ws, int ld, float *mem) {
-    const size_t n_q = SCRATCH_ROUND((size_t)ATTN_MAX_STRIDE * ld), n_s = SCRATCH_ROUND(ATTN_MAX_STRIDE * ATTN_BK),
-                 n_tile = SCRATCH_ROUND((size_t)ATTN_BK * ld), n_row = SCRATCH_ROUND(ATTN_MAX_ROWS);
-    ws->q = mem;
-    ws->s = ws->q + n_q;
-    ws->kt = ws->s + n_s;
-    ws->vt = ws->kt + n_tile;
-    ws->acc = ws->vt + n_tile;
-    ws->m = ws->acc + n_q;
-    ws->l = ws->m + n_row;
-    ws->alpha = ws->l + n_row;
-    ws->tmax = ws->alpha + n_row;
-    ws->pos = (int32_t *)(void *)(ws->tmax + n_row);
-    ws->part = ws->tmax + 2 * n_row;
-}
-#undef SCRATCH_ROUND
 
 /* Byte offsets of the plan's parts from the aligned start of its memory. */
 typedef struct {
     int n_threads, ld;
-    size_t ws, scratch, scratch_floats, part, n_part, excl, kvf, kvf_cap, total;
+    size_t ws, scratch, scratch_bytes, part, n_part, excl, kvf, kvf_cap, total;
     size_t bytes; /* a workspace of any alignment needs this many */
 } plan_layout;
 
@@ -93,8 +84,11 @@ static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel
     size_t end = L->ws;
     if (kernel != QKV_KERNEL_REFERENCE) {
         L->scratch = round_up(end + (size_t)L->n_threads * sizeof(attn_scratch));
-        L->scratch_floats = scratch_floats(L->ld); /* a multiple of 16: every thread's starts aligned */
-        end = L->scratch + (size_t)L->n_threads * L->scratch_floats * sizeof(float);
+        attn_scratch one;
+        qkv_buffer rows[SCRATCH_ROWS];
+        scratch_table(rows, &one, L->ld);
+        L->scratch_bytes = qkv_buffers_bytes(rows, SCRATCH_ROWS); /* a multiple of 64: every thread's starts aligned */
+        end = L->scratch + (size_t)L->n_threads * L->scratch_bytes;
         if (kernel == QKV_KERNEL_AUTO || kernel == QKV_KERNEL_DECODE)
             L->n_part = attn_decode_part_bound(max->n_q_head, max->q_len, max->kv_len, L->ld, L->n_threads);
         L->part = round_up(end);
@@ -126,7 +120,9 @@ static qkv_attn_plan *plan_place(void *workspace, const plan_layout *L, const qk
         p->ws = (attn_scratch *)(void *)(base + L->ws);
         for (int t = 0; t < L->n_threads; t++) {
             attn_scratch *ws = &p->ws[t];
-            scratch_bind(ws, L->ld, (float *)(void *)(base + L->scratch) + (size_t)t * L->scratch_floats);
+            qkv_buffer rows[SCRATCH_ROWS];
+            scratch_table(rows, ws, L->ld);
+            qkv_buffers_place(base + L->scratch + (size_t)t * L->scratch_bytes, rows, SCRATCH_ROWS);
             float *kvf = (float *)(void *)(base + L->kvf) + (size_t)t * 2 * L->kvf_cap;
             ws->kvf = (attn_kv_f32){.k = L->kvf_cap ? kvf : NULL, .v = L->kvf_cap ? kvf + L->kvf_cap : NULL,
                                     .cap = L->kvf_cap, .kvh = -1};

@@ -2,9 +2,10 @@
  * tile_impl.h — the flash inner loop, written once over a vector of VW floats
  * (GCC vector extensions) and compiled per ISA by tile_avx512.c (VW 16),
  * tile_avx2.c (VW 8), tile_scalar.c (VW 1) and tile_avx512bf16.c (VW 16 plus
- * the bf16 dot-product block path of tile_bf16dot.h). A few primitives use
- * the ISA's own instructions where GCC's generic code is poor (f16/bf16
- * widening, max, exp, the 16 x 16 and 8 x 8 transposes). Its readable
+ * the bf16 dot-product block path of tile_bf16dot.h), in util/simd.h's
+ * vocabulary. A few primitives use the ISA's own instructions where GCC's
+ * generic code is poor (simd.h's f16/bf16 widening and max; here exp and
+ * the 16 x 16 and 8 x 8 transposes). Its readable
  * reference twin is reference.c; tests/test_attn_kernels.c compares them on
  * swept shapes.
  *
@@ -47,19 +48,11 @@
  * Requires VW, SUFFIX defined by the including file.
  */
 #include "attn/internal.h"
+#include "util/simd.h"
 
 #include <math.h>
 #include <string.h>
-#if VW > 1
-#include <immintrin.h>
-#endif
 
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-typedef uint32_t vu __attribute__((vector_size(VW * 4)));
-typedef uint16_t vh __attribute__((vector_size(VW * 2)));
-
-#define INLINE static inline __attribute__((always_inline))
 /* the two micro-kernel drivers stay functions: inlined into rows_block, GCC
  * spills differently from build to build (seen on AVX2) */
 #define NOINLINE static __attribute__((noinline))
@@ -88,13 +81,6 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 #define PV_ROWS_MAX 12 /* rows of one P·V micro-kernel, whatever its columns */
 #define FEW_ROWS (VW / 2) /* at most this many rows take the few path */
 
-/* Pins a value in a register: without it GCC folds the V loads of the P·V
- * micro-kernel into every FMA, loading each vector MR times instead of once. */
-#if VW > 1
-#define KEEP_IN_REG(x) __asm__("" : "+v"(x))
-#else
-#define KEEP_IN_REG(x) ((void)0)
-#endif
 /* Makes a product a rounded value of its own: FMA contraction cannot fuse
  * it into a later add, whichever instance of a micro-kernel it sits in. */
 #if VW > 1
@@ -102,57 +88,6 @@ typedef uint16_t vh __attribute__((vector_size(VW * 2)));
 #else
 #define KEEP_ROUNDED(x) __asm__("" : "+m"(x)) /* a 1-float vector: through memory */
 #endif
-
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
-
-INLINE vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-INLINE void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
-/* x - 0 is x for every x (also -0), so this folds to a plain broadcast;
- * 0 + x would not (0 + -0 is +0) and costs a scalar add first. */
-INLINE vf vset1(float x) { return x - (vf){0}; }
-INLINE vf vselect(vi mask, vf a, vf b) { /* mask ? a : b, lane by lane */
-    vi ai, bi;
-    memcpy(&ai, &a, sizeof a);
-    memcpy(&bi, &b, sizeof b);
-    vi r = (ai & mask) | (bi & ~mask);
-    vf out;
-    memcpy(&out, &r, sizeof out);
-    return out;
-}
-INLINE vf vmax(vf a, vf b) {
-#if VW == 16
-    __m512 x, y;
-    memcpy(&x, &a, sizeof x);
-    memcpy(&y, &b, sizeof y);
-    x = _mm512_max_ps(x, y);
-    memcpy(&a, &x, sizeof a);
-    return a;
-#elif VW == 8
-    __m256 x, y;
-    memcpy(&x, &a, sizeof x);
-    memcpy(&y, &b, sizeof y);
-    x = _mm256_max_ps(x, y);
-    memcpy(&a, &x, sizeof a);
-    return a;
-#else
-    return vselect(a > b, a, b);
-#endif
-}
-INLINE float vhmax(vf a) {
-    float m = a[0];
-    for (int i = 1; i < VW; i++) m = a[i] > m ? a[i] : m;
-    return m;
-}
-INLINE float vhsum(vf a) {
-    float s = 0;
-    for (int i = 0; i < VW; i++) s += a[i];
-    return s;
-}
 
 /* The softmax's exponentials exp(s - m) <= 1 for a score s and its row's
  * running max m, as 2^t with t = (s - m) log2(e) (vexp_t). s - m first: it
@@ -294,44 +229,7 @@ void CAT(attn_softcap_, SUFFIX)(float *x, int n, float c) {
 INLINE vf vload_kv(const void *row, qkv_dtype t, int d) {
     if (t == QKV_DTYPE_F32) return vload((const float *)row + d);
     const uint16_t *h16 = (const uint16_t *)row + d;
-#if VW == 16 /* one zero-extending load (+ shift) or one hardware conversion */
-    __m512 f = t == QKV_DTYPE_F16
-                   ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h16))
-                   : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)h16)), 16));
-    vf out;
-    memcpy(&out, &f, sizeof out);
-    return out;
-#elif VW == 8
-    __m256 f = t == QKV_DTYPE_F16
-                   ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h16))
-                   : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)h16)), 16));
-    vf out;
-    memcpy(&out, &f, sizeof out);
-    return out;
-#else
-    vh h;
-    memcpy(&h, h16, sizeof h);
-    vu u = __builtin_convertvector(h, vu);
-    vf f;
-    if (t == QKV_DTYPE_BF16) {
-        u <<= 16;
-        memcpy(&f, &u, sizeof f);
-        return f;
-    }
-    /* f16 without F16C: move exponent and mantissa into place, rebias by
-     * 2^112 (this also normalises subnormals), then restore inf/NaN
-     * exponents and the sign. */
-    vu mag = (u & 0x7fffu) << 13;
-    memcpy(&f, &mag, sizeof f);
-    f = f * 0x1p112f;
-    vu fb;
-    memcpy(&fb, &f, sizeof fb);
-    vu infnan = (vu)((u & 0x7c00u) == 0x7c00u);
-    fb |= infnan & 0x7f800000u;
-    fb |= (u & 0x8000u) << 16;
-    memcpy(&f, &fb, sizeof f);
-    return f;
-#endif
+    return t == QKV_DTYPE_F16 ? vload_f16(h16) : vload_bf16(h16);
 }
 
 static inline const void *kv_row(const void *base, qkv_dtype t, int64_t offset) {
@@ -972,7 +870,7 @@ INLINE void few_tile(const attn_problem *P, int R, int nq, int p_first, int jt, 
         }
         float alpha = vexp2(vexp_t(vset1(ws->m[r]), m_use))[0];
         ws->alpha[r] = alpha;
-        ws->l[r] = ws->l[r] * alpha + vhsum(sum);
+        ws->l[r] = ws->l[r] * alpha + vhsum_ordered(sum);
         ws->m[r] = m_new;
     }
 

@@ -1,8 +1,9 @@
 /*
  * matmul_impl.h — the matmul kernels, written once over a vector of VW floats
- * (GCC vector extensions) and compiled per ISA by matmul_avx512.c (VW 16),
- * matmul_avx2.c (VW 8) and matmul_scalar.c (VW 4: plain C vectors, SSE2 on
- * baseline x86-64, scalar code where there are none). Their readable reference
+ * (GCC vector extensions, util/simd.h's vocabulary) and compiled per ISA
+ * by matmul_avx512.c (VW 16), matmul_avx2.c (VW 8) and matmul_scalar.c
+ * (VW 4: plain C vectors, SSE2 on baseline x86-64, scalar code where there
+ * are none). Their readable reference
  * twin is model_matmul_reference (matmul.c); tests/test_matmul.c compares
  * every ISA with a double-precision oracle over types and shapes.
  *
@@ -30,21 +31,9 @@
 #include "model/internal.h"
 #include "gguf/quant.h"
 
+#include "util/simd.h"
+
 #include <string.h>
-#if VW >= 8 || defined(__F16C__)
-#include <immintrin.h>
-#endif
-
-typedef float vf __attribute__((vector_size(VW * 4)));
-typedef int32_t vi __attribute__((vector_size(VW * 4)));
-typedef uint32_t vu __attribute__((vector_size(VW * 4)));
-typedef uint16_t vh __attribute__((vector_size(VW * 2)));
-typedef uint8_t vb __attribute__((vector_size(VW)));
-typedef int8_t vsb __attribute__((vector_size(VW)));
-
-#define INLINE static inline __attribute__((always_inline))
-#define CAT2(a, b) a##b
-#define CAT(a, b) CAT2(a, b)
 
 /* Micro-tile: MR weight rows x NR tokens of accumulators, plus MR weight
  * vectors and one x vector in registers (32 of them with AVX-512, 16
@@ -64,88 +53,6 @@ typedef int8_t vsb __attribute__((vector_size(VW)));
 #define QV (QK / VW)   /* vectors per (sub-)block */
 #define NA (QV < 4 ? QV : 4) /* accumulators per token in the fused path */
 
-/* Loads a vector once per tile step: without this GCC folds the load into
- * each multiply-add that uses it as a memory operand (MR or NR loads instead
- * of one). */
-#if defined(__x86_64__) || defined(__i386__)
-#define KEEP_IN_REGISTER(v) __asm__("" : "+v"(v))
-#else
-#define KEEP_IN_REGISTER(v) ((void)0)
-#endif
-
-static inline vf vload(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
-static inline vf vset1(float x) { return x - (vf){0}; } /* x - 0 folds away, x + 0 does not (-0) */
-/* Sum of the lanes, halving: fold the high half onto the low half. */
-static inline float vhsum(vf a) {
-#if VW == 16
-    typedef float vf8 __attribute__((vector_size(32)));
-    vf8 h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
-            __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-#elif VW == 8
-    vf h = a;
-#endif
-#if VW >= 8
-    typedef float vf4 __attribute__((vector_size(16)));
-    vf4 q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
-#else
-    vf q = a;
-#endif
-    q += __builtin_shufflevector(q, q, 2, 3, 0, 1);
-    return q[0] + q[1];
-}
-
-/* VW bytes at p widened to 32-bit lanes: signed, unsigned. */
-INLINE vi load_i8(const uint8_t *p) {
-#if VW == 16
-    __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
-#elif VW == 8
-    __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-#else
-    vsb b;
-    memcpy(&b, p, sizeof b);
-    vi v = __builtin_convertvector(b, vi);
-#endif
-    vi out;
-    memcpy(&out, &v, sizeof out);
-    return out;
-}
-INLINE vi load_u8(const uint8_t *p) {
-#if VW == 16
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-#elif VW == 8
-    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
-#else
-    vb b;
-    memcpy(&b, p, sizeof b);
-    vi v = __builtin_convertvector(b, vi);
-#endif
-    vi out;
-    memcpy(&out, &v, sizeof out);
-    return out;
-}
-static inline vf to_float(vi q) { return __builtin_convertvector(q, vf); }
-
-/* f16 bits to f32 without F16C, exact: move exponent and mantissa into
- * place, rebias by 2^112 (this also normalises subnormals), then restore
- * inf/NaN exponents and the sign. */
-INLINE vf f16_to_f32_bits(vu u) {
-    vu mag = (u & 0x7fffu) << 13;
-    vf f;
-    memcpy(&f, &mag, sizeof f);
-    f = f * 0x1p112f;
-    vu fb;
-    memcpy(&fb, &f, sizeof fb);
-    fb |= (vu)((u & 0x7c00u) == 0x7c00u) & 0x7f800000u;
-    fb |= (u & 0x8000u) << 16;
-    memcpy(&f, &fb, sizeof f);
-    return f;
-}
-
 /* Little-endian bf16 at p (any alignment); f16_at is quant.h's. */
 INLINE float bf16_at(const uint8_t *p) {
     uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
@@ -162,26 +69,7 @@ INLINE vf load_float_w(const uint8_t *row, qkv_ggml_type t, int64_t c) {
         return v;
     }
     const uint8_t *p = row + 2 * c;
-    if (t == QKV_GGML_TYPE_BF16) {
-        vh h;
-        memcpy(&h, p, sizeof h);
-        vu u = __builtin_convertvector(h, vu) << 16;
-        vf f;
-        memcpy(&f, &u, sizeof f);
-        return f;
-    }
-#if VW == 16
-    __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-#elif VW == 8
-    __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-#else
-    vh h;
-    memcpy(&h, p, sizeof h);
-    vf f = f16_to_f32_bits(__builtin_convertvector(h, vu));
-#endif
-    vf out;
-    memcpy(&out, &f, sizeof out);
-    return out;
+    return t == QKV_GGML_TYPE_BF16 ? vload_bf16(p) : vload_f16(p);
 }
 
 INLINE float float_w_at(const uint8_t *row, qkv_ggml_type t, int64_t c) {
@@ -584,11 +472,11 @@ INLINE void tile(float *out, int64_t ldo, const float *x, int64_t ldx, const flo
         vf wv[MR];
         for (int i = 0; i < MR; i++) {
             wv[i] = vload(w[i] + c);
-            KEEP_IN_REGISTER(wv[i]);
+            KEEP_IN_REG(wv[i]);
         }
         for (int j = 0; j < nt; j++) {
             vf xv = vload(x + j * ldx + c);
-            KEEP_IN_REGISTER(xv);
+            KEEP_IN_REG(xv);
             for (int i = 0; i < MR; i++) acc[j * MR + i] += wv[i] * xv;
         }
     }

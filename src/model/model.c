@@ -6,6 +6,7 @@
  * The pass itself is forward.c.
  */
 #include "model/state.h"
+#include "util/buffers.h"
 #include "util/error.h"
 #include "util/parallel.h"
 
@@ -165,43 +166,41 @@ static double memory_bytes(double mapped) {
 
 static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error *err) {
     const qkv_model_config *c = &m->cfg;
-    const size_t N = (size_t)m->n_ctx, B = (size_t)m->n_batch, E = (size_t)c->n_embd,
+    const size_t N = (size_t)m->n_ctx, B = (size_t)m->n_batch, E = (size_t)c->n_embd, H = (size_t)c->n_head,
                  QD = (size_t)c->n_head * c->head_dim, KD = (size_t)c->n_kv_head * c->head_dim, F = (size_t)c->n_ff;
     size_t max_cols = E > QD ? E : QD;
     if (F > max_cols) max_cols = F;
-    /* what the buffers below and the KV caches take, checked before any of
-     * them is allocated (in doubles: no size_t product can wrap here) */
+    /* the run state, a row per buffer (shapes in state.h): its bytes are the
+     * rows' sum, allocated at once, the pointers set by one walk */
+    const qkv_buffer rows[] = {
+        {&m->x, B * E, 4},        {&m->h, B * E, 4},
+        {&m->q, B * QD, 4},       {&m->k, B * KD, 4},
+        {&m->v, B * KD, 4},       {&m->qt, QD * B, 4},
+        {&m->kt, KD * B, 4},      {&m->vt, KD * B, 4},
+        {&m->att, QD * B, 4},     {&m->lse, H * B, 4},
+        {&m->o, B * QD, 4},       {&m->gate, B * F, 4},
+        {&m->up, B * F, 4},       {&m->scratch, (size_t)m->n_threads * MATMUL_ROWS * max_cols, 4},
+        {&m->positions, B, sizeof *m->positions},
+        {&m->excl_layer, N, sizeof *m->excl_layer},
+        {&m->excl_head, N, sizeof *m->excl_head},
+        {&m->excl_mark, N, sizeof *m->excl_mark},
+    };
+    const size_t n_rows = sizeof rows / sizeof rows[0], bytes = qkv_buffers_bytes(rows, n_rows);
+    /* what the run state and the KV caches take, checked before either is
+     * allocated (the caches' in doubles: no size_t product can wrap there) */
     double kv_rows = 0;
     for (int l = 0; l < c->n_layer; l++) kv_rows += model_kv_capacity(m, l, p->swa_cache);
-    const double need = 4.0 * B * (2.0 * E + 4.0 * QD + 4.0 * KD + c->n_head + 2.0 * F) + 8.0 * B + 9.0 * N +
-                        4.0 * m->n_threads * MATMUL_ROWS * max_cols + 2.0 * kv_rows * KD * qkv_dtype_size(p->kv_dtype);
+    const double need = (bytes == SIZE_MAX ? INFINITY : (double)bytes) + 2.0 * kv_rows * KD * qkv_dtype_size(p->kv_dtype);
     const double have = memory_bytes((double)qkv_gguf_file_size(m->gguf));
     if (need > have)
         return qkv_fail(err, QKV_ERR_TOO_LARGE,
                         "model: a context of %d positions needs %.0f bytes (%.1f GiB) of run state and KV cache, "
                         "more than the %.1f GiB of memory there is",
                         m->n_ctx, need, need / (1 << 30), have / (1 << 30));
-    m->x = malloc(B * E * 4);
-    m->h = malloc(B * E * 4);
-    m->q = malloc(B * QD * 4);
-    m->k = malloc(B * KD * 4);
-    m->v = malloc(B * KD * 4);
-    m->qt = malloc(B * QD * 4);
-    m->kt = malloc(B * KD * 4);
-    m->vt = malloc(B * KD * 4);
-    m->att = malloc(B * QD * 4);
-    m->lse = malloc(B * (size_t)c->n_head * 4);
-    m->o = malloc(B * QD * 4);
-    m->gate = malloc(B * F * 4);
-    m->up = malloc(B * F * 4);
-    m->scratch = malloc((size_t)m->n_threads * MATMUL_ROWS * max_cols * 4);
-    m->positions = malloc(B * sizeof(int64_t));
-    m->excl_layer = malloc(N * sizeof(int));
-    m->excl_head = malloc(N * sizeof(int));
-    m->excl_mark = calloc(N, 1);
-    if (!m->x || !m->h || !m->q || !m->k || !m->v || !m->qt || !m->kt || !m->vt || !m->att || !m->lse || !m->o ||
-        !m->gate || !m->up || !m->scratch || !m->positions || !m->excl_layer || !m->excl_head || !m->excl_mark)
+    if (!(m->state_mem = aligned_alloc(QKV_BUFFER_ALIGN, bytes)))
         return qkv_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_batch);
+    qkv_buffers_place(m->state_mem, rows, n_rows);
+    memset(m->excl_mark, 0, N); /* zeros between unions */
     qkv_status st = model_kv_init(m, p->swa_cache, p->kv_dtype, err);
     if (st) return st;
     /* a forward call of n <= n_batch tokens at pos attends n rows to pos + n <= n_ctx keys */
@@ -244,9 +243,7 @@ void qkv_model_close(qkv_model *m) {
     qkv_attn_plan_free(m->plan);
     free(m->layers); free(m->attn); free(m->norm_w); free(m->post_norm_w); free(m->qk_norm_w); free(m->bias);
     free(m->rope_factors);
-    free(m->x); free(m->h); free(m->q); free(m->k); free(m->v); free(m->qt); free(m->kt); free(m->vt);
-    free(m->att); free(m->lse); free(m->o); free(m->gate); free(m->up); free(m->scratch); free(m->positions);
-    free(m->excl_layer); free(m->excl_head); free(m->excl_mark);
+    free(m->state_mem);
     qkv_gguf_close(m->gguf);
     free(m);
 }

@@ -48,6 +48,7 @@ struct qkv_model {
     int *excl_layer;         /* [n_ctx] the exclusions of one layer's call (every head), as cache rows */
     int *excl_head;          /* [n_ctx] ... of one head (a rerun, or hook_pattern's rows) */
     unsigned char *excl_mark;/* [n_ctx] zeros between unions */
+    void *state_mem;         /* the one block the buffers from x to excl_mark point into (model.c) */
     /* sequence state (sequence.c) */
     int *key0;               /* [L] position of each cache's row 0: 0, but in a sliding-window cache
                                 the positions it dropped */

@@ -1,0 +1,34 @@
+/*
+ * buffers.c — laying out a table of buffers (buffers.h). It allocates
+ * nothing.
+ */
+#include "util/buffers.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Bytes of one row, rounded up to QKV_BUFFER_ALIGN; SIZE_MAX on overflow. */
+static size_t row_bytes(const qkv_buffer *r) {
+    if (r->size && r->count > (SIZE_MAX - QKV_BUFFER_ALIGN) / r->size) return SIZE_MAX;
+    return (r->count * r->size + QKV_BUFFER_ALIGN - 1) / QKV_BUFFER_ALIGN * QKV_BUFFER_ALIGN;
+}
+
+size_t qkv_buffers_bytes(const qkv_buffer *rows, size_t n) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t b = row_bytes(&rows[i]);
+        if (b > SIZE_MAX - total) return SIZE_MAX;
+        total += b;
+    }
+    return total;
+}
+
+char *qkv_buffers_place(void *mem, const qkv_buffer *rows, size_t n) {
+    char *at = mem;
+    for (size_t i = 0; i < n; i++) {
+        void *p = at;
+        memcpy(rows[i].ptr, &p, sizeof p); /* a store through void ** would alias a float * */
+        at += row_bytes(&rows[i]);
+    }
+    return at;
+}
