@@ -19,6 +19,13 @@
  * bench/peers.py, which runs this command on the same shapes in the same run.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
 #include "bench_roofline.h"
 
 #include <math.h>

@@ -10,6 +10,14 @@
  * page with the answers).
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,6 @@
 /* main.c — `qkv <command> [flags]`: dispatches to cli/cmd_<name>.c. */
 #include "cli.h"
+#include "commands.h"
 
 #include <stdio.h>
 #include <string.h>
