@@ -10,6 +10,15 @@
  * HTML page with the plot and the table).
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -239,32 +248,37 @@ static void json_heads(const qkv_ablate_effect *e, const qkv_ablate_summary *s, 
 
 /* ------------------------------------------------------------------ main */
 
-int cmd_ablate(int argc, char **argv) {
-    cli_prompt_args pa = {0};
-    const char *model = CLI_DEFAULT_MODEL, *svg = NULL, *html = NULL, *target_s = NULL;
-    int json = 0, threads = 0, verbose = 0, heads = 0, scope = QKV_ABLATE_ALL, layer = -1, head = -1;
-    cli_progress_flags pf = {0};
+typedef struct {
+    cli_prompt_args pa;
+    const char *model, *svg, *html, *target_s;
+    int json, threads, verbose, heads, scope, layer, head;
+    cli_progress_flags pf;
+} ablate_args;
+
+/* 0: parsed; -1: --help printed; 2: an error line printed. */
+static int parse_args(ablate_args *a, int argc, char **argv) {
+    *a = (ablate_args){.model = CLI_DEFAULT_MODEL, .scope = QKV_ABLATE_ALL, .layer = -1, .head = -1};
     cli_flag flags[] = {
-        CLI_FLAG_MODEL(&model),
-        CLI_FLAGS_PROMPT(&pa),
-        {.name = "--layer", .kind = CLI_INT, .dest = &layer, .lo = 0, .hi = QKV_MODEL_MAX_LAYERS, .metavar = "L",
+        CLI_FLAG_MODEL(&a->model),
+        CLI_FLAGS_PROMPT(&a->pa),
+        {.name = "--layer", .kind = CLI_INT, .dest = &a->layer, .lo = 0, .hi = QKV_MODEL_MAX_LAYERS, .metavar = "L",
          .help = "ablate in layer L only (default: all)"},
-        {.name = "--head", .kind = CLI_INT, .dest = &head, .lo = 0, .hi = QKV_MODEL_MAX_HEADS, .metavar = "H",
+        {.name = "--head", .kind = CLI_INT, .dest = &a->head, .lo = 0, .hi = QKV_MODEL_MAX_HEADS, .metavar = "H",
          .help = "ablate in query head H only (default: all)"},
-        CLI_FLAG_CHOICE("--scope", CLI_CHOICE, &scope, scopes,
+        CLI_FLAG_CHOICE("--scope", CLI_CHOICE, &a->scope, scopes,
                         "all: the key leaves every query row (default); last: only the\nfinal row's (the direct effect)"),
-        {.name = "--target", .kind = CLI_STRING, .dest = &target_s, .metavar = "ID|TEXT",
+        {.name = "--target", .kind = CLI_STRING, .dest = &a->target_s, .metavar = "ID|TEXT",
          .help = "follow this token's probability (default: the full run's top token)"},
-        {.name = "--heads", .kind = CLI_BOOL, .dest = &heads,
+        {.name = "--heads", .kind = CLI_BOOL, .dest = &a->heads,
          .help = "instead: zero each (layer, head)'s attention output in turn, KL per head"},
-        CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
-        {.name = "--svg", .kind = CLI_STRING, .dest = &svg, .metavar = "FILE",
+        CLI_FLAG_JSON(&a->json, "everything as JSON on stdout"),
+        {.name = "--svg", .kind = CLI_STRING, .dest = &a->svg, .metavar = "FILE",
          .help = "plot: attention and KL per position (--heads: the layer x head KL map)"},
-        {.name = "--html", .kind = CLI_STRING, .dest = &html, .metavar = "FILE",
+        {.name = "--html", .kind = CLI_STRING, .dest = &a->html, .metavar = "FILE",
          .help = "a self-contained page: the plot and the table"},
-        CLI_FLAG_THREADS(&threads),
-        CLI_FLAG_VERBOSE(&verbose),
-        CLI_FLAGS_PROGRESS(&pf),
+        CLI_FLAG_THREADS(&a->threads),
+        CLI_FLAG_VERBOSE(&a->verbose),
+        CLI_FLAGS_PROGRESS(&a->pf),
         {0},
     };
     const cli_command cmd = {
@@ -277,100 +291,135 @@ int cmd_ablate(int argc, char **argv) {
         "\"piece\", \"attn_mean\", \"attn_max\", \"kl\", \"dp_target\", \"top_after\": {\"id\", \"piece\"}}],\n"
         "\"spearman_attn_kl\"}; pieces are readable labels (a space is ·); layer/head null for all.",
         .flags = flags};
-    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
-    cli_progress_init(&pf);
-    if (heads && (cli_given(&cmd, "--layer") || cli_given(&cmd, "--head") || cli_given(&cmd, "--scope")))
+    const int parsed = cli_parse(&cmd, argc, argv);
+    if (parsed) return parsed;
+    cli_progress_init(&a->pf);
+    if (a->heads && (cli_given(&cmd, "--layer") || cli_given(&cmd, "--head") || cli_given(&cmd, "--scope")))
         return cli_fail("--heads ablates every head in turn: it takes no --layer, --head or --scope");
-    int rc = cli_prompt_check(&pa);
-    if (rc) return rc;
+    return 0;
+}
+
+/* What the probe gave back, with the labels the outputs show. */
+typedef struct {
+    qkv_ablate_row *rows;         /* [n], positions */
+    qkv_ablate_effect *effects;   /* [nl, nh], --heads */
+    char **after, *target_label;  /* [n] the top token after hiding each; the target's label */
+    qkv_ablate_summary sum;
+    int n, nl, nh;
+} ablate_result;
+
+/* The ablation sweep of a over the prompt pr; 0 or 2 after an error line. */
+static int compute(ablate_result *r, const ablate_args *a, qkv_model *m, const cli_prompt *pr,
+                   const qkv_tokenizer *tok, int32_t target) {
+    const int n = r->n, nl = r->nl, nh = r->nh;
+    qkv_error err = {0};
+    int rc = 0;
+    const qkv_ablate_params ap = {.scope = a->scope, .layer = a->layer, .head = a->head, .target = target,
+                                  .progress = cli_progress_enabled() ? cli_progress_report : NULL};
+    cli_progress_start(a->heads ? "ablate --heads" : "ablate", 0, "tokens"); /* the probe tells the total */
+    if (a->heads) {
+        r->effects = malloc((size_t)nl * nh * sizeof *r->effects);
+        if (!r->effects) rc = cli_fail("out of memory");
+        else if (qkv_ablate_heads(r->effects, &r->sum, m, pr->ids, &ap, n, &err)) rc = cli_fail("%s", err.msg);
+    } else {
+        r->rows = malloc((size_t)n * sizeof *r->rows);
+        r->after = calloc((size_t)n, sizeof *r->after);
+        if (!r->rows || !r->after) rc = cli_fail("out of memory");
+        else if (qkv_ablate_positions(r->rows, &r->sum, m, pr->ids, &ap, n, &err)) rc = cli_fail("%s", err.msg);
+        for (int j = 0; !rc && j < n; j++)
+            if (!(r->after[j] = cli_token_label(tok, r->rows[j].effect.top))) rc = cli_fail("out of memory");
+    }
+    cli_progress_finish();
+    if (!rc && !(r->target_label = cli_token_label(tok, r->sum.target))) rc = cli_fail("out of memory");
+    return rc;
+}
+
+static void make_title(char *title, size_t cap, const ablate_args *a, const ablate_result *r) {
+    char where[64] = "every layer and head";
+    if (a->layer >= 0 && a->head >= 0) snprintf(where, sizeof where, "layer %d head %d", a->layer, a->head);
+    else if (a->layer >= 0) snprintf(where, sizeof where, "layer %d, every head", a->layer);
+    else if (a->head >= 0) snprintf(where, sizeof where, "head %d of every layer", a->head);
+    if (a->heads)
+        snprintf(title, cap, "%s, %d tokens: head importance for target %s (p = %.3f)", cli_basename(a->model), r->n,
+                 r->target_label, r->sum.p_target);
+    else
+        snprintf(title, cap, "%s, %d tokens, scope %s (%s): target %s (p = %.3f)", cli_basename(a->model), r->n,
+                 scopes[a->scope], where, r->target_label, r->sum.p_target);
+}
+
+/* The files, then stdout: the table or JSON, the files written. */
+static int emit(const ablate_args *a, const ablate_result *r, char **labels, FILE *svg_f, FILE *html_f) {
+    char title[512];
+    make_title(title, sizeof title, a, r);
+    const report rep = {.title = title, .rows = r->rows, .effects = r->effects, .labels = labels, .after = r->after,
+                        .n = r->n, .nl = r->nl, .nh = r->nh};
+    int rc;
+    /* the files are on disk before anything goes to stdout */
+    if ((a->svg && (rc = write_output(svg_f, &rep, 0))) || (a->html && (rc = write_output(html_f, &rep, 1))) ||
+        (rc = cli_outputs_commit()))
+        return rc;
+    if (a->json && a->heads) json_heads(r->effects, &r->sum, r->target_label, r->nl, r->nh);
+    else if (a->json)
+        json_positions(r->rows, &r->sum, r->target_label, labels, r->after, r->n, a->scope, a->layer, a->head);
+    else {
+        printf("qkv ablate: %s\n\n", title);
+        if (a->heads) print_heads(r->effects, r->nl, r->nh);
+        else print_positions(r->rows, &r->sum, labels, r->after, r->n);
+    }
+    if (a->svg) fprintf(a->json ? stderr : stdout, "wrote %s\n", a->svg);
+    if (a->html) fprintf(a->json ? stderr : stdout, "wrote %s\n", a->html);
+    return 0;
+}
+
+int cmd_ablate(int argc, char **argv) {
+    ablate_args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    if ((rc = cli_prompt_check(&a.pa))) return rc;
     FILE *svg_f = NULL, *html_f = NULL;
-    if ((svg && !(svg_f = cli_output_stream(svg))) || (html && !(html_f = cli_output_stream(html))))
+    if ((a.svg && !(svg_f = cli_output_stream(a.svg))) || (a.html && !(html_f = cli_output_stream(a.html))))
         return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
     qkv_gguf *g = NULL;
     qkv_tokenizer *tok = NULL;
     qkv_model *m = NULL;
     cli_prompt pr = {0};
-    qkv_ablate_row *rows = NULL;
-    qkv_ablate_effect *effects = NULL;
-    char **after = NULL, *target_label = NULL;
+    ablate_result r = {0};
     int32_t target = -1;
-    int n = 0;
     qkv_error err = {0};
-    if ((rc = cli_tokenizer_open(&g, &tok, model)) || (rc = cli_prompt_load(&pr, &pa, g, tok)) ||
-        (rc = cli_prompt_labels(&pr, tok)) || (target_s && (rc = cli_one_token(&target, "--target", target_s, tok, 1))))
+    if ((rc = cli_tokenizer_open(&g, &tok, a.model)) || (rc = cli_prompt_load(&pr, &a.pa, g, tok)) ||
+        (rc = cli_prompt_labels(&pr, tok)) ||
+        (a.target_s && (rc = cli_one_token(&target, "--target", a.target_s, tok, 1))))
         goto done;
-    n = pr.n;
-    if (n < 2 && !heads) {
-        rc = cli_fail("the prompt has %d token: ablating needs at least 2 (one to hide, one to predict)", n);
+    r.n = pr.n;
+    if (r.n < 2 && !a.heads) {
+        rc = cli_fail("the prompt has %d token: ablating needs at least 2 (one to hide, one to predict)", r.n);
         goto done;
     }
-    qkv_model_params mp = {.n_ctx = n, .kv_dtype = QKV_DTYPE_F32, .n_threads = threads};
-    if (qkv_model_open(&m, model, &mp, &err)) {
-        rc = cli_model_fail(&err, model);
+    qkv_model_params mp = {.n_ctx = r.n, .kv_dtype = QKV_DTYPE_F32, .n_threads = a.threads};
+    if (qkv_model_open(&m, a.model, &mp, &err)) {
+        rc = cli_model_fail(&err, a.model);
         goto done;
     }
     const qkv_model_config *cfg = qkv_model_get_config(m);
-    const int nl = cfg->n_layer, nh = cfg->n_head;
-    if (layer >= nl) rc = cli_fail("--layer %d: the model has layers 0..%d", layer, nl - 1);
-    else if (head >= nh) rc = cli_fail("--head %d: the model has heads 0..%d", head, nh - 1);
-    else if (n > cfg->n_ctx_train) rc = cli_fail("%d tokens exceed the model's context of %d", n, cfg->n_ctx_train);
+    r.nl = cfg->n_layer, r.nh = cfg->n_head;
+    if (a.layer >= r.nl) rc = cli_fail("--layer %d: the model has layers 0..%d", a.layer, r.nl - 1);
+    else if (a.head >= r.nh) rc = cli_fail("--head %d: the model has heads 0..%d", a.head, r.nh - 1);
+    else if (r.n > cfg->n_ctx_train) rc = cli_fail("%d tokens exceed the model's context of %d", r.n, cfg->n_ctx_train);
     if (rc) goto done;
     const double t0 = cli_now_s();
-    qkv_ablate_summary sum;
-    const qkv_ablate_params ap = {.scope = scope, .layer = layer, .head = head, .target = target,
-                                  .progress = cli_progress_enabled() ? cli_progress_report : NULL};
-    cli_progress_start(heads ? "ablate --heads" : "ablate", 0, "tokens"); /* the probe tells the total */
-    if (heads) {
-        effects = malloc((size_t)nl * nh * sizeof *effects);
-        if (!effects) rc = cli_fail("out of memory");
-        else if (qkv_ablate_heads(effects, &sum, m, pr.ids, &ap, n, &err)) rc = cli_fail("%s", err.msg);
-    } else {
-        rows = malloc((size_t)n * sizeof *rows);
-        after = calloc((size_t)n, sizeof *after);
-        if (!rows || !after) rc = cli_fail("out of memory");
-        else if (qkv_ablate_positions(rows, &sum, m, pr.ids, &ap, n, &err)) rc = cli_fail("%s", err.msg);
-        for (int j = 0; !rc && j < n; j++)
-            if (!(after[j] = cli_token_label(tok, rows[j].effect.top))) rc = cli_fail("out of memory");
-    }
-    cli_progress_finish();
-    if (!rc && !(target_label = cli_token_label(tok, sum.target))) rc = cli_fail("out of memory");
-    if (rc) goto done;
+    if ((rc = compute(&r, &a, m, &pr, tok, target))) goto done;
     const double t1 = cli_now_s();
-    char title[512], where[64] = "every layer and head";
-    if (layer >= 0 && head >= 0) snprintf(where, sizeof where, "layer %d head %d", layer, head);
-    else if (layer >= 0) snprintf(where, sizeof where, "layer %d, every head", layer);
-    else if (head >= 0) snprintf(where, sizeof where, "head %d of every layer", head);
-    if (heads)
-        snprintf(title, sizeof title, "%s, %d tokens: head importance for target %s (p = %.3f)", cli_basename(model), n,
-                 target_label, sum.p_target);
-    else
-        snprintf(title, sizeof title, "%s, %d tokens, scope %s (%s): target %s (p = %.3f)", cli_basename(model), n,
-                 scopes[scope], where, target_label, sum.p_target);
-    const report rep = {.title = title, .rows = rows, .effects = effects, .labels = pr.labels, .after = after,
-                        .n = n, .nl = nl, .nh = nh};
-    /* the files are on disk before anything goes to stdout */
-    if ((svg && (rc = write_output(svg_f, &rep, 0))) || (html && (rc = write_output(html_f, &rep, 1))) ||
-        (rc = cli_outputs_commit()))
-        goto done;
-    if (json && heads) json_heads(effects, &sum, target_label, nl, nh);
-    else if (json) json_positions(rows, &sum, target_label, pr.labels, after, n, scope, layer, head);
-    else {
-        printf("qkv ablate: %s\n\n", title);
-        if (heads) print_heads(effects, nl, nh);
-        else print_positions(rows, &sum, pr.labels, after, n);
-    }
-    if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
-    if (html) fprintf(json ? stderr : stdout, "wrote %s\n", html);
-    if (verbose)
-        fprintf(stderr, "qkv ablate: %d tokens, %.2f s, peak RSS %.1f MiB\n", n, t1 - t0, cli_peak_rss_mib());
+    if ((rc = emit(&a, &r, pr.labels, svg_f, html_f))) goto done;
+    if (a.verbose)
+        fprintf(stderr, "qkv ablate: %d tokens, %.2f s, peak RSS %.1f MiB\n", r.n, t1 - t0, cli_peak_rss_mib());
 done:
     cli_progress_finish();
-    if (after)
-        for (int j = 0; j < n; j++) free(after[j]);
-    free(after);
-    free(target_label);
-    free(rows);
-    free(effects);
+    if (r.after)
+        for (int j = 0; j < r.n; j++) free(r.after[j]);
+    free(r.after);
+    free(r.target_label);
+    free(r.rows);
+    free(r.effects);
     qkv_model_close(m);
     cli_prompt_free(&pr);
     qkv_tokenizer_free(tok);

@@ -6,6 +6,11 @@
  * succeeded; bad input gets one line on stderr and exit status 2.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "outputs.h"
+#include "util.h"
+#include "commands.h"
 
 #include <math.h>
 #include <stdio.h>

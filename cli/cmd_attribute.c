@@ -9,6 +9,14 @@
  * arrays (--npy PREFIX).
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <stdio.h>

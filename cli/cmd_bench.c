@@ -19,6 +19,13 @@
  * bench/peers.py, which runs this command on the same shapes in the same run.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
 #include "bench_roofline.h"
 
 #include <math.h>
@@ -568,64 +575,70 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
 
 /* ------------------------------------------------------------------ main */
 
-int cmd_bench(int argc, char **argv) {
+typedef struct {
+    float softcap;
+    int hq, hkv, d, lq, lk, repeat, no_causal, window, sweeps, want_roof, cold, layers, kernel, dt, models, dtypes;
+    const char *preset, *layers_s;
+    int shape_flag, heads_given; /* a shape flag given; how many of --hq, --hkv, --d */
+    bench_opts o;
+    cli_progress_flags pf;
+} bench_args;
+
+/* 0: parsed; -1: --help printed; 2: an error line printed. */
+static int parse_args(bench_args *a, int argc, char **argv) {
     static const char *const sweep_names[] = {"roofline", "prefill", "chunk", "decode", "ref", "all", NULL};
     static const char *const model_ids[] = {"llama", "smol", NULL};
-    float softcap = 0;
-    int hq = 32, hkv = 8, d = 128, lq = 1024, lk = -1, repeat = -1, no_causal = 0, window = 0, sweeps = 0,
-        want_roof = 0, cold = 0, layers = 1, kernel = QKV_KERNEL_AUTO, dt = QKV_DTYPE_F32, models = 3, dtypes = 7;
-    const char *preset = NULL, *layers_s = NULL;
-    bench_opts o;
-    cli_progress_flags pf = {0};
-    memset(&o, 0, sizeof o);
-    o.max_n = 1 << 20;
-    o.max_kv = 1 << 22;
-    o.budget_s = 20;
-    o.cold = 1;
+    memset(a, 0, sizeof *a);
+    a->hq = 32, a->hkv = 8, a->d = 128, a->lq = 1024, a->lk = -1, a->repeat = -1, a->layers = 1;
+    a->kernel = QKV_KERNEL_AUTO, a->dt = QKV_DTYPE_F32, a->models = 3, a->dtypes = 7;
+    a->o.max_n = 1 << 20;
+    a->o.max_kv = 1 << 22;
+    a->o.budget_s = 20;
+    a->o.cold = 1;
     cli_flag flags[] = {
-        {.name = "--n", .kind = CLI_INT, .dest = &lq, .lo = 1, .hi = 1 << 20, .metavar = "N",
+        {.name = "--n", .kind = CLI_INT, .dest = &a->lq, .lo = 1, .hi = 1 << 20, .metavar = "N",
          .help = "query and key length (default 1024)"},
-        {.name = "--lq", .kind = CLI_INT, .dest = &lq, .lo = 1, .hi = 1 << 20, .metavar = "N", .help = "query length"},
-        {.name = "--lk", .kind = CLI_INT, .dest = &lk, .lo = 1, .hi = 1 << 22, .metavar = "N",
+        {.name = "--lq", .kind = CLI_INT, .dest = &a->lq, .lo = 1, .hi = 1 << 20, .metavar = "N", .help = "query length"},
+        {.name = "--lk", .kind = CLI_INT, .dest = &a->lk, .lo = 1, .hi = 1 << 22, .metavar = "N",
          .help = "key length (default: the query length)"},
-        {.name = "--hq", .kind = CLI_INT, .dest = &hq, .lo = 1, .hi = 1024, .metavar = "N",
+        {.name = "--hq", .kind = CLI_INT, .dest = &a->hq, .lo = 1, .hi = 1024, .metavar = "N",
          .help = "query heads (default 32)"},
-        {.name = "--hkv", .kind = CLI_INT, .dest = &hkv, .lo = 1, .hi = 1024, .metavar = "N",
+        {.name = "--hkv", .kind = CLI_INT, .dest = &a->hkv, .lo = 1, .hi = 1024, .metavar = "N",
          .help = "KV heads (default 8)"},
-        {.name = "--d", .kind = CLI_INT, .dest = &d, .lo = QKV_HEAD_DIM_MIN, .hi = QKV_HEAD_DIM_MAX, .metavar = "N",
+        {.name = "--d", .kind = CLI_INT, .dest = &a->d, .lo = QKV_HEAD_DIM_MIN, .hi = QKV_HEAD_DIM_MAX, .metavar = "N",
          .help = "head dim (default 128)"},
-        CLI_FLAG_KERNEL(&kernel, "attention kernel (default auto)"),
-        CLI_FLAG_KV_DTYPE(&dt, "K/V storage (default f32)"),
-        {.name = "--no-causal", .kind = CLI_BOOL, .dest = &no_causal, .help = "no mask (default causal)"},
-        {.name = "--window", .kind = CLI_INT, .dest = &window, .lo = 1, .hi = 1 << 22, .metavar = "W",
+        CLI_FLAG_KERNEL(&a->kernel, "attention kernel (default auto)"),
+        CLI_FLAG_KV_DTYPE(&a->dt, "K/V storage (default f32)"),
+        {.name = "--no-causal", .kind = CLI_BOOL, .dest = &a->no_causal, .help = "no mask (default causal)"},
+        {.name = "--window", .kind = CLI_INT, .dest = &a->window, .lo = 1, .hi = 1 << 22, .metavar = "W",
          .help = "sliding-window mask of W keys"},
-        {.name = "--softcap", .kind = CLI_FLOAT, .dest = &softcap, .lo = 0, .hi = 1e30, .metavar = "C",
+        {.name = "--softcap", .kind = CLI_FLOAT, .dest = &a->softcap, .lo = 0, .hi = 1e30, .metavar = "C",
          .help = "cap scores to C*tanh(s/C) (Gemma 2: 50; default 0: none)"},
-        {.name = "--cold", .kind = CLI_BOOL, .dest = &cold, .help = "flush the caches before every run"},
-        {.name = "--preset", .kind = CLI_STRING, .dest = &preset, .metavar = "ID",
+        {.name = "--cold", .kind = CLI_BOOL, .dest = &a->cold, .help = "flush the caches before every run"},
+        {.name = "--preset", .kind = CLI_STRING, .dest = &a->preset, .metavar = "ID",
          .help = "heads of a `qkv cost` preset (llama-3.1-8b, smollm2-135m, ...)"},
-        {.name = "--layers", .kind = CLI_STRING, .dest = &layers_s, .metavar = "N|all",
+        {.name = "--layers", .kind = CLI_STRING, .dest = &a->layers_s, .metavar = "N|all",
          .help = "N layers, each with its own K/V; a run is every layer once\n" "(with --preset and --lq 1: a decode step of the whole model,\n" "printed beside the cost model's prediction; a preset's sliding\n" "layers get its window and only the rows a sliding-window cache keeps)"},
-        {.name = "--roofline", .kind = CLI_BOOL, .dest = &want_roof,
+        {.name = "--roofline", .kind = CLI_BOOL, .dest = &a->want_roof,
          .help = "also measure the machine's peaks and report the fraction"},
-        CLI_FLAG_CHOICE("--sweep", CLI_CHOICES, &sweeps, sweep_names, "sweeps to run, comma separated (below)"),
-        {.name = "--quick", .kind = CLI_BOOL, .dest = &o.quick,
+        CLI_FLAG_CHOICE("--sweep", CLI_CHOICES, &a->sweeps, sweep_names, "sweeps to run, comma separated (below)"),
+        {.name = "--quick", .kind = CLI_BOOL, .dest = &a->o.quick,
          .help = "small shapes (prefill n = 128, 256; chunk 128 x 512; decode\n1K, 4K; ref 128) and 3 runs: a few seconds"},
-        CLI_FLAG_CHOICE("--models", CLI_CHOICES, &models, model_ids, "sweep these heads (default both)"),
-        CLI_FLAG_CHOICE("--kv-dtypes", CLI_CHOICES, &dtypes, cli_kv_dtypes, "sweep these KV dtypes (default all)"),
-        {.name = "--max-n", .kind = CLI_INT, .dest = &o.max_n, .lo = 1, .hi = 1 << 20, .metavar = "N",
+        CLI_FLAG_CHOICE("--models", CLI_CHOICES, &a->models, model_ids, "sweep these heads (default both)"),
+        CLI_FLAG_CHOICE("--kv-dtypes", CLI_CHOICES, &a->dtypes, cli_kv_dtypes, "sweep these KV dtypes (default all)"),
+        {.name = "--max-n", .kind = CLI_INT, .dest = &a->o.max_n, .lo = 1, .hi = 1 << 20, .metavar = "N",
          .help = "sweeps: longest prefill / chunk length"},
-        {.name = "--max-kv", .kind = CLI_INT, .dest = &o.max_kv, .lo = 1, .hi = 1 << 22, .metavar = "N",
+        {.name = "--max-kv", .kind = CLI_INT, .dest = &a->o.max_kv, .lo = 1, .hi = 1 << 22, .metavar = "N",
          .help = "sweeps: longest decode KV"},
-        {.name = "--budget", .kind = CLI_DOUBLE, .dest = &o.budget_s, .lo = 0, .hi = 1e6, .metavar = "S",
+        {.name = "--budget", .kind = CLI_DOUBLE, .dest = &a->o.budget_s, .lo = 0, .hi = 1e6, .metavar = "S",
          .help = "per shape, stop repeating after S seconds (default 20)"},
-        {.name = "--svg", .kind = CLI_STRING, .dest = &o.svg, .metavar = "FILE",
+        {.name = "--svg", .kind = CLI_STRING, .dest = &a->o.svg, .metavar = "FILE",
          .help = "plot GFLOP/s and KV GB/s against length, peaks as lines"},
-        CLI_FLAG_THREADS(&o.threads),
-        {.name = "--repeat", .kind = CLI_INT, .dest = &repeat, .lo = 1, .hi = 1000, .metavar = "R",
+        CLI_FLAG_THREADS(&a->o.threads),
+        {.name = "--repeat", .kind = CLI_INT, .dest = &a->repeat, .lo = 1, .hi = 1000, .metavar = "R",
          .help = "timed runs (default 3, sweeps 5)"},
-        CLI_FLAG_JSON(&o.json, "results as JSON"),
-        CLI_FLAGS_PROGRESS(&pf),
+        CLI_FLAG_JSON(&a->o.json, "results as JSON"),
+        CLI_FLAGS_PROGRESS(&a->pf),
         {0},
     };
     const cli_command cmd = {
@@ -637,51 +650,94 @@ int cmd_bench(int argc, char **argv) {
         "(bf16 KV prefill and chunk also through flash-bf16, against the bf16 dot peak).\n"
         "GFLOP/s counts 4·D FLOPs per visible (query, key) pair and head (the causal half).",
         .flags = flags};
-    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
-    cli_progress_init(&pf); /* the sweeps report each shape */
+    const int parsed = cli_parse(&cmd, argc, argv);
+    if (parsed) return parsed;
+    cli_progress_init(&a->pf); /* the sweeps report each shape */
     static const char *const shape_flags[] = {"--n", "--lq", "--lk", "--hq", "--hkv", "--d", "--kernel", "--kv-dtype",
                                               "--no-causal", "--window", "--softcap", "--preset", "--layers", NULL};
-    int shape_flag = 0, heads_given = cli_given(&cmd, "--hq") + cli_given(&cmd, "--hkv") + cli_given(&cmd, "--d");
-    for (int k = 0; shape_flags[k]; k++) shape_flag |= cli_given(&cmd, shape_flags[k]);
-    if (sweeps & 32) sweeps = SW_ALL; /* the bits of sweep_names are the SW_ values */
-    for (int m = 0; m < N_MODELS; m++) o.use_model[m] = models >> m & 1;
-    for (int t = 0; t < 3; t++) o.use_dt[t] = dtypes >> t & 1;
-    const int causal = !no_causal;
-    if (sweeps) {
-        if (shape_flag) return cli_fail("bench: --sweep runs its own shapes; drop the shape flags (--n, --kernel, ...)");
-        o.repeat = repeat > 0 ? repeat : o.quick ? 3 : 5;
-        if (o.quick) o.budget_s = o.budget_s < 2 ? o.budget_s : 2;
-        return run_sweeps(sweeps, &o);
-    }
-    if (o.svg || o.quick) return cli_fail("bench: --svg and --quick go with --sweep");
-    if (lk < 0) lk = lq;
-    qkv_cost_config model;
+    a->heads_given = cli_given(&cmd, "--hq") + cli_given(&cmd, "--hkv") + cli_given(&cmd, "--d");
+    for (int k = 0; shape_flags[k]; k++) a->shape_flag |= cli_given(&cmd, shape_flags[k]);
+    if (a->sweeps & 32) a->sweeps = SW_ALL; /* the bits of sweep_names are the SW_ values */
+    for (int m = 0; m < N_MODELS; m++) a->o.use_model[m] = a->models >> m & 1;
+    for (int t = 0; t < 3; t++) a->o.use_dt[t] = a->dtypes >> t & 1;
+    return 0;
+}
+
+/* One shape's heads and layers from --preset and --layers (*model: the
+ * preset's configuration); 0 or 2 after an error line. */
+static int shape_of(bench_args *a, qkv_cost_config *model) {
     qkv_error err = {0};
-    if (preset) { /* heads and layers of a known model, as `qkv cost` has them */
-        if (heads_given) return cli_fail("bench: --preset sets --hq, --hkv and --d; give one or the other");
-        if (qkv_cost_preset(&model, preset, &err)) return cli_fail("--preset: %s", err.msg);
-        hq = model.n_head, hkv = model.n_kv_head, d = model.head_dim;
+    if (a->preset) { /* heads and layers of a known model, as `qkv cost` has them */
+        if (a->heads_given) return cli_fail("bench: --preset sets --hq, --hkv and --d; give one or the other");
+        if (qkv_cost_preset(model, a->preset, &err)) return cli_fail("--preset: %s", err.msg);
+        a->hq = model->n_head, a->hkv = model->n_kv_head, a->d = model->head_dim;
     }
-    if (layers_s) {
-        if (!strcmp(layers_s, "all")) {
-            if (!preset) return cli_fail("--layers all needs --preset");
-            layers = model.n_layer;
-        } else if (cli_parse_int(&layers, "--layers", layers_s, 1, 1024)) {
+    if (a->layers_s) {
+        if (!strcmp(a->layers_s, "all")) {
+            if (!a->preset) return cli_fail("--layers all needs --preset");
+            a->layers = model->n_layer;
+        } else if (cli_parse_int(&a->layers, "--layers", a->layers_s, 1, 1024)) {
             return 2;
         }
     }
-    if (hq % hkv) return cli_fail("bench: --hq %d is not a multiple of --hkv %d", hq, hkv);
-    /* a whole model's layers follow its sliding pattern */
-    const int pattern = preset && layers_s && model.window > 0;
-    if (pattern && (window || no_causal))
-        return cli_fail("bench: --preset %s with --layers sets each layer's mask (window %d on its sliding layers, "
-                        "causal on the others); drop --window and --no-causal", preset, model.window);
+    if (a->hq % a->hkv) return cli_fail("bench: --hq %d is not a multiple of --hkv %d", a->hq, a->hkv);
+    return 0;
+}
 
-    o.repeat = repeat > 0 ? repeat : 3;
-    o.budget_s = 1e9; /* one shape: exactly --repeat runs */
+/* The sliding layers of a preset's pattern, on one line. */
+static void print_pattern(const bench_result *r, int layers) {
+    int sliding = 0, rows;
+    qkv_mask m;
+    for (int l = 0; l < layers; l++) sliding += layer_slides(r, l);
+    layer_shape(&m, &rows, r, 0);
+    printf("sliding layers: %d of %d (l mod %d < %d) see the last %d keys, each holding %d rows of K/V "
+           "(min(lk, W - 1 + lq), a sliding-window cache)\n",
+           sliding, layers, r->swa_period, r->swa_period - 1, r->swa_window, rows);
+}
+
+/* The cost model's decode step at context lk, beside the measurement: the
+ * first `layers` layers, as they ran (the preset's pattern, or all global);
+ * 0 or 2 after an error line. */
+static int print_cost_model(const qkv_cost_config *model, const bench_args *a, const bench_result *r, int pattern,
+                            const bench_roofline *roof) {
+    qkv_cost c;
+    qkv_cost_config part = *model;
+    qkv_error err = {0};
+    part.n_layer = a->layers;
+    if (!pattern) part.window = 0;
+    if (qkv_cost_eval(&c, &part, a->lk, qkv_dtype_size((qkv_dtype)a->dt), &err)) return cli_fail("%s", err.msg);
+    double flops = c.attn_flops_per_token, bytes = c.kv_read_bytes_per_token;
+    printf("cost model (%s, %d of %d layers, context %d, %s K/V): %.2f GFLOPs and %.2f GiB of KV per token", model->name,
+           a->layers, model->n_layer, a->lk, qkv_dtype_name((qkv_dtype)a->dt), flops * 1e-9, bytes / (1 << 30));
+    if (roof) {
+        double t_mem = bytes / (roof->dram_gbs * 1e9), t_fma = flops / (roof->fma_gflops * 1e9);
+        printf("; at the measured peaks %.3f s (%s-bound); measured %.3f s = %.2fx the prediction", t_mem > t_fma ? t_mem : t_fma,
+               t_mem > t_fma ? "memory" : "compute", r->med, r->med / (t_mem > t_fma ? t_mem : t_fma));
+    }
+    printf("\n");
+    return 0;
+}
+
+/* One shape: measured, then printed (text or JSON); 0 or 2. */
+static int run_one_shape(bench_args *a) {
+    bench_opts *o = &a->o;
+    if (a->lk < 0) a->lk = a->lq;
+    qkv_cost_config model;
+    qkv_error err = {0};
+    int rc = shape_of(a, &model);
+    if (rc) return rc;
+    const int causal = !a->no_causal, hq = a->hq, hkv = a->hkv, d = a->d, lq = a->lq, lk = a->lk, layers = a->layers;
+    /* a whole model's layers follow its sliding pattern */
+    const int pattern = a->preset && a->layers_s && model.window > 0;
+    if (pattern && (a->window || a->no_causal))
+        return cli_fail("bench: --preset %s with --layers sets each layer's mask (window %d on its sliding layers, "
+                        "causal on the others); drop --window and --no-causal", a->preset, model.window);
+
+    o->repeat = a->repeat > 0 ? a->repeat : 3;
+    o->budget_s = 1e9; /* one shape: exactly --repeat runs */
     bench_roofline roof_v, *roof = NULL;
-    int threads = o.threads > 0 ? o.threads : qkv_cpu_count();
-    if (want_roof) {
+    int threads = o->threads > 0 ? o->threads : qkv_cpu_count();
+    if (a->want_roof) {
         if (bench_roofline_measure(&roof_v, threads, 0.3, 0, &err)) return cli_fail("%s", err.msg);
         roof = &roof_v;
     }
@@ -689,16 +745,15 @@ int cmd_bench(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     r.sweep = "shape";
     r.model = "custom";
-    r.hq = hq, r.hkv = hkv, r.d = d, r.lq = lq, r.lk = lk, r.window = window, r.causal = causal, r.softcap = softcap;
-    r.threads = o.threads; /* 0 = all, as the kernel is told */
-    r.dt = (qkv_dtype)dt;
-    r.kernel = (qkv_kernel)kernel;
-    r.cold = cold;
+    r.hq = hq, r.hkv = hkv, r.d = d, r.lq = lq, r.lk = lk, r.window = a->window, r.causal = causal, r.softcap = a->softcap;
+    r.threads = o->threads; /* 0 = all, as the kernel is told */
+    r.dt = (qkv_dtype)a->dt;
+    r.kernel = (qkv_kernel)a->kernel;
+    r.cold = a->cold;
     r.layers = layers;
     if (pattern) r.swa_window = model.window, r.swa_period = model.swa_period;
-    int rc = run_shape(&r, &o, roof);
-    if (rc) return rc;
-    if (o.json) {
+    if ((rc = run_shape(&r, o, roof))) return rc;
+    if (o->json) {
         r.threads = threads;
         printf("{\n");
         print_machine_json(threads);
@@ -709,43 +764,34 @@ int cmd_bench(int argc, char **argv) {
         return 0;
     }
     printf("kernel=%s hq=%d hkv=%d d=%d lq=%d lk=%d kv=%s mask=%s", qkv_kernel_name(r.kernel), hq, hkv, d, lq, lk,
-           qkv_dtype_name((qkv_dtype)dt), window ? "window" : causal ? "causal" : "none");
-    if (softcap > 0) printf(" softcap=%g", (double)softcap);
+           qkv_dtype_name((qkv_dtype)a->dt), a->window ? "window" : causal ? "causal" : "none");
+    if (a->softcap > 0) printf(" softcap=%g", (double)a->softcap);
     printf(" threads=%d\n", threads);
     printf("time_s median=%.6f min=%.6f max=%.6f  GFLOP/s=%.2f  KV_GB/s=%.2f  peak_rss_MiB=%.1f\n", r.med, r.min, r.max,
            r.gflops, r.kv_gbs, r.rss_mib);
     if (layers > 1)
         printf("layers=%d: one run = every layer once; time per run %.3f ms, %.1f GiB of K/V read per run\n", layers,
                r.med * 1e3, r.kv_gbs * r.med * 1e9 / (1 << 30));
-    if (pattern) {
-        int sliding = 0, rows;
-        qkv_mask m;
-        for (int l = 0; l < layers; l++) sliding += layer_slides(&r, l);
-        layer_shape(&m, &rows, &r, 0);
-        printf("sliding layers: %d of %d (l mod %d < %d) see the last %d keys, each holding %d rows of K/V "
-               "(min(lk, W - 1 + lq), a sliding-window cache)\n",
-               sliding, layers, r.swa_period, r.swa_period - 1, r.swa_window, rows);
-    }
+    if (pattern) print_pattern(&r, layers);
     if (roof)
         printf("roofline fma_GFLOP/s=%.1f bf16_GFLOP/s=%.1f dram_GB/s=%.1f  peak_fraction=%.3f (%s)\n", roof->fma_gflops,
                roof->bf16_gflops, roof->dram_gbs, r.peak_frac,
                r.kernel == QKV_KERNEL_DECODE ? "of DRAM" : r.kernel == QKV_KERNEL_FLASH_BF16 ? "of bf16 dot" : "of FMA");
-    if (preset && lq == 1) { /* the cost model's decode step at context lk, beside the measurement */
-        /* the first `layers` layers, as they ran: the preset's pattern, or all global */
-        qkv_cost c;
-        qkv_cost_config part = model;
-        part.n_layer = layers;
-        if (!pattern) part.window = 0;
-        if (qkv_cost_eval(&c, &part, lk, qkv_dtype_size((qkv_dtype)dt), &err)) return cli_fail("%s", err.msg);
-        double flops = c.attn_flops_per_token, bytes = c.kv_read_bytes_per_token;
-        printf("cost model (%s, %d of %d layers, context %d, %s K/V): %.2f GFLOPs and %.2f GiB of KV per token", model.name,
-               layers, model.n_layer, lk, qkv_dtype_name((qkv_dtype)dt), flops * 1e-9, bytes / (1 << 30));
-        if (roof) {
-            double t_mem = bytes / (roof->dram_gbs * 1e9), t_fma = flops / (roof->fma_gflops * 1e9);
-            printf("; at the measured peaks %.3f s (%s-bound); measured %.3f s = %.2fx the prediction", t_mem > t_fma ? t_mem : t_fma,
-                   t_mem > t_fma ? "memory" : "compute", r.med, r.med / (t_mem > t_fma ? t_mem : t_fma));
-        }
-        printf("\n");
-    }
+    if (a->preset && lq == 1) return print_cost_model(&model, a, &r, pattern, roof);
     return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (a.sweeps) {
+        if (a.shape_flag)
+            return cli_fail("bench: --sweep runs its own shapes; drop the shape flags (--n, --kernel, ...)");
+        a.o.repeat = a.repeat > 0 ? a.repeat : a.o.quick ? 3 : 5;
+        if (a.o.quick) a.o.budget_s = a.o.budget_s < 2 ? a.o.budget_s : 2;
+        return run_sweeps(a.sweeps, &a.o);
+    }
+    if (a.o.svg || a.o.quick) return cli_fail("bench: --svg and --quick go with --sweep");
+    return run_one_shape(&a);
 }

@@ -8,6 +8,11 @@
  * typed in.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -13,6 +13,9 @@
  *      the head that gives 假 the most weight, recomputed from the LSE.
  */
 #include "cli.h"
+#include "flags.h"
+#include "util.h"
+#include "commands.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,6 +15,12 @@
  * --no-scale), since 0 would mean 1/sqrt(16).
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
+#include "qkv_render.h"
 
 #include <ctype.h>
 #include <errno.h>

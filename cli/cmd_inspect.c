@@ -7,6 +7,14 @@
  * so no output needs the maps of all layers and heads at once.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
 #include "qkv_render.h"
 
 #include <math.h>

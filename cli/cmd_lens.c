@@ -8,6 +8,14 @@
  * the layer x position grid of top-1 pieces, coloured by probability.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
+#include "qkv_render.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,6 +10,14 @@
  * page with the answers).
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,42 +419,49 @@ static int run_grid(grid *g, qkv_model *m, const qkv_gguf *gg, const qkv_tokeniz
     return rc;
 }
 
-int cmd_needle(int argc, char **argv) {
-    const char *model = CLI_DEFAULT_MODEL, *haystack = DEFAULT_HAYSTACK, *svg = NULL, *html = NULL;
-    qkv_needle_text nt = {.needle = DEFAULT_NEEDLE, .question = DEFAULT_QUESTION, .max_answer = 16};
-    const char *expected = DEFAULT_ANSWER;
-    cli_ints lengths = {0}, depths = {0};
-    int json = 0, threads = 0, verbose = 0, kv_dtype = QKV_DTYPE_F32;
-    cli_progress_flags pf = {0};
+typedef struct {
+    const char *model, *haystack, *svg, *html, *expected;
+    qkv_needle_text nt;
+    cli_ints lengths, depths;
+    int json, threads, verbose, kv_dtype;
+    cli_progress_flags pf;
+} needle_args;
+
+/* 0: parsed; -1: --help printed; 2: an error line printed (a->lengths and
+ * a->depths to be freed either way). */
+static int parse_args(needle_args *a, int argc, char **argv) {
+    *a = (needle_args){.model = CLI_DEFAULT_MODEL, .haystack = DEFAULT_HAYSTACK, .expected = DEFAULT_ANSWER,
+                       .nt = {.needle = DEFAULT_NEEDLE, .question = DEFAULT_QUESTION, .max_answer = 16},
+                       .kv_dtype = QKV_DTYPE_F32};
     cli_flag flags[] = {
-        CLI_FLAG_MODEL(&model),
-        {.name = "--file", .alias = "-f", .kind = CLI_STRING, .dest = &haystack, .metavar = "FILE",
+        CLI_FLAG_MODEL(&a->model),
+        {.name = "--file", .alias = "-f", .kind = CLI_STRING, .dest = &a->haystack, .metavar = "FILE",
          .help = "the haystack text (default " DEFAULT_HAYSTACK ")"},
-        {.name = "--lengths", .kind = CLI_INTS, .dest = &lengths, .lo = 1, .hi = QKV_MODEL_MAX_CTX, .metavar = "L1,L2,...",
+        {.name = "--lengths", .kind = CLI_INTS, .dest = &a->lengths, .lo = 1, .hi = QKV_MODEL_MAX_CTX, .metavar = "L1,L2,...",
          .help = "prompt lengths in tokens, answer included (default 1024,2048,4096,8192)"},
-        {.name = "--depths", .kind = CLI_INTS, .dest = &depths, .lo = 0, .hi = 100, .metavar = "D1,D2,...",
+        {.name = "--depths", .kind = CLI_INTS, .dest = &a->depths, .lo = 0, .hi = 100, .metavar = "D1,D2,...",
          .help = "needle depths, percent of the haystack (default 0,25,50,75,100)"},
-        {.name = "--needle", .kind = CLI_STRING, .dest = &nt.needle, .metavar = "TEXT",
+        {.name = "--needle", .kind = CLI_STRING, .dest = &a->nt.needle, .metavar = "TEXT",
          .help = "the sentence hidden in the haystack"},
-        {.name = "--question", .kind = CLI_STRING, .dest = &nt.question, .metavar = "TEXT",
+        {.name = "--question", .kind = CLI_STRING, .dest = &a->nt.question, .metavar = "TEXT",
          .help = "asked after the haystack"},
-        {.name = "--answer", .kind = CLI_STRING, .dest = &expected, .metavar = "TEXT",
+        {.name = "--answer", .kind = CLI_STRING, .dest = &a->expected, .metavar = "TEXT",
          .help = "a reply is correct when it contains this (case folded)"},
-        {.name = "--system", .kind = CLI_STRING, .dest = &nt.system, .metavar = "TEXT",
+        {.name = "--system", .kind = CLI_STRING, .dest = &a->nt.system, .metavar = "TEXT",
          .help = "system turn (default: the template's own)"},
-        {.name = "--no-chat", .kind = CLI_BOOL, .dest = &nt.plain,
+        {.name = "--no-chat", .kind = CLI_BOOL, .dest = &a->nt.plain,
          .help = "no chat template: the haystack and question as plain text after\nthe BOS (a base model)"},
-        {.name = "--max-answer", .kind = CLI_INT, .dest = &nt.max_answer, .lo = 1, .hi = 1024, .metavar = "N",
+        {.name = "--max-answer", .kind = CLI_INT, .dest = &a->nt.max_answer, .lo = 1, .hi = 1024, .metavar = "N",
          .help = "reply tokens at most (default 16)"},
-        CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
-        {.name = "--svg", .kind = CLI_STRING, .dest = &svg, .metavar = "FILE",
+        CLI_FLAG_JSON(&a->json, "everything as JSON on stdout"),
+        {.name = "--svg", .kind = CLI_STRING, .dest = &a->svg, .metavar = "FILE",
          .help = "the grid: correctness and needle mass side by side"},
-        {.name = "--html", .kind = CLI_STRING, .dest = &html, .metavar = "FILE",
+        {.name = "--html", .kind = CLI_STRING, .dest = &a->html, .metavar = "FILE",
          .help = "a self-contained page: the grid and the replies"},
-        CLI_FLAG_KV_DTYPE(&kv_dtype, "KV cache storage: f32 (default), bf16, f16"),
-        CLI_FLAG_THREADS(&threads),
-        CLI_FLAG_VERBOSE(&verbose),
-        CLI_FLAGS_PROGRESS(&pf),
+        CLI_FLAG_KV_DTYPE(&a->kv_dtype, "KV cache storage: f32 (default), bf16, f16"),
+        CLI_FLAG_THREADS(&a->threads),
+        CLI_FLAG_VERBOSE(&a->verbose),
+        CLI_FLAGS_PROGRESS(&a->pf),
         {0},
     };
     const cli_command cmd = {
@@ -464,123 +479,144 @@ int cmd_needle(int argc, char **argv) {
         "\"answer_mass_by_layer\" (the reply token where the answer starts; null if absent), \"seconds\"}],\n"
         "\"retrieval_heads\": [{\"layer\", \"head\", \"score\"}]}.",
         .flags = flags};
-    int rc = cli_parse(&cmd, argc, argv);
-    cli_progress_init(&pf);
+    const int rc = cli_parse(&cmd, argc, argv);
+    cli_progress_init(&a->pf);
+    return rc;
+}
+
+/* The default grid, and the texts checked against each other; 0 or 2. */
+static int check_args(needle_args *a) {
+    int rc = 0;
+    if (!a->lengths.n) rc = cli_parse_ints(&a->lengths, "--lengths", "1024,2048,4096,8192", 1, QKV_MODEL_MAX_CTX);
+    if (!rc && !a->depths.n) rc = cli_parse_ints(&a->depths, "--depths", "0,25,50,75,100", 0, 100);
+    if (!rc && !a->nt.needle[0]) rc = cli_fail("--needle is empty");
+    if (!rc && !a->expected[0]) rc = cli_fail("--answer is empty");
+    if (!rc && !a->nt.question[0]) rc = cli_fail("--question is empty");
+    if (!rc && a->nt.plain && a->nt.system) rc = cli_fail("--system needs the chat template, not --no-chat");
+    if (!rc && qkv_needle_match(a->nt.needle, a->expected) < 0)
+        rc = cli_fail("--answer '%s' is not in the needle: the model could not find it", a->expected);
+    return rc;
+}
+
+/* What the grid runs on: the GGUF, its tokenizer, the haystack's tokens. */
+typedef struct {
+    qkv_gguf *g;
+    qkv_tokenizer *tok;
+    char *text;
+    int32_t *hay, *needle_ids;
+} needle_inputs;
+
+/* Reads and tokenizes the haystack and the needle (gr->hay_tokens, gr->chat);
+ * 0 or 2 after an error line (free in either case). */
+static int load_inputs(needle_inputs *in, grid *gr, const needle_args *a) {
+    size_t len = 0;
+    int rc;
+    if (!(in->text = cli_read_file(a->haystack, CLI_PROMPT_MAX_BYTES, &len))) return CLI_EXIT_BAD_INPUT;
+    if ((rc = cli_tokenizer_open(&in->g, &in->tok, a->model))) return rc;
+    gr->chat = !a->nt.plain;
+    if (gr->chat && qkv_gguf_find_key(in->g, "tokenizer.chat_template") < 0)
+        return cli_fail("%s has no tokenizer.chat_template (a base model?): --no-chat asks in plain text", a->model);
+    if (qkv_needle_match(in->text, a->expected) >= 0)
+        return cli_fail("%s: the answer '%s' is already in the haystack", a->haystack, a->expected);
+    int n_needle = 0;
+    if ((rc = haystack_tokens(&in->hay, &gr->hay_tokens, in->text, len, in->tok)) ||
+        (rc = haystack_tokens(&in->needle_ids, &n_needle, a->nt.needle, strlen(a->nt.needle), in->tok)))
+        return rc;
+    if (n_needle >= gr->hay_tokens)
+        return cli_fail("the needle (%d tokens) is not shorter than the haystack %s (%d tokens)", n_needle, a->haystack,
+                        gr->hay_tokens);
+    return 0;
+}
+
+/* The model with a KV cache for the longest length, and the grid's arrays
+ * for its layers and heads; 0 or 2 after an error line. */
+static int open_model(qkv_model **m, grid *gr, const needle_args *a, const qkv_gguf *g) {
+    int max_len = 0;
+    for (int i = 0; i < a->lengths.n; i++)
+        if (a->lengths.v[i] > max_len) max_len = a->lengths.v[i];
+    qkv_model_params mp = {.n_ctx = max_len, .kv_dtype = (qkv_dtype)a->kv_dtype, .n_threads = a->threads};
+    qkv_error err = {0};
+    qkv_model_config cfg;
+    if (qkv_model_config_read(&cfg, g, &err)) return cli_model_fail(&err, a->model);
+    if (max_len > cfg.n_ctx_train)
+        return cli_fail("--lengths: %d tokens exceed the model's context of %d", max_len, cfg.n_ctx_train);
+    if (qkv_model_open(m, a->model, &mp, &err)) return cli_model_fail(&err, a->model);
+    gr->n_layer = cfg.n_layer;
+    gr->n_head = cfg.n_head;
+    gr->cells = calloc((size_t)a->lengths.n * a->depths.n, sizeof *gr->cells);
+    gr->retrieval = calloc((size_t)cfg.n_layer * cfg.n_head, sizeof(double));
+    if (!gr->cells || !gr->retrieval) return cli_fail("out of memory");
+    return 0;
+}
+
+/* The files, then stdout: the grid or JSON, the files written; 0 or 2. */
+static int emit(const needle_args *a, const grid *gr, const int *rank, FILE *svg_f, FILE *html_f) {
+    char title[512];
+    snprintf(title, sizeof title, "%s: needle in %s, %d lengths x %d depths", cli_basename(a->model),
+             cli_basename(a->haystack), a->lengths.n, a->depths.n);
+    /* the files are on disk before anything goes to stdout */
+    if (a->svg) write_output(svg_f, gr, title, 0);
+    if (a->html) write_output(html_f, gr, title, 1);
+    int rc = cli_outputs_commit();
+    if (rc) return rc;
+    if (a->json) print_json(gr, rank);
+    else print_grid(gr, rank);
+    if (a->svg) fprintf(a->json ? stderr : stdout, "wrote %s\n", a->svg);
+    if (a->html) fprintf(a->json ? stderr : stdout, "wrote %s\n", a->html);
+    return 0;
+}
+
+static void grid_free(grid *gr, int n_cells) {
+    if (gr->cells)
+        for (int i = 0; i < n_cells; i++) {
+            free(gr->cells[i].answer);
+            free(gr->cells[i].by_layer_max);
+            free(gr->cells[i].by_layer_mean);
+            free(gr->cells[i].answer_by_layer);
+        }
+    free(gr->cells);
+    free(gr->retrieval);
+}
+
+int cmd_needle(int argc, char **argv) {
+    needle_args a;
+    int rc = parse_args(&a, argc, argv);
     if (rc) {
-        cli_ints_free(&lengths);
-        cli_ints_free(&depths);
+        cli_ints_free(&a.lengths);
+        cli_ints_free(&a.depths);
         return rc < 0 ? 0 : rc;
     }
     FILE *svg_f = NULL, *html_f = NULL;
-    if ((svg && !(svg_f = cli_output_stream(svg))) || (html && !(html_f = cli_output_stream(html)))) {
-        cli_ints_free(&lengths);
-        cli_ints_free(&depths);
+    if ((a.svg && !(svg_f = cli_output_stream(a.svg))) || (a.html && !(html_f = cli_output_stream(a.html)))) {
+        cli_ints_free(&a.lengths);
+        cli_ints_free(&a.depths);
         return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
     }
-    qkv_gguf *g = NULL;
-    qkv_tokenizer *tok = NULL;
+    needle_inputs in = {0};
     qkv_model *m = NULL;
-    char *text = NULL;
-    int32_t *hay = NULL, *needle_ids = NULL;
     int *rank = NULL;
-    grid gr = {.model = model, .haystack = haystack, .needle = nt.needle, .question = nt.question, .answer = expected,
-               .lengths = &lengths, .depths = &depths};
-    if (!lengths.n) rc = cli_parse_ints(&lengths, "--lengths", "1024,2048,4096,8192", 1, QKV_MODEL_MAX_CTX);
-    if (!rc && !depths.n) rc = cli_parse_ints(&depths, "--depths", "0,25,50,75,100", 0, 100);
-    if (!rc && !nt.needle[0]) rc = cli_fail("--needle is empty");
-    if (!rc && !expected[0]) rc = cli_fail("--answer is empty");
-    if (!rc && !nt.question[0]) rc = cli_fail("--question is empty");
-    if (!rc && nt.plain && nt.system) rc = cli_fail("--system needs the chat template, not --no-chat");
-    if (!rc && qkv_needle_match(nt.needle, expected) < 0)
-        rc = cli_fail("--answer '%s' is not in the needle: the model could not find it", expected);
-    size_t len = 0;
-    if (rc) goto done;
-    if (!(text = cli_read_file(haystack, CLI_PROMPT_MAX_BYTES, &len))) {
-        rc = CLI_EXIT_BAD_INPUT;
-        goto done;
-    }
-    if ((rc = cli_tokenizer_open(&g, &tok, model))) goto done;
-    gr.chat = !nt.plain;
-    if (gr.chat && qkv_gguf_find_key(g, "tokenizer.chat_template") < 0) {
-        rc = cli_fail("%s has no tokenizer.chat_template (a base model?): --no-chat asks in plain text", model);
-        goto done;
-    }
-    if (qkv_needle_match(text, expected) >= 0) {
-        rc = cli_fail("%s: the answer '%s' is already in the haystack", haystack, expected);
-        goto done;
-    }
-    int n_needle = 0;
-    if ((rc = haystack_tokens(&hay, &gr.hay_tokens, text, len, tok)) ||
-        (rc = haystack_tokens(&needle_ids, &n_needle, nt.needle, strlen(nt.needle), tok)))
-        goto done;
-    if (n_needle >= gr.hay_tokens) {
-        rc = cli_fail("the needle (%d tokens) is not shorter than the haystack %s (%d tokens)", n_needle, haystack,
-                      gr.hay_tokens);
-        goto done;
-    }
-    int max_len = 0;
-    for (int i = 0; i < lengths.n; i++)
-        if (lengths.v[i] > max_len) max_len = lengths.v[i];
-    qkv_model_params mp = {.n_ctx = max_len, .kv_dtype = (qkv_dtype)kv_dtype, .n_threads = threads};
-    qkv_error err = {0};
-    qkv_model_config cfg;
-    if (qkv_model_config_read(&cfg, g, &err)) {
-        rc = cli_model_fail(&err, model);
-        goto done;
-    }
-    if (max_len > cfg.n_ctx_train) {
-        rc = cli_fail("--lengths: %d tokens exceed the model's context of %d", max_len, cfg.n_ctx_train);
-        goto done;
-    }
-    if (qkv_model_open(&m, model, &mp, &err)) {
-        rc = cli_model_fail(&err, model);
-        goto done;
-    }
-    gr.n_layer = cfg.n_layer;
-    gr.n_head = cfg.n_head;
-    gr.cells = calloc((size_t)lengths.n * depths.n, sizeof *gr.cells);
-    gr.retrieval = calloc((size_t)cfg.n_layer * cfg.n_head, sizeof(double));
-    if (!gr.cells || !gr.retrieval) {
-        rc = cli_fail("out of memory");
-        goto done;
-    }
+    grid gr = {.model = a.model, .haystack = a.haystack, .needle = a.nt.needle, .question = a.nt.question,
+               .answer = a.expected, .lengths = &a.lengths, .depths = &a.depths};
+    if ((rc = check_args(&a)) || (rc = load_inputs(&in, &gr, &a)) || (rc = open_model(&m, &gr, &a, in.g))) goto done;
     const double t0 = cli_now_s();
-    if ((rc = run_grid(&gr, m, g, tok, hay, &nt, verbose)) || !(rank = ranked_heads(&gr))) {
+    if ((rc = run_grid(&gr, m, in.g, in.tok, in.hay, &a.nt, a.verbose)) || !(rank = ranked_heads(&gr))) {
         if (!rc) rc = cli_fail("out of memory");
         goto done;
     }
-    char title[512];
-    snprintf(title, sizeof title, "%s: needle in %s, %d lengths x %d depths", cli_basename(model),
-             cli_basename(haystack), lengths.n, depths.n);
-    /* the files are on disk before anything goes to stdout */
-    if (svg) write_output(svg_f, &gr, title, 0);
-    if (html) write_output(html_f, &gr, title, 1);
-    if ((rc = cli_outputs_commit())) goto done;
-    if (json) print_json(&gr, rank);
-    else print_grid(&gr, rank);
-    if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
-    if (html) fprintf(json ? stderr : stdout, "wrote %s\n", html);
-    if (verbose)
-        fprintf(stderr, "qkv needle: %d cells, %.1f s, peak RSS %.1f MiB\n", lengths.n * depths.n, cli_now_s() - t0,
-                cli_peak_rss_mib());
+    if ((rc = emit(&a, &gr, rank, svg_f, html_f))) goto done;
+    if (a.verbose)
+        fprintf(stderr, "qkv needle: %d cells, %.1f s, peak RSS %.1f MiB\n", a.lengths.n * a.depths.n,
+                cli_now_s() - t0, cli_peak_rss_mib());
 done:
-    if (gr.cells)
-        for (int i = 0; i < lengths.n * depths.n; i++) {
-            free(gr.cells[i].answer);
-            free(gr.cells[i].by_layer_max);
-            free(gr.cells[i].by_layer_mean);
-            free(gr.cells[i].answer_by_layer);
-        }
-    free(gr.cells);
-    free(gr.retrieval);
+    grid_free(&gr, a.lengths.n * a.depths.n);
     free(rank);
-    free(hay);
-    free(needle_ids);
-    free(text);
+    free(in.hay);
+    free(in.needle_ids);
+    free(in.text);
     qkv_model_close(m);
-    qkv_tokenizer_free(tok);
-    qkv_gguf_close(g);
-    cli_ints_free(&lengths);
-    cli_ints_free(&depths);
+    qkv_tokenizer_free(in.tok);
+    qkv_gguf_close(in.g);
+    cli_ints_free(&a.lengths);
+    cli_ints_free(&a.depths);
     return cli_outputs_finish(rc);
 }

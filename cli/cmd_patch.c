@@ -11,6 +11,15 @@
  * file reads flags and writes what came back.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <stdio.h>

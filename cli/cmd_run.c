@@ -7,6 +7,13 @@
  * (qkv_model_params.swa_cache) unless --swa-full.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "util.h"
+#include "commands.h"
 
 #include <stdio.h>
 #include <stdlib.h>

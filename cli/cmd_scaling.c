@@ -13,6 +13,10 @@
  * same output, and a d's figures do not depend on which other d are listed.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "util.h"
+#include "commands.h"
 
 #include <math.h>
 #include <stdio.h>

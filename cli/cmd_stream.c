@@ -13,6 +13,14 @@
  * mean NLL per chunk as an SVG.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "json_out.h"
+#include "util.h"
+#include "commands.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -111,32 +119,37 @@ static int run_variant(variant *v, const char *model, const int32_t *ids, int n,
     return 0;
 }
 
-int cmd_stream(int argc, char **argv) {
-    cli_prompt_args pa = {0};
-    const char *model = CLI_DEFAULT_MODEL, *svg = NULL;
-    int json = 0, threads = 0, window = 256, sinks = 4, chunk = 64, ctx = 0, via_mask = 0, dtype = QKV_DTYPE_F32;
-    cli_progress_flags pf = {0};
+typedef struct {
+    cli_prompt_args pa;
+    const char *model, *svg;
+    int json, threads, window, sinks, chunk, ctx, via_mask, dtype;
+    cli_progress_flags pf;
+} stream_args;
+
+/* 0: parsed; -1: --help printed; 2: an error line printed. */
+static int parse_args(stream_args *a, int argc, char **argv) {
+    *a = (stream_args){.model = CLI_DEFAULT_MODEL, .window = 256, .sinks = 4, .chunk = 64, .dtype = QKV_DTYPE_F32};
     cli_flag flags[] = {
-        CLI_FLAG_MODEL(&model),
-        CLI_FLAGS_PROMPT(&pa),
-        {.name = "--window", .kind = CLI_INT, .dest = &window, .lo = 1, .hi = 1 << 20, .metavar = "W",
+        CLI_FLAG_MODEL(&a->model),
+        CLI_FLAGS_PROMPT(&a->pa),
+        {.name = "--window", .kind = CLI_INT, .dest = &a->window, .lo = 1, .hi = 1 << 20, .metavar = "W",
          .help = "keys a row sees under window and sinks (default 256)"},
-        {.name = "--sinks", .kind = CLI_INT, .dest = &sinks, .lo = 0, .hi = 1 << 20, .metavar = "S",
+        {.name = "--sinks", .kind = CLI_INT, .dest = &a->sinks, .lo = 0, .hi = 1 << 20, .metavar = "S",
          .help = "of those, the first S tokens kept (default 4; S < W)"},
-        {.name = "--chunk", .kind = CLI_INT, .dest = &chunk, .lo = 1, .hi = 1 << 20, .metavar = "C",
+        {.name = "--chunk", .kind = CLI_INT, .dest = &a->chunk, .lo = 1, .hi = 1 << 20, .metavar = "C",
          .help = "tokens per forward call; eviction before each (default 64)"},
-        {.name = "--max-tokens", .kind = CLI_INT, .dest = &pa.max_tokens, .lo = 2, .hi = 1 << 24, .metavar = "N",
+        {.name = "--max-tokens", .kind = CLI_INT, .dest = &a->pa.max_tokens, .lo = 2, .hi = 1 << 24, .metavar = "N",
          .help = "score the first N tokens (default: all)"},
-        {.name = "--ctx", .kind = CLI_INT, .dest = &ctx, .lo = 2, .hi = 1 << 24, .metavar = "N",
+        {.name = "--ctx", .kind = CLI_INT, .dest = &a->ctx, .lo = 2, .hi = 1 << 24, .metavar = "N",
          .help = "full: keys within the last N (default the model's n_ctx;\nbeyond it, evicted as window/orig)"},
-        {.name = "--via-mask", .kind = CLI_BOOL, .dest = &via_mask,
+        {.name = "--via-mask", .kind = CLI_BOOL, .dest = &a->via_mask,
          .help = "window/orig and sinks/orig by the mask over a full cache\ninstead of eviction (same NLLs, KV grows)"},
-        CLI_FLAG_KV_DTYPE(&dtype, "KV cache storage (default f32)"),
-        CLI_FLAG_JSON(&json, "everything as JSON on stdout"),
-        {.name = "--svg", .kind = CLI_STRING, .dest = &svg, .metavar = "FILE",
+        CLI_FLAG_KV_DTYPE(&a->dtype, "KV cache storage (default f32)"),
+        CLI_FLAG_JSON(&a->json, "everything as JSON on stdout"),
+        {.name = "--svg", .kind = CLI_STRING, .dest = &a->svg, .metavar = "FILE",
          .help = "plot: mean NLL per chunk, one line per variant"},
-        CLI_FLAG_THREADS(&threads),
-        CLI_FLAGS_PROGRESS(&pf),
+        CLI_FLAG_THREADS(&a->threads),
+        CLI_FLAGS_PROGRESS(&a->pf),
         {0},
     };
     const cli_command cmd = {
@@ -145,50 +158,51 @@ int cmd_stream(int argc, char **argv) {
         "a sliding window, attention sinks + window (StreamingLLM), the window recomputed per chunk;\n"
         "window and sinks with keys at their original positions and re-indexed within the cache.",
         .flags = flags};
-    CLI_PARSE_OR_RETURN(&cmd, argc, argv);
-    cli_progress_init(&pf);
-    if (sinks >= window) return cli_fail("--sinks %d must be below --window %d", sinks, window);
-    if (!pa.text && !pa.file && !pa.tokens) pa.file = DEFAULT_TEXT;
-    FILE *svg_f = svg ? cli_output_stream(svg) : NULL;
-    if (svg && !svg_f) return CLI_EXIT_BAD_INPUT;
-    cli_prompt pr;
-    int rc = cli_prompt_load_from(&pr, &pa, model, 0);
-    if (rc) return cli_outputs_finish(rc);
-    const int n = pr.n;
-    variant vs[N_VARIANTS] = {
+    return cli_parse(&cmd, argc, argv);
+}
+
+/* The six variants of a, their NLL arrays of n - 1 allocated; 0 or 2. */
+static int variants_init(variant *vs, const stream_args *a, int n) {
+    const qkv_stream_cache orig = a->via_mask ? QKV_STREAM_MASK : QKV_STREAM_EVICT;
+    const variant all[N_VARIANTS] = {
         {.name = "full", .positions = "absolute", .colour = "#333333", .dash = "",
          .p = {.policy = QKV_STREAM_FULL}},
         {.name = "window/orig", .positions = "original", .colour = "#e8590c", .dash = "",
-         .p = {.policy = QKV_STREAM_WINDOW, .cache = via_mask ? QKV_STREAM_MASK : QKV_STREAM_EVICT}},
+         .p = {.policy = QKV_STREAM_WINDOW, .cache = orig}},
         {.name = "window/shifted", .positions = "shifted", .colour = "#e8590c", .dash = "5 4",
          .p = {.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_SHIFT}},
         {.name = "sinks/orig", .positions = "original", .colour = "#1f5fbf", .dash = "",
-         .p = {.policy = QKV_STREAM_SINKS, .cache = via_mask ? QKV_STREAM_MASK : QKV_STREAM_EVICT}},
+         .p = {.policy = QKV_STREAM_SINKS, .cache = orig}},
         {.name = "sinks/shifted", .positions = "shifted", .colour = "#1f5fbf", .dash = "5 4",
          .p = {.policy = QKV_STREAM_SINKS, .cache = QKV_STREAM_SHIFT}},
         {.name = "recompute", .positions = "fresh", .colour = "#2b8a3e", .dash = "2 3",
          .p = {.policy = QKV_STREAM_RECOMPUTE}},
     };
-    if (n < 2) {
-        cli_prompt_free(&pr);
-        return cli_outputs_finish(cli_fail("the text has %d token%s; scoring needs at least 2", n, n == 1 ? "" : "s"));
-    }
+    int rc = 0;
     for (int k = 0; k < N_VARIANTS; k++) {
-        vs[k].p.window = window;
-        vs[k].p.sinks = sinks;
-        vs[k].p.chunk = chunk;
+        vs[k] = all[k];
+        vs[k].p.window = a->window;
+        vs[k].p.sinks = a->sinks;
+        vs[k].p.chunk = a->chunk;
         if (!(vs[k].nll = malloc((size_t)(n - 1) * sizeof(float)))) rc = cli_fail("out of memory");
     }
+    return rc;
+}
+
+/* Every variant over ids[n], full's keys bounded by the context; *ctx: the
+ * context full ran with (0: the model's). 0 or 2 after an error line. */
+static int compute(variant *vs, int *ctx, const stream_args *a, const int32_t *ids, int n) {
     qkv_error err = {0};
     qkv_gguf *g = NULL;
     qkv_model_config cfg;
-    if (!rc && (qkv_gguf_open(&g, model, &err) || qkv_model_config_read(&cfg, g, &err))) rc = cli_model_fail(&err, model);
+    int rc = 0;
+    if (qkv_gguf_open(&g, a->model, &err) || qkv_model_config_read(&cfg, g, &err)) rc = cli_model_fail(&err, a->model);
     qkv_gguf_close(g);
     if (!rc) {
-        if (!ctx) ctx = cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX;
-        if (n > ctx) /* full: keys within the last ctx, original positions */
-            vs[0].p = (qkv_stream_params){.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_EVICT, .window = ctx,
-                                          .chunk = chunk};
+        if (!*ctx) *ctx = cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX;
+        if (n > *ctx) /* full: keys within the last ctx, original positions */
+            vs[0].p = (qkv_stream_params){.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_EVICT, .window = *ctx,
+                                          .chunk = a->chunk};
     }
     int64_t steps = 0, before[N_VARIANTS]; /* tokens run, in all and before variant k */
     for (int k = 0; k < N_VARIANTS; k++) {
@@ -197,51 +211,78 @@ int cmd_stream(int argc, char **argv) {
         if (cli_progress_enabled()) vs[k].p.progress = report, vs[k].p.progress_user = &before[k];
     }
     if (!rc) cli_progress_start("stream", steps, "tokens");
-    const double t_all = cli_now_s();
     for (int k = 0; k < N_VARIANTS && !rc; k++) {
         cli_progress_label("stream %s (%d/%d)", vs[k].name, k + 1, N_VARIANTS);
-        rc = run_variant(&vs[k], model, pr.ids, n, (qkv_dtype)dtype, threads);
+        rc = run_variant(&vs[k], a->model, ids, n, (qkv_dtype)a->dtype, a->threads);
     }
     cli_progress_finish();
-    if (rc) goto done;
+    return rc;
+}
+
+static void print_json(const variant *vs, const stream_args *a, const char *base, int n, int ctx) {
+    const int nc = (n - 1 + a->chunk - 1) / a->chunk;
+    printf("{\n  \"model\": ");
+    cli_json_string(stdout, base);
+    printf(",\n  \"n_tokens\": %d,\n  \"window\": %d,\n  \"sinks\": %d,\n  \"chunk\": %d,\n  \"ctx\": %d,\n"
+           "  \"kv_dtype\": \"%s\",\n  \"variants\": [\n",
+           n, a->window, a->sinks, a->chunk, ctx, qkv_dtype_name((qkv_dtype)a->dtype));
+    for (int k = 0; k < N_VARIANTS; k++)
+        printf("    {\"name\": \"%s\", \"positions\": \"%s\", \"ppl\": %.6g, \"tokens_per_s\": %.1f, "
+               "\"kv_bytes\": %lld}%s\n",
+               vs[k].name, vs[k].positions, vs[k].ppl, vs[k].tokens_per_s, (long long)vs[k].kv_bytes,
+               k + 1 < N_VARIANTS ? "," : "");
+    printf("  ],\n  \"chunks\": [\n");
+    for (int i = 0; i < nc; i++) {
+        printf("    {\"start\": %d, \"nll\": [", i * a->chunk);
+        for (int k = 0; k < N_VARIANTS; k++) printf("%s%.5f", k ? ", " : "", chunk_mean(&vs[k], i, a->chunk, n));
+        printf("]}%s\n", i + 1 < nc ? "," : "");
+    }
+    printf("  ]\n}\n");
+}
+
+static void print_table(const variant *vs, const stream_args *a, const char *base, const char *src, int n,
+                        double seconds) {
+    printf("%s on %s: %d tokens, %d scored; window W = %d, sinks S = %d, chunks of %d, KV %s\n\n", base, src, n, n - 1,
+           a->window, a->sinks, a->chunk, qkv_dtype_name((qkv_dtype)a->dtype));
+    printf("%-16s %-10s %12s %12s %14s\n", "variant", "positions", "perplexity", "tokens/s", "peak KV bytes");
+    for (int k = 0; k < N_VARIANTS; k++)
+        printf("%-16s %-10s %12.3f %12.1f %14lld\n", vs[k].name, vs[k].positions, vs[k].ppl, vs[k].tokens_per_s,
+               (long long)vs[k].kv_bytes);
+    printf("\n%.1f s in all\n", seconds);
+}
+
+int cmd_stream(int argc, char **argv) {
+    stream_args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    cli_progress_init(&a.pf);
+    if (a.sinks >= a.window) return cli_fail("--sinks %d must be below --window %d", a.sinks, a.window);
+    if (!a.pa.text && !a.pa.file && !a.pa.tokens) a.pa.file = DEFAULT_TEXT;
+    FILE *svg_f = a.svg ? cli_output_stream(a.svg) : NULL;
+    if (a.svg && !svg_f) return CLI_EXIT_BAD_INPUT;
+    cli_prompt pr;
+    if ((rc = cli_prompt_load_from(&pr, &a.pa, a.model, 0))) return cli_outputs_finish(rc);
+    const int n = pr.n;
+    variant vs[N_VARIANTS] = {{0}};
+    if (n < 2) {
+        cli_prompt_free(&pr);
+        return cli_outputs_finish(cli_fail("the text has %d token%s; scoring needs at least 2", n, n == 1 ? "" : "s"));
+    }
+    int ctx = a.ctx;
+    const double t_all = cli_now_s();
+    if ((rc = variants_init(vs, &a, n)) || (rc = compute(vs, &ctx, &a, pr.ids, n))) goto done;
     const double seconds = cli_now_s() - t_all;
-    const char *base = cli_basename(model), *src = pa.file ? cli_basename(pa.file) : "the text";
+    const char *base = cli_basename(a.model), *src = a.pa.file ? cli_basename(a.pa.file) : "the text";
     char title[512];
     snprintf(title, sizeof title, "%s on %s, %d tokens: mean NLL per chunk of %d, W = %d, S = %d", base, src, n,
-             chunk, window, sinks);
-    const int nc = (n - 1 + chunk - 1) / chunk;
-    if (svg) { /* the plot is on disk before anything goes to stdout */
-        write_svg(svg_f, vs, n, chunk, title);
+             a.chunk, a.window, a.sinks);
+    if (a.svg) { /* the plot is on disk before anything goes to stdout */
+        write_svg(svg_f, vs, n, a.chunk, title);
         if ((rc = cli_outputs_commit())) goto done;
     }
-    if (json) {
-        printf("{\n  \"model\": ");
-        cli_json_string(stdout, base);
-        printf(",\n  \"n_tokens\": %d,\n  \"window\": %d,\n  \"sinks\": %d,\n  \"chunk\": %d,\n  \"ctx\": %d,\n"
-               "  \"kv_dtype\": \"%s\",\n  \"variants\": [\n",
-               n, window, sinks, chunk, ctx, qkv_dtype_name((qkv_dtype)dtype));
-        for (int k = 0; k < N_VARIANTS; k++)
-            printf("    {\"name\": \"%s\", \"positions\": \"%s\", \"ppl\": %.6g, \"tokens_per_s\": %.1f, "
-                   "\"kv_bytes\": %lld}%s\n",
-                   vs[k].name, vs[k].positions, vs[k].ppl, vs[k].tokens_per_s, (long long)vs[k].kv_bytes,
-                   k + 1 < N_VARIANTS ? "," : "");
-        printf("  ],\n  \"chunks\": [\n");
-        for (int i = 0; i < nc; i++) {
-            printf("    {\"start\": %d, \"nll\": [", i * chunk);
-            for (int k = 0; k < N_VARIANTS; k++) printf("%s%.5f", k ? ", " : "", chunk_mean(&vs[k], i, chunk, n));
-            printf("]}%s\n", i + 1 < nc ? "," : "");
-        }
-        printf("  ]\n}\n");
-    } else {
-        printf("%s on %s: %d tokens, %d scored; window W = %d, sinks S = %d, chunks of %d, KV %s\n\n", base, src, n,
-               n - 1, window, sinks, chunk, qkv_dtype_name((qkv_dtype)dtype));
-        printf("%-16s %-10s %12s %12s %14s\n", "variant", "positions", "perplexity", "tokens/s", "peak KV bytes");
-        for (int k = 0; k < N_VARIANTS; k++)
-            printf("%-16s %-10s %12.3f %12.1f %14lld\n", vs[k].name, vs[k].positions, vs[k].ppl, vs[k].tokens_per_s,
-                   (long long)vs[k].kv_bytes);
-        printf("\n%.1f s in all\n", seconds);
-    }
-    if (svg) fprintf(json ? stderr : stdout, "wrote %s\n", svg);
+    if (a.json) print_json(vs, &a, base, n, ctx);
+    else print_table(vs, &a, base, src, n, seconds);
+    if (a.svg) fprintf(a.json ? stderr : stdout, "wrote %s\n", a.svg);
 done:
     for (int k = 0; k < N_VARIANTS; k++) free(vs[k].nll);
     cli_prompt_free(&pr);

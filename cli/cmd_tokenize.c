@@ -8,6 +8,11 @@
  * one line on stderr and exit status 2.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "json_out.h"
+#include "commands.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,9 @@
  * --flags ("--out --lse x" is --out without its value); bools take none.
  */
 #include "cli.h"
+#include "flags.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

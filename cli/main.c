@@ -1,16 +1,9 @@
 /* main.c — `qkv <command> [flags]`: dispatches to cli/cmd_<name>.c. */
 #include "cli.h"
+#include "commands.h"
+#include "dispatch.h"
 
-#include <stdio.h>
-#include <string.h>
-
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} command;
-
-static const command commands[] = {
+static const cli_dispatch_cmd commands[] = {
     {"explain", cmd_explain, "the article's 4-token example, step by step, through the reference kernel"},
     {"scaling", cmd_scaling, "why 1/sqrt(d): Monte Carlo of q.k spread and the largest softmax weight"},
     {"cost", cmd_cost, "attention FLOPs, score-table and KV-cache bytes from a model configuration"},
@@ -29,28 +22,9 @@ static const command commands[] = {
     {"demo", cmd_demo, "the embedded default walk-through run by `make demo`"},
 };
 
-static void usage(FILE *f) {
-    fprintf(f, "qkv %s — the self-attention of Llama-family models, in C\n\nusage: qkv <command> [flags]\n\n",
-            QKV_VERSION);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`qkv <command> --help` describes a command's flags.\n");
-}
-
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return CLI_EXIT_BAD_INPUT;
-    }
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        usage(stdout);
-        return 0;
-    }
-    if (!strcmp(argv[1], "--version")) {
-        printf("qkv %s\n", QKV_VERSION);
-        return 0;
-    }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-    return cli_fail("unknown command '%s' (run `qkv --help`)", argv[1]);
+    const cli_dispatch_table t = {.program = "qkv", .about = "the self-attention of Llama-family models, in C",
+                                  .usage = "qkv <command> [flags]", .name_width = 10, .version_flag = 1,
+                                  .cmds = commands, .n_cmds = sizeof commands / sizeof commands[0]};
+    return cli_dispatch(&t, argc, argv);
 }

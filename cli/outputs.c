@@ -18,11 +18,13 @@
  * several system calls, so a crash between two of them keeps the first.
  */
 #include "cli.h"
+#include "outputs.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>

@@ -8,6 +8,8 @@
  * command's output is the same with and without it.
  */
 #include "cli.h"
+#include "progress.h"
+#include "util.h"
 
 #include <stdarg.h>
 #include <stdio.h>

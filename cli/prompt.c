@@ -5,7 +5,12 @@
  * open the model's weights; a command that runs the model passes its GGUF.
  */
 #include "cli.h"
+#include "flags.h"
+#include "prompt.h"
+#include "util.h"
+#include "qkv_render.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,7 +1,12 @@
 /* util.c — shared CLI helpers: one-line errors, strict number parsing, whole
  * files, JSON strings, timers, peak memory and padded table cells. */
 #include "cli.h"
+#include "flags.h"
+#include "prompt.h"
+#include "json_out.h"
+#include "util.h"
 #include "util/clock.h"
+#include "qkv_render.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -7,6 +7,9 @@
  * values must lie in their declared ranges.
  */
 #include "cli.h"
+#include "flags.h"
+#include "flag_rows.h"
+#include "prompt.h"
 #include "fuzz_file.h"
 
 #include <string.h>

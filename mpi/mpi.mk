@@ -10,7 +10,7 @@ MPI_OBJ      := $(MPI_SRC:%.c=$(BUILD)/%.o)
 MPI_CLI_OBJ  := $(MPI_CLI_SRC:%.c=$(BUILD)/%.o)
 MPI_TEST_OBJ := $(MPI_TEST_SRC:%.c=$(BUILD)/%.o)
 # the CLI helpers qkv-mpi shares with qkv: flag tables, errors, the .npy and prompt loaders
-MPI_CLI_SHARED := $(BUILD)/cli/flags.o $(BUILD)/cli/util.o $(BUILD)/cli/outputs.o $(BUILD)/cli/cmd_attend.o \
+MPI_CLI_SHARED := $(BUILD)/cli/dispatch.o $(BUILD)/cli/flags.o $(BUILD)/cli/util.o $(BUILD)/cli/outputs.o $(BUILD)/cli/cmd_attend.o \
                   $(BUILD)/cli/prompt.o $(BUILD)/cli/progress.o
 MPI_CFLAGS = $(ALL_CFLAGS) -Impi -Icli -Irender
 

@@ -12,7 +12,8 @@
 #include "testing.h"
 
 #include "alloc_count.h"
-#include "../cli/cli.h"
+#include "qkv.h"
+#include "../cli/commands.h"
 
 #include <dirent.h>
 #include <fcntl.h>

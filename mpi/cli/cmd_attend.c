@@ -12,8 +12,12 @@
  * Bad input gets one "qkv: " line from rank 0 and exit status 2 everywhere.
  */
 #include "mpi_cli.h"
+#include "flag_rows.h"
+#include "outputs.h"
+#include "util.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

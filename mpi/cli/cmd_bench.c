@@ -9,6 +9,7 @@
  * per visible (query, key) pair and head over all ranks, as qkv bench does.
  */
 #include "mpi_cli.h"
+#include "flag_rows.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -14,6 +14,11 @@
  * causal layers only); plus --timeout.
  */
 #include "mpi_cli.h"
+#include "flag_rows.h"
+#include "prompt.h"
+#include "progress.h"
+#include "outputs.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>

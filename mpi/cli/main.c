@@ -2,6 +2,7 @@
  * attention over MPI; dispatches to mpi/cli/cmd_<name>.c. */
 #define _POSIX_C_SOURCE 200809L
 #include "mpi_cli.h"
+#include "dispatch.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -64,25 +65,11 @@ void mpi_cli_fault_point(void) {
     }
 }
 
-typedef struct {
-    const char *name;
-    int (*run)(int argc, char **argv);
-    const char *summary;
-} command;
-
-static const command commands[] = {
+static const cli_dispatch_cmd commands[] = {
     {"attend", mpi_cmd_attend, "context-parallel attention of .npy arrays: rank 0 reads, scatters, gathers, writes"},
     {"bench", mpi_cmd_bench, "ring attention over the ranks: time, communication against compute"},
     {"run", mpi_cmd_run, "a GGUF model with the prompt split across the ranks (context-parallel attention)"},
 };
-
-static void usage(FILE *f) {
-    fprintf(f, "qkv-mpi %s — context-parallel attention over MPI\n\nusage: mpirun -np N qkv-mpi <command> [flags]\n\n",
-            QKV_VERSION);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    fprintf(f, "\n`qkv-mpi <command> --help` describes a command's flags.\n");
-}
 
 /* Ranks > 0 keep their stdout and stderr quiet: rank 0 speaks for the job. */
 static void quiet_other_ranks(void) {
@@ -108,18 +95,10 @@ int main(int argc, char **argv) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     g_job.threads_default = cores / local > 1 ? (int)(cores / local) : 1;
     if (g_job.rank) quiet_other_ranks();
-    int rc = -1;
-    if (argc < 2) {
-        usage(stderr);
-        rc = CLI_EXIT_BAD_INPUT;
-    } else if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        usage(stdout);
-        rc = 0;
-    } else {
-        for (size_t i = 0; rc < 0 && i < sizeof commands / sizeof commands[0]; i++)
-            if (!strcmp(argv[1], commands[i].name)) rc = commands[i].run(argc - 1, argv + 1);
-        if (rc < 0) rc = cli_fail("unknown command '%s' (run `qkv-mpi --help`)", argv[1]);
-    }
+    const cli_dispatch_table t = {.program = "qkv-mpi", .about = "context-parallel attention over MPI",
+                                  .usage = "mpirun -np N qkv-mpi <command> [flags]", .name_width = 8,
+                                  .cmds = commands, .n_cmds = sizeof commands / sizeof commands[0]};
+    const int rc = cli_dispatch(&t, argc, argv);
     MPI_Finalize();
     return rc;
 }

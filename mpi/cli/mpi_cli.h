@@ -13,6 +13,7 @@
 #define QKV_MPI_CLI_H
 
 #include "cli.h"
+#include "flags.h"
 #include "qkv_mpi.h"
 
 typedef struct {
