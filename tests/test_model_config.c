@@ -130,3 +130,29 @@ TEST(model_config_refuses_hostile_metadata) {
     CHECK(read_with(NULL, 0, 0, "gpt2", &c, &err) == QKV_ERR_UNSUPPORTED && strstr(err.msg, "architecture 'gpt2'"),
           "architecture: %s", err.msg);
 }
+
+/* qkv_model_layer_slides, the one rule of sliding layers, on gemma2's and
+ * gemma3's patterns (llama.cpp's set_swa_pattern: of each period the last
+ * layer is global), and qkv_model_layer_attn built on it. */
+TEST(model_config_layer_slides) {
+    static const char gemma2[] = "101010", gemma3[] = "111110111110111110";
+    qkv_model_config c = {.n_head = 4, .n_kv_head = 1, .head_dim = 16, .window = 512, .swa_period = 6,
+                          .rope = {.theta = 1e6f}, .rope_theta_swa = 1e4f};
+    for (int l = 0; l < 18; l++) {
+        qkv_layer_attn a;
+        qkv_model_layer_attn(&a, &c, l);
+        const int want = gemma3[l] == '1';
+        CHECK(qkv_model_layer_slides(&c, l) == want, "gemma3 layer %d", l);
+        CHECK(a.window == (want ? 512 : 0) && a.rope.theta == (want ? 1e4f : 1e6f), "gemma3 layer %d: window %d",
+              l, a.window);
+    }
+    c.swa_period = 2;
+    for (int l = 0; l < 6; l++) CHECK(qkv_model_layer_slides(&c, l) == (gemma2[l] == '1'), "gemma2 layer %d", l);
+    /* no window, or a period without a global layer: nothing slides */
+    const int no_slide[][2] = {{0, 6}, {0, 2}, {512, 1}, {512, 0}};
+    for (size_t i = 0; i < sizeof no_slide / sizeof no_slide[0]; i++) {
+        c.window = no_slide[i][0], c.swa_period = no_slide[i][1];
+        for (int l = 0; l < 7; l++)
+            CHECK(!qkv_model_layer_slides(&c, l), "window %d period %d: layer %d slides", c.window, c.swa_period, l);
+    }
+}

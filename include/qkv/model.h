@@ -70,6 +70,10 @@ typedef struct {
     int qk_norm, qkv_bias;
 } qkv_layer_attn;
 
+/* 1 if layer `layer` is a sliding layer: cfg->window > 0 and
+ * layer % swa_period < swa_period - 1 (a period of 1 or less: none); the one
+ * rule behind qkv_model_layer_attn, the sliding-window cache and qkv_cost. */
+QKV_API int qkv_model_layer_slides(const qkv_model_config *cfg, int layer);
 /* out <- layer `layer`'s attention spec (0 <= layer < cfg->n_layer). */
 QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *cfg, int layer);
 

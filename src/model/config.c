@@ -78,8 +78,12 @@ static qkv_status meta_positive(float *out, const qkv_gguf *g, const char *arch,
     return meta_float(out, g, arch, suffix, *out, 0, 1e30, err);
 }
 
+int qkv_model_layer_slides(const qkv_model_config *c, int layer) {
+    return c->window > 0 && c->swa_period > 1 && layer % c->swa_period < c->swa_period - 1;
+}
+
 void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c, int layer) {
-    const int sliding = c->window > 0 && layer % c->swa_period < c->swa_period - 1;
+    const int sliding = qkv_model_layer_slides(c, layer);
     *out = (qkv_layer_attn){.n_head = c->n_head, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
                             .scale = c->attn_scale, .window = sliding ? c->window : 0, .softcap = c->attn_softcap,
                             .rope = c->rope, .qk_norm = c->qk_norm, .qkv_bias = c->qkv_bias};
