@@ -56,9 +56,10 @@ typedef struct {
     int hq, hkv, d, lq, lk, window, causal, threads, cold;
     float softcap;      /* scores capped to c tanh(s / c) (qkv_attn_desc); 0: none, as in every sweep */
     int layers;         /* separate K/V per layer, one run = every layer once (a token) */
-    int swa_window, swa_period; /* > 0: layers follow a preset's pattern (layer l slides iff l % period <
-                                   period - 1): a sliding layer has a window mask and K/V of the last
-                                   min(lk, W - 1 + lq) rows only, as a sliding-window cache holds */
+    const qkv_model_config *pattern; /* non-NULL: layers follow this preset's sliding layers
+                                        (qkv_model_layer_slides): a sliding layer has a window mask and
+                                        K/V of the last min(lk, W - 1 + lq) rows only, as a
+                                        sliding-window cache holds */
     qkv_dtype dt;
     qkv_kernel kernel;  /* resolved (never AUTO) */
     int runs;           /* timed runs done */
@@ -102,7 +103,7 @@ static double visible_pairs(const qkv_mask *m, int lq, int lk) {
 /* Layer l's mask and key count: r's own, or on a sliding layer of the preset's
  * pattern a window of W over the rows a sliding-window cache keeps. */
 static int layer_slides(const bench_result *r, int l) {
-    return r->swa_window > 0 && l % r->swa_period < r->swa_period - 1;
+    return r->pattern && qkv_model_layer_slides(r->pattern, l);
 }
 
 static void layer_shape(qkv_mask *mask, int *lk, const bench_result *r, int l) {
@@ -110,8 +111,8 @@ static void layer_shape(qkv_mask *mask, int *lk, const bench_result *r, int l) {
                        .window = r->window};
     *lk = r->lk;
     if (!layer_slides(r, l)) return;
-    *mask = (qkv_mask){.kind = QKV_MASK_WINDOW, .window = r->swa_window};
-    const int keep = r->swa_window - 1 + r->lq;
+    *mask = (qkv_mask){.kind = QKV_MASK_WINDOW, .window = r->pattern->window};
+    const int keep = r->pattern->window - 1 + r->lq;
     if (keep < *lk) *lk = keep;
 }
 
@@ -311,7 +312,7 @@ static void print_result_json(const bench_result *r) {
            r->med, r->min, r->max, 100.0 * (r->max - r->min) / r->med, r->gflops, r->kv_gbs);
     int sliding = 0;
     for (int l = 0; l < (r->layers > 1 ? r->layers : 1); l++) sliding += layer_slides(r, l);
-    printf("\"sliding_layers\": %d, \"sliding_window\": %d, ", sliding, sliding ? r->swa_window : 0);
+    printf("\"sliding_layers\": %d, \"sliding_window\": %d, ", sliding, sliding ? r->pattern->window : 0);
     if (r->peak_frac >= 0) printf("\"peak_fraction\": %.4f, ", r->peak_frac);
     else printf("\"peak_fraction\": null, ");
     printf("\"peak_rss_mib\": %.1f, ", r->rss_mib);
@@ -663,13 +664,13 @@ static int parse_args(bench_args *a, int argc, char **argv) {
     return 0;
 }
 
-/* One shape's heads and layers from --preset and --layers (*model: the
- * preset's configuration); 0 or 2 after an error line. */
-static int shape_of(bench_args *a, qkv_cost_config *model) {
+/* One shape's heads and layers from --preset and --layers (*model, *name: the
+ * preset's configuration and name); 0 or 2 after an error line. */
+static int shape_of(bench_args *a, qkv_model_config *model, const char **name) {
     qkv_error err = {0};
     if (a->preset) { /* heads and layers of a known model, as `qkv cost` has them */
         if (a->heads_given) return cli_fail("bench: --preset sets --hq, --hkv and --d; give one or the other");
-        if (qkv_cost_preset(model, a->preset, &err)) return cli_fail("--preset: %s", err.msg);
+        if (qkv_cost_preset(model, name, a->preset, &err)) return cli_fail("--preset: %s", err.msg);
         a->hq = model->n_head, a->hkv = model->n_kv_head, a->d = model->head_dim;
     }
     if (a->layers_s) {
@@ -692,22 +693,22 @@ static void print_pattern(const bench_result *r, int layers) {
     layer_shape(&m, &rows, r, 0);
     printf("sliding layers: %d of %d (l mod %d < %d) see the last %d keys, each holding %d rows of K/V "
            "(min(lk, W - 1 + lq), a sliding-window cache)\n",
-           sliding, layers, r->swa_period, r->swa_period - 1, r->swa_window, rows);
+           sliding, layers, r->pattern->swa_period, r->pattern->swa_period - 1, r->pattern->window, rows);
 }
 
 /* The cost model's decode step at context lk, beside the measurement: the
  * first `layers` layers, as they ran (the preset's pattern, or all global);
  * 0 or 2 after an error line. */
-static int print_cost_model(const qkv_cost_config *model, const bench_args *a, const bench_result *r, int pattern,
-                            const bench_roofline *roof) {
+static int print_cost_model(const qkv_model_config *model, const char *name, const bench_args *a,
+                            const bench_result *r, int pattern, const bench_roofline *roof) {
     qkv_cost c;
-    qkv_cost_config part = *model;
+    qkv_model_config part = *model;
     qkv_error err = {0};
     part.n_layer = a->layers;
     if (!pattern) part.window = 0;
-    if (qkv_cost_eval(&c, &part, a->lk, qkv_dtype_size((qkv_dtype)a->dt), &err)) return cli_fail("%s", err.msg);
+    if (qkv_cost_eval(&c, &part, 0, a->lk, qkv_dtype_size((qkv_dtype)a->dt), &err)) return cli_fail("%s", err.msg);
     double flops = c.attn_flops_per_token, bytes = c.kv_read_bytes_per_token;
-    printf("cost model (%s, %d of %d layers, context %d, %s K/V): %.2f GFLOPs and %.2f GiB of KV per token", model->name,
+    printf("cost model (%s, %d of %d layers, context %d, %s K/V): %.2f GFLOPs and %.2f GiB of KV per token", name,
            a->layers, model->n_layer, a->lk, qkv_dtype_name((qkv_dtype)a->dt), flops * 1e-9, bytes / (1 << 30));
     if (roof) {
         double t_mem = bytes / (roof->dram_gbs * 1e9), t_fma = flops / (roof->fma_gflops * 1e9);
@@ -722,9 +723,10 @@ static int print_cost_model(const qkv_cost_config *model, const bench_args *a, c
 static int run_one_shape(bench_args *a) {
     bench_opts *o = &a->o;
     if (a->lk < 0) a->lk = a->lq;
-    qkv_cost_config model;
+    qkv_model_config model;
+    const char *name = NULL;
     qkv_error err = {0};
-    int rc = shape_of(a, &model);
+    int rc = shape_of(a, &model, &name);
     if (rc) return rc;
     const int causal = !a->no_causal, hq = a->hq, hkv = a->hkv, d = a->d, lq = a->lq, lk = a->lk, layers = a->layers;
     /* a whole model's layers follow its sliding pattern */
@@ -751,7 +753,7 @@ static int run_one_shape(bench_args *a) {
     r.kernel = (qkv_kernel)a->kernel;
     r.cold = a->cold;
     r.layers = layers;
-    if (pattern) r.swa_window = model.window, r.swa_period = model.swa_period;
+    if (pattern) r.pattern = &model;
     if ((rc = run_shape(&r, o, roof))) return rc;
     if (o->json) {
         r.threads = threads;
@@ -777,7 +779,7 @@ static int run_one_shape(bench_args *a) {
         printf("roofline fma_GFLOP/s=%.1f bf16_GFLOP/s=%.1f dram_GB/s=%.1f  peak_fraction=%.3f (%s)\n", roof->fma_gflops,
                roof->bf16_gflops, roof->dram_gbs, r.peak_frac,
                r.kernel == QKV_KERNEL_DECODE ? "of DRAM" : r.kernel == QKV_KERNEL_FLASH_BF16 ? "of bf16 dot" : "of FMA");
-    if (a->preset && lq == 1) return print_cost_model(&model, a, &r, pattern, roof);
+    if (a->preset && lq == 1) return print_cost_model(&model, name, a, &r, pattern, roof);
     return 0;
 }
 

@@ -145,41 +145,35 @@ static int parse_dtype(void *dest, const char *flag, const char *s) {
 
 /* The configuration from GGUF metadata, read as qkv_model_open reads it
  * (qkv_model_config_read), named by general.name (else the path). */
-static int load_gguf(qkv_cost_config *c, const char *path) {
+static int load_gguf(qkv_model_config *c, char *name, size_t cap, const char *path) {
     qkv_gguf *g = NULL;
     qkv_error err = {0};
-    qkv_model_config m;
-    if (qkv_gguf_open(&g, path, &err) || qkv_model_config_read(&m, g, &err)) {
+    if (qkv_gguf_open(&g, path, &err) || qkv_model_config_read(c, g, &err)) {
         qkv_gguf_close(g);
         return cli_fail("%s", err.msg);
     }
-    *c = (qkv_cost_config){.n_layer = m.n_layer, .hidden = m.n_embd, .n_head = m.n_head, .n_kv_head = m.n_kv_head,
-                           .head_dim = m.head_dim, .ffn = m.n_ff, .vocab = m.n_vocab,
-                           .tied_embeddings = m.tied_embeddings, .window = m.window,
-                           .swa_period = m.window ? m.swa_period : 0, .qk_norm = m.qk_norm,
-                           .post_norms = m.post_norms, .qkv_bias = m.qkv_bias};
-    const char *name = NULL;
+    const char *general = NULL;
     if (qkv_gguf_find_key(g, "general.name") >= 0 &&
-        qkv_gguf_get_string(&name, NULL, g, "general.name", &err) == QKV_OK && name && *name)
-        snprintf(c->name, sizeof c->name, "%s", name);
+        qkv_gguf_get_string(&general, NULL, g, "general.name", &err) == QKV_OK && general && *general)
+        snprintf(name, cap, "%s", general);
     else
-        snprintf(c->name, sizeof c->name, "%s", path);
+        snprintf(name, cap, "%s", path);
     qkv_gguf_close(g);
     return 0;
 }
 
 /* ------------------------------------------------------------------ JSON */
 
-static void print_json(const qkv_cost_config *c, const char *source, const char *dtype,
+static void print_json(const qkv_model_config *c, const char *name, const char *source, const char *dtype,
                        const qkv_cost *r, int n, const qkv_ring_params *ring, const qkv_ring_cost *rc) {
     printf("{\n  \"model\": {\"name\": ");
-    cli_json_string(stdout, c->name);
+    cli_json_string(stdout, name);
     printf(", \"source\": ");
     cli_json_string(stdout, source);
     printf(", \"layers\": %d, \"hidden\": %d, \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, "
            "\"ffn\": %d, \"vocab\": %d, \"tied_embeddings\": %s, \"window\": %d, \"swa_period\": %d, "
            "\"sliding_layers\": %d},\n",
-           c->n_layer, c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->ffn, c->vocab,
+           c->n_layer, c->n_embd, c->n_head, c->n_kv_head, c->head_dim, c->n_ff, c->n_vocab,
            c->tied_embeddings ? "true" : "false", c->window, c->window ? c->swa_period : 0, r[0].n_sliding);
     printf("  \"chunk_tokens\": %d,\n", r[0].chunk);
     printf("  \"dtype\": \"%s\",\n  \"elem_bytes\": %zu,\n", dtype, r[0].elem_bytes);
@@ -267,11 +261,11 @@ static void c_kv_swa(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->
 static void c_kv_llama(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->kv_cache_bytes_llama_cpp); }
 static void c_kv_read(char *b, size_t n, const qkv_cost *x) { fmt_bytes(b, n, x->kv_read_bytes_per_token); }
 
-static void print_text(const qkv_cost_config *c, const char *source, const char *dtype,
+static void print_text(const qkv_model_config *c, const char *name, const char *source, const char *dtype,
                        const qkv_cost *r, int n) {
     char a[160], b[64], d[64], e[64];
-    printf("%s (%s)\n", c->name, source);
-    printf("  %d layers, hidden %d, ffn %d, vocab %d%s\n", c->n_layer, c->hidden, c->ffn, c->vocab,
+    printf("%s (%s)\n", name, source);
+    printf("  %d layers, hidden %d, ffn %d, vocab %d%s\n", c->n_layer, c->n_embd, c->n_ff, c->n_vocab,
            c->tied_embeddings ? ", tied embeddings" : "");
     printf("  %d query heads x %d dims, %d KV head%s", c->n_head, c->head_dim, c->n_kv_head, c->n_kv_head > 1 ? "s" : "");
     if (c->n_kv_head < c->n_head) printf(" (GQA: %d query heads share each)", c->n_head / c->n_kv_head);
@@ -280,7 +274,7 @@ static void print_text(const qkv_cost_config *c, const char *source, const char 
     if (slide)
         printf("  %d of %d layers slide (layer l iff l mod %d < %d): each sees the last %d keys, the other %d all n\n",
                slide, c->n_layer, c->swa_period, c->swa_period - 1, c->window, c->n_layer - slide);
-    double lm = (double)c->hidden * c->vocab;
+    double lm = (double)c->n_embd * c->n_vocab;
     fmt_params(a, sizeof a, r[0].params_total);
     fmt_params(b, sizeof b, r[0].params_matmul);
     fmt_params(d, sizeof d, r[0].params_matmul - lm);
@@ -440,55 +434,56 @@ int cmd_cost(int argc, char **argv) {
     if (!ring.ranks && (cli_given(&cmd, "--link-gbs") || cli_given(&cmd, "--rank-gflops")))
         return cli_fail("cost: --link-gbs and --rank-gflops need --ranks");
 
-    qkv_cost_config c;
+    qkv_model_config c;
     memset(&c, 0, sizeof c);
     qkv_error err = {0};
-    char source[300];
+    char name[64], source[300];
     int any_size = 0;
     for (int k = 0; k < NSZ; k++) any_size |= sz[k].given;
     const int modified = any_size || cli_given(&cmd, "--window") || cli_given(&cmd, "--swa-period");
     if (model) {
-        if (load_gguf(&c, model)) return CLI_EXIT_BAD_INPUT;
+        if (load_gguf(&c, name, sizeof name, model)) return CLI_EXIT_BAD_INPUT;
         snprintf(source, sizeof source, "GGUF %s", model);
     } else if (preset || !any_size) {
         if (!preset) preset = "llama-3.1-8b";
-        if (qkv_cost_preset(&c, preset, &err)) return cli_fail("cost: %s", err.msg);
+        const char *preset_name;
+        if (qkv_cost_preset(&c, &preset_name, preset, &err)) return cli_fail("cost: %s", err.msg);
+        snprintf(name, sizeof name, "%s", preset_name);
         snprintf(source, sizeof source, "preset %s", preset);
     } else {
         for (int k = 0; k < NSZ; k++)
             if (!sz[k].given && k != HD)
                 return cli_fail("cost: %s is needed (give all sizes, or start from --preset)", sz[k].name);
-        snprintf(c.name, sizeof c.name, "custom model");
+        snprintf(name, sizeof name, "custom model");
         snprintf(source, sizeof source, "sizes by hand");
     }
     if (modified && (model || preset)) {
         size_t len = strlen(source);
         snprintf(source + len, sizeof source - len, ", sizes changed by hand");
-        snprintf(c.name + strlen(c.name), sizeof c.name - strlen(c.name), " (modified)");
+        snprintf(name + strlen(name), sizeof name - strlen(name), " (modified)");
     }
-    int *dst[NSZ] = {&c.n_layer, &c.hidden, &c.n_head, &c.n_kv_head, &c.head_dim, &c.ffn, &c.vocab};
+    int *dst[NSZ] = {&c.n_layer, &c.n_embd, &c.n_head, &c.n_kv_head, &c.head_dim, &c.n_ff, &c.n_vocab};
     for (int k = 0; k < NSZ; k++)
         if (sz[k].given) *dst[k] = size[k];
     if (!model && !preset && !sz[HD].given) {
-        if (c.hidden % c.n_head)
+        if (c.n_embd % c.n_head)
             return cli_fail("cost: --hidden %d is not a multiple of --heads %d; give --head-dim",
-                            c.hidden, c.n_head);
-        c.head_dim = c.hidden / c.n_head;
+                            c.n_embd, c.n_head);
+        c.head_dim = c.n_embd / c.n_head;
     }
     if (tied >= 0) c.tied_embeddings = tied;
     if (cli_given(&cmd, "--window")) c.window = window;
     if (cli_given(&cmd, "--swa-period")) c.swa_period = swa_period;
-    if (chunk) c.chunk = chunk;
 
     qkv_cost r[MAX_CTX];
     qkv_ring_cost rc[MAX_CTX];
     for (int i = 0; i < ctx.n; i++) {
-        if (qkv_cost_eval(&r[i], &c, ctx.v[i], elem.bytes, &err)) return cli_fail("cost: %s", err.msg);
+        if (qkv_cost_eval(&r[i], &c, chunk, ctx.v[i], elem.bytes, &err)) return cli_fail("cost: %s", err.msg);
         if (ring.ranks && qkv_cost_ring(&rc[i], &c, ctx.v[i], elem.bytes, &ring, &err)) return cli_fail("cost: %s", err.msg);
     }
-    if (json) print_json(&c, source, elem.name, r, ctx.n, ring.ranks ? &ring : NULL, rc);
+    if (json) print_json(&c, name, source, elem.name, r, ctx.n, ring.ranks ? &ring : NULL, rc);
     else {
-        print_text(&c, source, elem.name, r, ctx.n);
+        print_text(&c, name, source, elem.name, r, ctx.n);
         if (ring.ranks) print_ring_text(&ring, rc, ctx.n);
     }
     return 0;

@@ -65,11 +65,11 @@ static int line_has(const char *text, const char *label, const char *what) {
 }
 
 TEST(cost_library_formulas) {
-    qkv_cost_config c;
+    qkv_model_config c;
     qkv_error err = {0};
-    CHECK(qkv_cost_preset(&c, "llama-3.1-8b", &err) == QKV_OK, "preset: %s", err.msg);
+    CHECK(qkv_cost_preset(&c, NULL, "llama-3.1-8b", &err) == QKV_OK, "preset: %s", err.msg);
     qkv_cost r;
-    CHECK(qkv_cost_eval(&r, &c, 8192, 2, &err) == QKV_OK, "eval: %s", err.msg);
+    CHECK(qkv_cost_eval(&r, &c, 0, 8192, 2, &err) == QKV_OK, "eval: %s", err.msg);
     /* 8,030,261,248 is Llama-3.1-8B's published parameter count */
     CHECK(r.params_total == 8030261248.0, "params_total %.0f", r.params_total);
     /* matmul weights: 32 x (q 4096^2 + k,v 2 x 4096 x 1024 + o 4096^2 + 3 x 4096 x 14336) + lm_head */
@@ -82,14 +82,14 @@ TEST(cost_library_formulas) {
     CHECK(r.flash_bytes_per_layer == 32.0 * 8192 * 4, "flash bytes");
     /* without the lm_head the figure would be 13.96, not the article's 15.0 */
     CHECK(!cli_rounds_to((r.params_matmul - 4096.0 * 128256) * 2 / 1e9, 15.0, 1), "lm_head made no difference");
-    CHECK(qkv_cost_eval(&r, &c, 0, 2, &err) == QKV_ERR_INVALID, "ctx 0 accepted");
-    CHECK(qkv_cost_preset(&c, "gpt-5", &err) == QKV_ERR_INVALID && strstr(err.msg, "llama-3.1-8b"),
+    CHECK(qkv_cost_eval(&r, &c, 0, 0, 2, &err) == QKV_ERR_INVALID, "ctx 0 accepted");
+    CHECK(qkv_cost_preset(&c, NULL, "gpt-5", &err) == QKV_ERR_INVALID && strstr(err.msg, "llama-3.1-8b"),
           "unknown preset: %s", err.msg);
-    CHECK(qkv_cost_preset(&c, "llama-3.1-8b", NULL) == QKV_OK, "preset again");
+    CHECK(qkv_cost_preset(&c, NULL, "llama-3.1-8b", NULL) == QKV_OK, "preset again");
     c.n_kv_head = 5;
     CHECK(qkv_cost_check(&c, &err) == QKV_ERR_INVALID, "heads 32 / kv-heads 5 accepted");
     for (int i = 0; qkv_cost_preset_id(i); i++) {
-        CHECK(qkv_cost_preset(&c, qkv_cost_preset_id(i), &err) == QKV_OK, "preset %d", i);
+        CHECK(qkv_cost_preset(&c, NULL, qkv_cost_preset_id(i), &err) == QKV_OK, "preset %d", i);
         CHECK(qkv_cost_check(&c, &err) == QKV_OK, "preset %s: %s", qkv_cost_preset_id(i), err.msg);
     }
 }
@@ -307,30 +307,30 @@ TEST(cost_presets_match_published_parameter_counts) {
                 {"gemma-3-1b", 999885952.0, 512, 6, 22}};
     qkv_error err = {0};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        qkv_cost_config c;
+        qkv_model_config c;
         qkv_cost r;
-        CHECK(qkv_cost_preset(&c, want[i].id, &err) == QKV_OK, "preset %s: %s", want[i].id, err.msg);
-        CHECK(qkv_cost_eval(&r, &c, 4096, 2, &err) == QKV_OK, "eval %s: %s", want[i].id, err.msg);
+        CHECK(qkv_cost_preset(&c, NULL, want[i].id, &err) == QKV_OK, "preset %s: %s", want[i].id, err.msg);
+        CHECK(qkv_cost_eval(&r, &c, 0, 4096, 2, &err) == QKV_OK, "eval %s: %s", want[i].id, err.msg);
         CHECK(r.params_total == want[i].params, "%s: %.0f parameters, want %.0f", want[i].id, r.params_total,
               want[i].params);
         CHECK(c.window == want[i].window && (!c.window || c.swa_period == want[i].period) &&
                   r.n_sliding == want[i].sliding,
               "%s: window %d period %d, %d sliding layers", want[i].id, c.window, c.swa_period, r.n_sliding);
     }
-    qkv_cost_config c;
-    CHECK(qkv_cost_preset(&c, "qwen3-0.6b", &err) == QKV_OK && c.head_dim == 128 && c.hidden / c.n_head == 64,
+    qkv_model_config c;
+    CHECK(qkv_cost_preset(&c, NULL, "qwen3-0.6b", &err) == QKV_OK && c.head_dim == 128 && c.n_embd / c.n_head == 64,
           "Qwen3-0.6B's key_length 128 is not hidden / heads");
 }
 
 TEST(cost_gemma3_270m_kv_bytes_at_32k) {
-    qkv_cost_config c;
+    qkv_model_config c;
     qkv_cost r;
     qkv_error err = {0};
-    CHECK(qkv_cost_preset(&c, "gemma-3-270m", &err) == QKV_OK, "preset: %s", err.msg);
+    CHECK(qkv_cost_preset(&c, NULL, "gemma-3-270m", &err) == QKV_OK, "preset: %s", err.msg);
     /* 18 layers, l % 6 < 5 slides: 15 sliding (W 512), 3 global (5, 11, 17);
      * a row is one layer's K and V of one token: 2 x 1 KV head x 256 dims */
     for (size_t e = 2; e <= 4; e += 2) {
-        CHECK(qkv_cost_eval(&r, &c, 32768, e, &err) == QKV_OK, "eval: %s", err.msg);
+        CHECK(qkv_cost_eval(&r, &c, 0, 32768, e, &err) == QKV_OK, "eval: %s", err.msg);
         const double row = 2.0 * 1 * 256 * e;
         CHECK(r.n_sliding == 15 && r.chunk == 512, "%d sliding, chunk %d", r.n_sliding, r.chunk);
         CHECK(r.kv_cache_bytes == 18 * 32768 * row, "full %.0f", r.kv_cache_bytes);
@@ -353,29 +353,28 @@ TEST(cost_gemma3_270m_kv_bytes_at_32k) {
                  {1023, 18 * 1023, 18 * 1024}, {1024, 15 * 1023 + 3 * 1024, 18 * 1024},
                  {1025, 15 * 1023 + 3 * 1025, 15 * 1024 + 3 * 1280}};
     for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
-        CHECK(qkv_cost_eval(&r, &c, small[i].n, 2, &err) == QKV_OK, "eval: %s", err.msg);
+        CHECK(qkv_cost_eval(&r, &c, 0, small[i].n, 2, &err) == QKV_OK, "eval: %s", err.msg);
         CHECK(r.kv_cache_bytes_swa == small[i].swa_rows * 1024 && r.kv_cache_bytes_llama_cpp == small[i].llama_rows * 1024,
               "n %lld: swa %.0f rows, llama.cpp %.0f rows", (long long)small[i].n, r.kv_cache_bytes_swa / 1024,
               r.kv_cache_bytes_llama_cpp / 1024);
     }
     /* one token a call: W rows; llama.cpp pad256(512 + 1) */
-    c.chunk = 1;
-    CHECK(qkv_cost_eval(&r, &c, 32768, 2, &err) == QKV_OK && r.kv_cache_bytes_swa == (15 * 512 + 3 * 32768) * 1024.0 &&
+    CHECK(qkv_cost_eval(&r, &c, 1, 32768, 2, &err) == QKV_OK && r.kv_cache_bytes_swa == (15 * 512 + 3 * 32768) * 1024.0 &&
               r.kv_cache_bytes_llama_cpp == (15 * 768 + 3 * 32768) * 1024.0,
           "chunk 1: %.0f %.0f", r.kv_cache_bytes_swa, r.kv_cache_bytes_llama_cpp);
     /* without a window every cache is the full one (llama.cpp's only padded) */
     c.window = 0;
-    CHECK(qkv_cost_eval(&r, &c, 32768, 2, &err) == QKV_OK && r.n_sliding == 0 &&
+    CHECK(qkv_cost_eval(&r, &c, 0, 32768, 2, &err) == QKV_OK && r.n_sliding == 0 &&
               r.kv_cache_bytes_swa == r.kv_cache_bytes && r.kv_cache_bytes_llama_cpp == r.kv_cache_bytes &&
               r.prefill_attn_flops == r.prefill_attn_flops_global,
           "no window");
 }
 
 /* Brute force: every layer, every row t, its keys min(t + 1, W) or t + 1. */
-static double brute_prefill(const qkv_cost_config *c, int64_t n) {
+static double brute_prefill(const qkv_model_config *c, int64_t n) {
     double keys = 0;
     for (int l = 0; l < c->n_layer; l++) {
-        const int slides = c->window > 0 && l % c->swa_period < c->swa_period - 1;
+        const int slides = qkv_model_layer_slides(c, l);
         for (int64_t t = 0; t < n; t++) keys += slides && t + 1 > c->window ? c->window : (double)(t + 1);
     }
     return 4.0 * c->n_head * c->head_dim * keys;
@@ -383,18 +382,19 @@ static double brute_prefill(const qkv_cost_config *c, int64_t n) {
 
 TEST(cost_prefill_flops_with_windows_against_brute_force) {
     qkv_error err = {0};
-    qkv_cost_config c;
+    qkv_model_config c;
     qkv_cost r;
-    CHECK(qkv_cost_preset(&c, "gemma-3-270m", &err) == QKV_OK, "preset: %s", err.msg);
+    CHECK(qkv_cost_preset(&c, NULL, "gemma-3-270m", &err) == QKV_OK, "preset: %s", err.msg);
     const int64_t ns[] = {1, 2, 511, 512, 513, 1000, 4096};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
-        CHECK(qkv_cost_eval(&r, &c, ns[i], 2, &err) == QKV_OK, "eval: %s", err.msg);
+        CHECK(qkv_cost_eval(&r, &c, 0, ns[i], 2, &err) == QKV_OK, "eval: %s", err.msg);
         const double want = brute_prefill(&c, ns[i]);
         CHECK(r.prefill_attn_flops == want, "gemma-3-270m n %lld: %.0f, want %.0f", (long long)ns[i],
               r.prefill_attn_flops, want);
     }
     /* shapes by hand: every layer count against every period, windows below and above n */
-    c = (qkv_cost_config){"t", 1, 64, 4, 2, 16, 128, 10, 1, .window = 7};
+    c = (qkv_model_config){.n_layer = 1, .n_embd = 64, .n_head = 4, .n_kv_head = 2, .head_dim = 16, .n_ff = 128,
+                           .n_vocab = 10, .tied_embeddings = 1, .window = 7};
     for (int L = 1; L <= 13; L++)
         for (int P = 2; P <= 7; P++)
             for (int W = 1; W <= 40; W += 13) {
@@ -402,7 +402,7 @@ TEST(cost_prefill_flops_with_windows_against_brute_force) {
                 int sliding = 0;
                 for (int l = 0; l < L; l++) sliding += l % P < P - 1;
                 for (int64_t n = 1; n <= 50; n += 7) {
-                    if (qkv_cost_eval(&r, &c, n, 4, &err) != QKV_OK) {
+                    if (qkv_cost_eval(&r, &c, 0, n, 4, &err) != QKV_OK) {
                         CHECK(0, "eval: %s", err.msg);
                         return;
                     }
@@ -416,28 +416,30 @@ TEST(cost_prefill_flops_with_windows_against_brute_force) {
                 }
             }
     /* without a window, exactly 2 n (n + 1) Hq D L */
-    CHECK(qkv_cost_preset(&c, "llama-3.1-8b", &err) == QKV_OK && qkv_cost_eval(&r, &c, 8192, 2, &err) == QKV_OK &&
+    CHECK(qkv_cost_preset(&c, NULL, "llama-3.1-8b", &err) == QKV_OK && qkv_cost_eval(&r, &c, 0, 8192, 2, &err) == QKV_OK &&
               r.prefill_attn_flops == 2.0 * 8192 * 8193 * 4096 * 32,
           "llama prefill %.0f", r.prefill_attn_flops);
 }
 
 TEST(cost_sliding_window_refuses_bad_values) {
     qkv_error err = {0};
-    qkv_cost_config c;
+    qkv_model_config c;
     qkv_cost r;
-    CHECK(qkv_cost_preset(&c, "gemma-3-270m", &err) == QKV_OK, "preset");
+    CHECK(qkv_cost_preset(&c, NULL, "gemma-3-270m", &err) == QKV_OK, "preset");
     const struct {
         int window, period, chunk;
         const char *says;
     } bad[] = {{-1, 6, 0, "window"}, {512, 1, 0, "swa-period"}, {512, 0, 0, "swa-period"},
                {0, -2, 0, "swa-period"}, {512, 6, -1, "chunk"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        qkv_cost_config b = c;
-        b.window = bad[i].window, b.swa_period = bad[i].period, b.chunk = bad[i].chunk;
+        qkv_model_config b = c;
+        b.window = bad[i].window, b.swa_period = bad[i].period;
         err.msg[0] = 0;
-        CHECK(qkv_cost_check(&b, &err) == QKV_ERR_INVALID && strstr(err.msg, bad[i].says) && !strchr(err.msg, '\n'),
-              "window %d period %d chunk %d: %s", b.window, b.swa_period, b.chunk, err.msg);
-        CHECK(qkv_cost_eval(&r, &b, 32768, 2, &err) == QKV_ERR_INVALID, "eval accepted case %zu", i);
+        CHECK(qkv_cost_eval(&r, &b, bad[i].chunk, 32768, 2, &err) == QKV_ERR_INVALID && strstr(err.msg, bad[i].says) &&
+                  !strchr(err.msg, '\n'),
+              "window %d period %d chunk %d: %s", b.window, b.swa_period, bad[i].chunk, err.msg);
+        /* the chunk is eval's argument, not the model's */
+        CHECK((qkv_cost_check(&b, &err) == QKV_ERR_INVALID) == (bad[i].chunk == 0), "check, case %zu", i);
     }
     c.window = 0, c.swa_period = 0; /* no window: the period does not matter */
     CHECK(qkv_cost_check(&c, &err) == QKV_OK, "window 0: %s", err.msg);

@@ -17,9 +17,9 @@
 #include <string.h>
 
 TEST(cost_ring_library_llama31_8b_128k) {
-    qkv_cost_config c;
+    qkv_model_config c;
     qkv_error err = {0};
-    CHECK(qkv_cost_preset(&c, "llama-3.1-8b", &err) == QKV_OK, "preset: %s", err.msg);
+    CHECK(qkv_cost_preset(&c, NULL, "llama-3.1-8b", &err) == QKV_OK, "preset: %s", err.msg);
     const qkv_ring_params p = {.ranks = 8, .link_gbs = 12.5, .rank_gflops = 200};
     qkv_ring_cost r;
     CHECK(qkv_cost_ring(&r, &c, 131072, 2, &p, &err) == QKV_OK, "ring: %s", err.msg);

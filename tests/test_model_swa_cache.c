@@ -229,15 +229,15 @@ done:
 /* ------------------------------------------------------------------ bytes */
 
 /* qkv_model_kv_bytes at 32K equals qkv_cost's figure for the model's
- * preset: kv_cache_bytes_swa with swa_cache (at the default n_batch, the
+ * config, and for its preset: kv_cache_bytes_swa with swa_cache (at the default n_batch, the
  * cost model's default chunk, and at 256 with chunk 256), kv_cache_bytes
  * without, for 2- and 4-byte KV. */
 TEST(model_swa_cache_bytes_match_the_cost_model) {
     if (!test_require_gemma3()) return;
     enum { CTX = 32768 };
-    qkv_cost_config cc;
+    qkv_model_config cc;
     qkv_error err = {0};
-    CHECK(qkv_cost_preset(&cc, "gemma-3-270m", &err) == QKV_OK, "%s", err.msg);
+    CHECK(qkv_cost_preset(&cc, NULL, "gemma-3-270m", &err) == QKV_OK, "%s", err.msg);
     const struct {
         qkv_dtype dtype;
         size_t elem;
@@ -252,9 +252,12 @@ TEST(model_swa_cache_bytes_match_the_cost_model) {
                   c->window == cc.window && c->swa_period == cc.swa_period,
               "the model (L %d, Hkv %d, D %d, window %d, period %d) is not the preset", c->n_layer, c->n_kv_head,
               c->head_dim, c->window, c->swa_period);
-        cc.chunk = cases[i].n_batch;
-        qkv_cost x;
-        CHECK(qkv_cost_eval(&x, &cc, CTX, cases[i].elem, &err) == QKV_OK, "%s", err.msg);
+        qkv_cost x, y; /* the file's own config, and the preset's */
+        CHECK(qkv_cost_eval(&x, c, cases[i].n_batch, CTX, cases[i].elem, &err) == QKV_OK &&
+                  qkv_cost_eval(&y, &cc, cases[i].n_batch, CTX, cases[i].elem, &err) == QKV_OK,
+              "%s", err.msg);
+        CHECK(x.kv_cache_bytes_swa == y.kv_cache_bytes_swa && x.kv_cache_bytes == y.kv_cache_bytes,
+              "the file's config and the preset price differently");
         const double want = cases[i].swa ? x.kv_cache_bytes_swa : x.kv_cache_bytes, got = (double)qkv_model_kv_bytes(m);
         const char *what = cases[i].swa ? "swa_cache" : "full cache", *dt = qkv_dtype_name(cases[i].dtype);
         CHECK(got == want, "%s, %s KV, n_batch %d: qkv_model_kv_bytes %.0f, qkv_cost %.0f", what, dt,

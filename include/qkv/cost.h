@@ -15,29 +15,14 @@ extern "C" {
 
 /* -------------------------------------------------------------- cost model */
 
-/* The shape of a decoder model (the families qkv_model_config names), as
- * far as cost goes. Zero is the default of every field after tied_embeddings:
- * no sliding layer, no extra norm or bias, the default prefill chunk. */
-typedef struct {
-    char name[64];          /* display name, e.g. "Llama-3.1-8B" */
-    int n_layer;            /* L */
-    int hidden;             /* residual width (embedding length) */
-    int n_head;             /* Hq */
-    int n_kv_head;          /* Hkv, Hq % Hkv == 0 */
-    int head_dim;           /* D */
-    int ffn;                /* gated FFN inner width */
-    int vocab;
-    int tied_embeddings;    /* 1: lm_head is the embedding matrix (fewer params, same FLOPs) */
-    int window;             /* W > 0: sliding layers attend the last W keys (self included); 0: none */
-    int swa_period;         /* with a window, >= 2: layer l slides iff l % swa_period < swa_period - 1
-                               (qkv_model_layer_attn's rule: gemma2 2, gemma3 6) */
-    int chunk;              /* C: tokens one forward call adds at most (a prefill chunk);
-                               0 = QKV_COST_DEFAULT_CHUNK; only the sliding-window caches depend on it */
-    /* parameter count only */
-    int qk_norm;            /* RMSNorm weights of q and k per layer, D each (qwen3, gemma3) */
-    int post_norms;         /* two more RMSNorm weights per layer (gemma's sandwich norms) */
-    int qkv_bias;           /* biases on the q, k and v projections (qwen2) */
-} qkv_cost_config;
+/* The cost model prices a qkv_model_config (qkv/model.h), as
+ * qkv_model_config_read fills it or a preset has it, and reads only its
+ * sizes (n_layer, n_embd, n_head, n_kv_head, head_dim, n_ff, n_vocab), its
+ * sliding layers (window, swa_period: qkv_model_layer_slides) and, for the
+ * parameter count alone, tied_embeddings, qk_norm, post_norms and qkv_bias.
+ * What it adds of its own is the prefill chunk C, an argument of
+ * qkv_cost_eval: the most tokens one forward call adds (0 =
+ * QKV_COST_DEFAULT_CHUNK); only the sliding-window caches depend on it. */
 
 /* The prefill chunk of the sliding-window cache figures when chunk is 0: the
  * model's default batch, so that kv_cache_bytes_swa is what such a model holds. */
@@ -76,18 +61,21 @@ typedef struct {
                                            sizes the SWA cache; its tools' default, not --swa-full) */
 } qkv_cost;
 
-/* Built-in configurations by id ("llama-3.1-8b", "gemma-3-270m", ...);
- * QKV_ERR_INVALID listing the known ids otherwise. qkv_cost_preset_id(i)
- * enumerates them, NULL past the end. */
-QKV_API qkv_status qkv_cost_preset(qkv_cost_config *out, const char *id, qkv_error *err);
+/* Built-in configurations by id ("llama-3.1-8b", "gemma-3-270m", ...): the
+ * model config's fields the cost model reads and arch (every other field 0,
+ * swa_period too without a window), and in *name (unless name is NULL) the
+ * model's display name ("Llama-3.1-8B"); QKV_ERR_INVALID listing the known
+ * ids otherwise. qkv_cost_preset_id(i) enumerates them, NULL past the end. */
+QKV_API qkv_status qkv_cost_preset(qkv_model_config *out, const char **name, const char *id, qkv_error *err);
 QKV_API const char *qkv_cost_preset_id(int i);
 /* Every size >= 1 and Hq % Hkv == 0, window >= 0 (with a window swa_period
- * >= 2: the pattern needs a global layer), chunk >= 0; QKV_ERR_INVALID
- * naming the field. */
-QKV_API qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err);
-/* The figures for context ctx >= 1 with elements of elem_bytes (1..8). */
-QKV_API qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
-                                 qkv_error *err);
+ * >= 2: the pattern needs a global layer); QKV_ERR_INVALID naming the field
+ * as `qkv cost` spells it ("layers", "hidden", "kv-heads", "swa-period"). */
+QKV_API qkv_status qkv_cost_check(const qkv_model_config *m, qkv_error *err);
+/* The figures for context ctx >= 1 with elements of elem_bytes (1..8) and
+ * prefill chunks of chunk >= 0 tokens (0 = QKV_COST_DEFAULT_CHUNK). */
+QKV_API qkv_status qkv_cost_eval(qkv_cost *out, const qkv_model_config *m, int chunk, int64_t ctx,
+                                 size_t elem_bytes, qkv_error *err);
 
 /* Across machines: ring attention (context parallelism, libqkv_mpi) for a
  * causal prefill of ctx tokens split over P ranks, balanced (zigzag layout,
@@ -120,7 +108,7 @@ typedef struct {
 
 /* QKV_ERR_INVALID for a bad configuration, ctx < P, P < 1, or a bandwidth or
  * rate that is not positive. */
-QKV_API qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+QKV_API qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_model_config *m, int64_t ctx, size_t elem_bytes,
                                  const qkv_ring_params *p, qkv_error *err);
 
 #ifdef __cplusplus

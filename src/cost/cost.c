@@ -15,37 +15,45 @@
 #include <string.h>
 
 typedef struct {
-    const char *id;
-    qkv_cost_config c;
+    const char *id, *name;
+    qkv_model_config m;
 } preset;
+
+/* A preset's model config: architecture, L, E, Hq, Hkv, D, F, V, tied; then
+ * the fields that are not zero (`.window = 0` where none is: C11 wants one). */
+#define ROW(family, L, E, Hq, Hkv, D, F, V, tied, ...)                                                       \
+    {.arch = family, .n_layer = L, .n_embd = E, .n_head = Hq, .n_kv_head = Hkv, .head_dim = D, .n_ff = F,    \
+     .n_vocab = V, .tied_embeddings = tied, __VA_ARGS__}
 
 /* Values from each model's config.json on the Hugging Face hub (the repository
  * in the comment); window and period as llama.cpp's GGUF metadata has them
  * (<arch>.attention.sliding_window, set_swa_pattern). */
 static const preset presets[] = {
     /* meta-llama/Llama-3.1-8B, -70B, Llama-3.2-1B, -3B, Llama-2-7b-hf */
-    {"llama-3.1-8b", {"Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256, 0, .window = 0}},
-    {"llama-3.1-70b", {"Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256, 0, .window = 0}},
-    {"llama-3.2-1b", {"Llama-3.2-1B", 16, 2048, 32, 8, 64, 8192, 128256, 1, .window = 0}},
-    {"llama-3.2-3b", {"Llama-3.2-3B", 28, 3072, 24, 8, 128, 8192, 128256, 1, .window = 0}},
-    {"llama-2-7b", {"Llama-2-7B", 32, 4096, 32, 32, 128, 11008, 32000, 0, .window = 0}},
+    {"llama-3.1-8b", "Llama-3.1-8B", ROW("llama", 32, 4096, 32, 8, 128, 14336, 128256, 0, .window = 0)},
+    {"llama-3.1-70b", "Llama-3.1-70B", ROW("llama", 80, 8192, 64, 8, 128, 28672, 128256, 0, .window = 0)},
+    {"llama-3.2-1b", "Llama-3.2-1B", ROW("llama", 16, 2048, 32, 8, 64, 8192, 128256, 1, .window = 0)},
+    {"llama-3.2-3b", "Llama-3.2-3B", ROW("llama", 28, 3072, 24, 8, 128, 8192, 128256, 1, .window = 0)},
+    {"llama-2-7b", "Llama-2-7B", ROW("llama", 32, 4096, 32, 32, 128, 11008, 32000, 0, .window = 0)},
     /* HuggingFaceTB/SmolLM2-135M */
-    {"smollm2-135m", {"SmolLM2-135M", 30, 576, 9, 3, 64, 1536, 49152, 1, .window = 0}},
+    {"smollm2-135m", "SmolLM2-135M", ROW("llama", 30, 576, 9, 3, 64, 1536, 49152, 1, .window = 0)},
     /* mistralai/Mistral-7B-v0.3: sliding_window null (v0.1's 4096 is gone) */
-    {"mistral-7b", {"Mistral-7B-v0.3", 32, 4096, 32, 8, 128, 14336, 32768, 0, .window = 0}},
+    {"mistral-7b", "Mistral-7B-v0.3", ROW("llama", 32, 4096, 32, 8, 128, 14336, 32768, 0, .window = 0)},
     /* Qwen/Qwen2.5-0.5B: biases on q, k, v */
-    {"qwen2.5-0.5b", {"Qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, 1, .qkv_bias = 1}},
+    {"qwen2.5-0.5b", "Qwen2.5-0.5B", ROW("qwen2", 24, 896, 14, 2, 64, 4864, 151936, 1, .qkv_bias = 1)},
     /* Qwen/Qwen3-0.6B: head_dim 128, not 1024 / 16 */
-    {"qwen3-0.6b", {"Qwen3-0.6B", 28, 1024, 16, 8, 128, 3072, 151936, 1, .qk_norm = 1}},
+    {"qwen3-0.6b", "Qwen3-0.6B", ROW("qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 1, .qk_norm = 1)},
     /* google/gemma-2-2b: sliding_window 4096, every other layer (llama.cpp: pattern 2) */
-    {"gemma-2-2b", {"Gemma-2-2B", 26, 2304, 8, 4, 256, 9216, 256000, 1, .window = 4096, .swa_period = 2,
-                    .post_norms = 1}},
+    {"gemma-2-2b", "Gemma-2-2B",
+     ROW("gemma2", 26, 2304, 8, 4, 256, 9216, 256000, 1, .window = 4096, .swa_period = 2, .post_norms = 1)},
     /* google/gemma-3-270m, google/gemma-3-1b-pt: sliding_window 512, five sliding
      * layers to a global one (llama.cpp: pattern 6) */
-    {"gemma-3-270m", {"Gemma-3-270M", 18, 640, 4, 1, 256, 2048, 262144, 1, .window = 512, .swa_period = 6,
-                      .qk_norm = 1, .post_norms = 1}},
-    {"gemma-3-1b", {"Gemma-3-1B", 26, 1152, 4, 1, 256, 6912, 262144, 1, .window = 512, .swa_period = 6,
-                    .qk_norm = 1, .post_norms = 1}},
+    {"gemma-3-270m", "Gemma-3-270M",
+     ROW("gemma3", 18, 640, 4, 1, 256, 2048, 262144, 1, .window = 512, .swa_period = 6, .qk_norm = 1,
+         .post_norms = 1)},
+    {"gemma-3-1b", "Gemma-3-1B",
+     ROW("gemma3", 26, 1152, 4, 1, 256, 6912, 262144, 1, .window = 512, .swa_period = 6, .qk_norm = 1,
+         .post_norms = 1)},
 };
 #define N_PRESETS (sizeof presets / sizeof presets[0])
 
@@ -53,10 +61,11 @@ const char *qkv_cost_preset_id(int i) {
     return i >= 0 && (size_t)i < N_PRESETS ? presets[i].id : NULL;
 }
 
-qkv_status qkv_cost_preset(qkv_cost_config *out, const char *id, qkv_error *err) {
+qkv_status qkv_cost_preset(qkv_model_config *out, const char **name, const char *id, qkv_error *err) {
     for (size_t i = 0; i < N_PRESETS; i++)
         if (id && !strcmp(id, presets[i].id)) {
-            *out = presets[i].c;
+            *out = presets[i].m;
+            if (name) *name = presets[i].name;
             return QKV_OK;
         }
     char list[512] = "";
@@ -68,13 +77,13 @@ qkv_status qkv_cost_preset(qkv_cost_config *out, const char *id, qkv_error *err)
                     list);
 }
 
-qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err) {
+qkv_status qkv_cost_check(const qkv_model_config *c, qkv_error *err) {
     const struct {
         const char *name;
         int v;
-    } f[] = {{"layers", c->n_layer}, {"hidden", c->hidden}, {"heads", c->n_head},
-             {"kv-heads", c->n_kv_head}, {"head-dim", c->head_dim}, {"ffn", c->ffn},
-             {"vocab", c->vocab}};
+    } f[] = {{"layers", c->n_layer}, {"hidden", c->n_embd}, {"heads", c->n_head},
+             {"kv-heads", c->n_kv_head}, {"head-dim", c->head_dim}, {"ffn", c->n_ff},
+             {"vocab", c->n_vocab}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v < 1) return qkv_fail(err, QKV_ERR_INVALID, "%s must be >= 1, got %d", f[i].name, f[i].v);
     if (c->n_head % c->n_kv_head)
@@ -86,8 +95,6 @@ qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err) {
         return qkv_fail(err, QKV_ERR_INVALID,
                         "window %d needs swa-period >= 2 (a global layer every period), got %d", c->window,
                         c->swa_period);
-    if (c->chunk < 0) return qkv_fail(err, QKV_ERR_INVALID, "chunk must be >= 0 (0: %d), got %d",
-                                      QKV_COST_DEFAULT_CHUNK, c->chunk);
     return QKV_OK;
 }
 
@@ -95,17 +102,25 @@ qkv_status qkv_cost_check(const qkv_cost_config *c, qkv_error *err) {
  * k_proj and v_proj [hidden, Hkv*D], o_proj [Hq*D, hidden], gate, up and down
  * [hidden, ffn]; then lm_head [hidden, vocab] once. The input embedding is a
  * row lookup, not a matmul, so it is not counted (tied or not, the lm_head is). */
-static double matmul_params(const qkv_cost_config *c) {
-    double h = c->hidden, q = (double)c->n_head * c->head_dim, kv = (double)c->n_kv_head * c->head_dim;
-    double layer = h * q + 2 * h * kv + q * h + 3 * h * c->ffn;
-    return c->n_layer * layer + h * c->vocab;
+static double matmul_params(const qkv_model_config *c) {
+    double h = c->n_embd, q = (double)c->n_head * c->head_dim, kv = (double)c->n_kv_head * c->head_dim;
+    double layer = h * q + 2 * h * kv + q * h + 3 * h * c->n_ff;
+    return c->n_layer * layer + h * c->n_vocab;
 }
 
-/* Layers l < L that slide: l % P < P - 1 (qkv_model_layer_attn's rule). */
-static int sliding_layers(const qkv_cost_config *c) {
+/* Layers l < L that slide (qkv_model_layer_slides). The rule repeats every
+ * swa_period layers, so the first period (or all L layers, if fewer) counts
+ * them all: sizes by hand are not bounded. */
+static int sliding_layers(const qkv_model_config *c) {
     if (c->window <= 0) return 0;
-    const int P = c->swa_period;
-    return c->n_layer / P * (P - 1) + (c->n_layer % P < P - 1 ? c->n_layer % P : P - 1);
+    const int L = c->n_layer, P = c->swa_period;
+    int period = 0, rest = 0;
+    for (int l = 0; l < P && l < L; l++) {
+        const int s = qkv_model_layer_slides(c, l);
+        period += s;
+        if (l < L % P) rest += s;
+    }
+    return L / P * period + rest;
 }
 
 /* Keys a causal prefill of n rows sees through a window of W keys:
@@ -118,17 +133,19 @@ static double window_pairs(double n, double W) {
 /* x rounded up to a multiple of 256, llama.cpp's padding of both caches. */
 static double pad256(double x) { return ceil(x / 256) * 256; }
 
-qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+qkv_status qkv_cost_eval(qkv_cost *out, const qkv_model_config *c, int chunk, int64_t ctx, size_t elem_bytes,
                          qkv_error *err) {
     qkv_status s = qkv_cost_check(c, err);
     if (s) return s;
+    if (chunk < 0)
+        return qkv_fail(err, QKV_ERR_INVALID, "chunk must be >= 0 (0: %d), got %d", QKV_COST_DEFAULT_CHUNK, chunk);
     if (ctx < 1) return qkv_fail(err, QKV_ERR_INVALID, "context must be >= 1 token, got %lld", (long long)ctx);
     if (elem_bytes < 1 || elem_bytes > 8)
         return qkv_fail(err, QKV_ERR_INVALID, "element size must be 1..8 bytes, got %zu", elem_bytes);
     memset(out, 0, sizeof *out);
     const int Ls = sliding_layers(c);
-    const double n = (double)ctx, L = c->n_layer, h = c->hidden, e = (double)elem_bytes, D = c->head_dim;
-    const double Lg = L - Ls, W = c->window, C = c->chunk ? c->chunk : QKV_COST_DEFAULT_CHUNK;
+    const double n = (double)ctx, L = c->n_layer, h = c->n_embd, e = (double)elem_bytes, D = c->head_dim;
+    const double Lg = L - Ls, W = c->window, C = chunk ? chunk : QKV_COST_DEFAULT_CHUNK;
     const double qdim = (double)c->n_head * D, kvdim = (double)c->n_kv_head * D;
     /* RMSNorm weights: two per layer (four with sandwich norms) and one final;
      * QK-norm adds one of D for q and one for k per layer */
@@ -140,8 +157,8 @@ qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, s
     out->n_sliding = Ls;
     out->chunk = (int)C;
     out->params_matmul = matmul_params(c);
-    out->params_total = out->params_matmul - h * c->vocab /* lm_head counted below */
-                        + (c->tied_embeddings ? 1 : 2) * h * c->vocab + norms + biases;
+    out->params_total = out->params_matmul - h * c->n_vocab /* lm_head counted below */
+                        + (c->tied_embeddings ? 1 : 2) * h * c->n_vocab + norms + biases;
     out->weight_flops_per_token = 2 * out->params_matmul;
     /* One token at position n: q.k against the keys it sees and the weighted
      * sum of as many values, 2 D FLOPs each per key, for every query head:
@@ -171,10 +188,10 @@ qkv_status qkv_cost_eval(qkv_cost *out, const qkv_cost_config *c, int64_t ctx, s
     return QKV_OK;
 }
 
-qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_cost_config *c, int64_t ctx, size_t elem_bytes,
+qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_model_config *c, int64_t ctx, size_t elem_bytes,
                          const qkv_ring_params *p, qkv_error *err) {
     qkv_cost one;
-    qkv_status s = qkv_cost_eval(&one, c, ctx, elem_bytes, err);
+    qkv_status s = qkv_cost_eval(&one, c, 0, ctx, elem_bytes, err);
     if (s) return s;
     if (!p || p->ranks < 1) return qkv_fail(err, QKV_ERR_INVALID, "ranks must be >= 1, got %d", p ? p->ranks : 0);
     if (ctx < p->ranks)
