@@ -86,17 +86,7 @@ static int cmp_double(const void *a, const void *b) {
 /* Visible (query, key) pairs under the mask, per head. */
 static double visible_pairs(const qkv_mask *m, int lq, int lk) {
     double n = 0;
-    for (int i = 0; i < lq; i++) {
-        int p = lk - lq + i, lo = 0, hi = lk - 1;
-        if (m->kind != QKV_MASK_NONE) hi = p < lk - 1 ? p : lk - 1;
-        if (m->kind == QKV_MASK_WINDOW || m->kind == QKV_MASK_SINK_WINDOW) lo = p - m->window + 1 > 0 ? p - m->window + 1 : 0;
-        double c = hi >= lo ? hi - lo + 1 : 0;
-        if (m->kind == QKV_MASK_SINK_WINDOW) {
-            int s = m->sinks < lo ? m->sinks : lo;
-            c += s;
-        }
-        n += c;
-    }
+    for (int i = 0; i < lq; i++) n += qkv_mask_row_count(m, lq, lk, i);
     return n;
 }
 

@@ -35,6 +35,9 @@ typedef struct {
 /* 1 if key j is visible to query row i under mask m for the given lengths.
  * The one definition every kernel and test agrees on. */
 QKV_API int qkv_mask_visible(const qkv_mask *m, int q_len, int kv_len, int i, int j);
+/* The keys row i sees: how many j in [0, kv_len) qkv_mask_visible counts
+ * visible, in O(1) by the kind's rule (key by key with exclusions). */
+QKV_API int qkv_mask_row_count(const qkv_mask *m, int q_len, int kv_len, int i);
 
 /* --------------------------------------------------------------- attention */
 

@@ -27,6 +27,15 @@ int qkv_mask_visible(const qkv_mask *m, int q_len, int kv_len, int i, int j) {
     return 1;
 }
 
+int qkv_mask_row_count(const qkv_mask *m, int q_len, int kv_len, int i) {
+    if (m->n_exclude > 0) {
+        int n = 0;
+        for (int j = 0; j < kv_len; j++) n += qkv_mask_visible(m, q_len, kv_len, i, j);
+        return n;
+    }
+    return attn_rule_keys_seen(m, kv_len, kv_len - q_len + i);
+}
+
 /* Visibility by the kind's rule alone (exclusions are handled separately). */
 static int rule_visible(const qkv_mask *m, int p, int j) {
     switch (m->kind) {
