@@ -55,7 +55,7 @@ static int parse_args(run_args *a, int argc, char **argv) {
         {0},
     };
     const cli_command cmd = {.name = "run", .usage = "[-m MODEL.gguf] (-p TEXT | -f FILE | --tokens IDS) [flags]",
-                             .about = "A GGUF Llama model reads the prompt in prefill calls of --batch tokens, then generates\n"
+                             .about = "A GGUF model (llama, qwen2, qwen3, gemma2 or gemma3) reads the prompt in prefill calls of --batch tokens, then generates\n"
                              "one token per decode call; tokens stream to stdout, a stats line goes to stderr.",
                              .flags = flags};
     int rc = cli_parse(&cmd, argc, argv);

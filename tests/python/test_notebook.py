@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import GEMMA3, ROOT, model_path
+from conftest import GEMMA3, ROOT, head, model_path, recovery_by_hand
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat missing (make pytest installs tests/python/requirements.txt)")
 nbclient = pytest.importorskip("nbclient", reason="nbclient missing (make pytest installs tests/python/requirements.txt)")
@@ -93,11 +93,12 @@ def close_as_printed(fresh, stored):
     return True
 
 
-def test_patching_notebook_runs_and_is_quoted(tmp_path, monkeypatch):
-    """The 年假 / 病假 notebook on Gemma 3, top to bottom: the stored outputs are what
-    a fresh run prints (the quoted lines below, number by number to the printed
-    precision), and every number docs/patch-experiment.md quotes is one the stored
-    run printed."""
+def test_patching_notebook_runs_and_is_quoted(tmp_path, monkeypatch, gemma3):
+    """The 年假 / 病假 notebook on Gemma 3, top to bottom: its m.patch and hand-made
+    patch agree within the bound conftest.recovery_by_hand derives for that head, the
+    stored outputs are what a fresh run prints (the quoted lines below, number by
+    number to the printed precision), and every number docs/patch-experiment.md
+    quotes is one the stored run printed."""
     if not GEMMA3.exists():
         pytest.skip(f"{GEMMA3} missing (make model)")
     stored = printed(c for c in nbformat.read(ROOT / "examples" / "patching.ipynb", as_version=4).cells
@@ -107,8 +108,10 @@ def test_patching_notebook_runs_and_is_quoted(tmp_path, monkeypatch):
     assert "they differ at position 1 only: True" in text
     shown = [o for c in code for o in c.outputs if o.output_type == "execute_result" and "text/html" in o.data]
     assert any(o.data["text/html"].startswith("<iframe") and "head_out" in o.data["text/html"] for o in shown)
-    diff = float(text.split("difference")[1].split()[0])
-    assert diff <= 2e-6, f"m.patch and the hand-made patch differ by {diff}"
+    l, h, diff = re.search(r"L(\d+)H(\d+): m\.patch .* difference (\S+)", text).groups()
+    _, bound = recovery_by_hand(gemma3, gemma3.tokenize("年假怎么申请？"), gemma3.tokenize("病假怎么申请？"),
+                                f"blocks.{l}.attn.hook_z", head(int(h)), "kl")
+    assert float(diff) <= bound, f"m.patch and the hand-made patch differ by {diff}, bound {bound:.1e}"
     fresh_lines = [m for q in QUOTED for m in re.findall(q, text)]
     stored_lines = [m for q in QUOTED for m in re.findall(q, stored)]
     assert len(fresh_lines) >= 20 and len(fresh_lines) == len(stored_lines), \

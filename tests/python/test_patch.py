@@ -23,47 +23,11 @@ import numpy as np
 import pytest
 
 import qkv
-from conftest import GEMMA3, qkv_cli_bin
+from conftest import GEMMA3, at_position, head, log_softmax, qkv_cli_bin, recovery_by_hand
 
 CLEAN, CORRUPT = "年假怎么申请？", "病假怎么申请？"
 IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
-
-
-def log_softmax(x):
-    x = np.asarray(x, dtype=np.float64)
-    return x - x.max() - np.log(np.exp(x - x.max()).sum())
-
-
-def recovery_by_hand(m, clean, corrupt, name, replace, metric):
-    """The recovery of one component: the corrupted ids with replace(act, clean_act)
-    at hook `name`, a full forward call, the metric at the last position in float64.
-    metric: "kl" or (answer, wrong)."""
-    _, cache = m.run_with_cache(clean, names_filter=name)
-
-    def hook(act, h):
-        replace(act, cache[name])
-
-    last = [m.forward(clean)[-1], m.forward(corrupt)[-1], m.run_with_hooks(corrupt, [(name, hook)])[-1]]
-    if metric == "kl":
-        lc, lk, lp = (log_softmax(x) for x in last)
-        pc = np.exp(lc)
-        return 1 - (pc * (lc - lp)).sum() / (pc * (lc - lk)).sum()
-    a, w = metric
-    c, k, p = (float(x[a]) - float(x[w]) for x in last)
-    return (p - k) / (c - k)
-
-
-def at_position(p):
-    def replace(act, clean_act):
-        act[p] = clean_act[p]
-    return replace
-
-
-def head(h):
-    def replace(act, clean_act):
-        act[:, h] = clean_act[:, h]
-    return replace
 
 
 @pytest.fixture(scope="module")
@@ -147,10 +111,8 @@ def test_patch_identities(gemma3, leave):
 @pytest.mark.parametrize("metric", ["kl", "logit_diff"])
 def test_patch_equals_hand_made_gemma(gemma3, leave, metric):
     """Components redone by hand: the head of largest |head_out| (both metrics), and
-    for KL resid_pre and mlp_out at the last position and attn_out at 年/病's. 2e-6
-    absolute: the library resumes from the patched layer and projects the last row
-    alone, the hand path runs every layer and projects every row (float32 logits
-    summed in another order; 8e-7 measured, AVX-512)."""
+    for KL resid_pre and mlp_out at the last position and attn_out at 年/病's, each
+    within the bound recovery_by_hand derives (conftest.py)."""
     ci, ki, kl, ld = leave
     r = kl if metric == "kl" else ld
     how = "kl" if metric == "kl" else (r.answer, r.wrong)
@@ -161,8 +123,8 @@ def test_patch_equals_hand_made_gemma(gemma3, leave, metric):
                   ("blocks.12.hook_mlp_out", at_position(-1), r.mlp_out[12, -1]),
                   ("blocks.4.hook_attn_out", at_position(1), r.attn_out[4, 1])]
     for name, replace, got in cases:
-        want = recovery_by_hand(gemma3, ci, ki, name, replace, how)
-        assert abs(want - got) <= 2e-6, f"{metric} {name}: m.patch {got:.7f}, by hand {want:.7f}"
+        want, tol = recovery_by_hand(gemma3, ci, ki, name, replace, how)
+        assert abs(want - got) <= tol, f"{metric} {name}: m.patch {got:.7f}, by hand {want:.7f}, bound {tol:.1e}"
 
 
 def test_patch_equals_hand_made_smollm2(smollm2):
@@ -175,8 +137,9 @@ def test_patch_equals_hand_made_smollm2(smollm2):
     H = smollm2.config.n_head
     for i in np.argsort(-np.abs(r.head_out), axis=None)[:2]:
         l, h = divmod(int(i), H)
-        want = recovery_by_hand(smollm2, ci, ki, f"blocks.{l}.attn.hook_z", head(h), (r.answer, r.wrong))
-        assert abs(want - r.head_out[l, h]) <= 2e-6, f"L{l}H{h}: m.patch {r.head_out[l, h]:.7f}, by hand {want:.7f}"
+        want, tol = recovery_by_hand(smollm2, ci, ki, f"blocks.{l}.attn.hook_z", head(h), (r.answer, r.wrong))
+        assert abs(want - r.head_out[l, h]) <= tol, \
+            f"L{l}H{h}: m.patch {r.head_out[l, h]:.7f}, by hand {want:.7f}, bound {tol:.1e}"
 
 
 def project(m, ids, vectors, answer, wrong):
