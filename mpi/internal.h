@@ -3,7 +3,7 @@
  * places a key block and a run of query rows at their global positions, the
  * log-sum-exp merge, and the collective argument check.
  *
- * Legend: Hq, Hkv, D as in qkv.h; n = query rows of a run, m = keys of a
+ * Legend: Hq, Hkv, D as in qkv/base.h; n = query rows of a run, m = keys of a
  * block; "position" is a global row of the sequence (query row i of the
  * whole call sits at position Lk - Lq + i).
  */

@@ -543,7 +543,7 @@ TEST(kv_alloc_any_size_is_writable_and_aligned_from_2mib) {
 
 /* ------------------------------------------------------ non-finite numbers */
 
-/* What a row of O and LSE must be (qkv.h, "Non-finite numbers"). */
+/* What a row of O and LSE must be (qkv/attn.h, "Non-finite numbers"). */
 typedef enum { ROW_FINITE, ROW_MASKED, ROW_NAN, ROW_NEG_INF } row_class;
 static const char *const row_class_names[] = {"finite", "masked (O = 0, LSE = -inf)", "NaN",
                                               "LSE = -inf, O = NaN"};

@@ -168,7 +168,7 @@ TEST(attn_plan_kv_copy_is_per_call) {
         CHECK(qkv_attn_workspace_size(&d, QKV_KERNEL_FLASH, 2) >=
                   qkv_attn_workspace_size(&f32_max, QKV_KERNEL_FLASH, 2) + (size_t)2 * 2 * n * D * 4,
               "a bf16/f16 plan holds a copy of a KV head per thread");
-        /* the copy is at most 4 MiB each of K and V per thread (qkv.h), and decode plans hold none */
+        /* the copy is at most 4 MiB each of K and V per thread (qkv/attn.h), and decode plans hold none */
         qkv_attn_desc big = d, big_f32 = f32_max;
         big.kv_len = big_f32.kv_len = 1 << 20;
         big.head_dim = big_f32.head_dim = 128;

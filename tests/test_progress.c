@@ -1,5 +1,5 @@
 /*
- * test_progress.c — the probes' progress callback (qkv.h, "probe: progress")
+ * test_progress.c — the probes' progress callback (qkv/probe.h, "probe: progress")
  * on the tiny Llama-3.1 fixture: every report counts up by the tokens just
  * run and the last one is done == total, total as each probe documents it
  * (qkv_stream_steps for stream, n + n(n+1)/2 and 2n for ablate, (1 + L Hq) n

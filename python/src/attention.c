@@ -2,7 +2,7 @@
  * attention.c — qkv._qkv's functions on plain arrays: attention (any kernel,
  * a batch of independent problems through one plan), the reference kernel
  * with its weights, RoPE, and the f32 -> bf16/f16 rounding a KV cache
- * applies. Shapes as in qkv.h, with an outer batch B:
+ * applies. Shapes as in qkv/attn.h, with an outer batch B:
  *   o: [B, Hq, Lq, D] f32   lse: [B, Hq, Lq] f32 or None   q: [B, Hq, Lq, D] f32
  *   k, v: [B, Hkv, Lk, D] of kv_dtype (f32, f16, or bf16 as uint16)
  * Each call releases the GIL from the first kernel call to the last.

@@ -100,7 +100,7 @@ static PyObject *model_close(PyObject *self, PyObject *args) {
  * flattened to rope_*, the pointer freq_factors left out), then what the open
  * model adds. The module exports the rows as CONFIG_FIELDS, [(name, type)],
  * from which python/qkv makes its Config; tests/python/test_config.py checks
- * the rows against the struct in include/qkv.h. */
+ * the rows against the struct in include/qkv/model.h. */
 typedef enum { CFG_INT, CFG_FLOAT, CFG_BOOL, CFG_STR, CFG_ENUM, CFG_LIST } cfg_kind;
 
 static const char *const rope_pairings[] = {[QKV_ROPE_HALF] = "half", [QKV_ROPE_INTERLEAVED] = "interleaved"};

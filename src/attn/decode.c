@@ -6,7 +6,7 @@
  *   M = max_s m_s,  l = sum_s l_s exp(m_s - M),  O = sum_s acc_s exp(m_s - M) / l,
  *   LSE = M + log l   (Dao et al., "Flash-Decoding for long-context inference", 2023).
  * A split that saw no visible key has l_s = 0 and m_s = -inf and drops out;
- * whether a row is fully masked is decided by its mask, not by M (qkv.h,
+ * whether a row is fully masked is decided by its mask, not by M (qkv/attn.h,
  * "Non-finite numbers").
  */
 #include "attn/internal.h"

@@ -52,7 +52,7 @@ static void block_shape(int G, int q_len, int max_rows, int *nh, int *nq) {
 }
 
 /* Writes O = acc / l and LSE = m + log l for the rows of a finished block,
- * in IEEE arithmetic (qkv.h, "Non-finite numbers"): l is NaN after a NaN or
+ * in IEEE arithmetic (qkv/attn.h, "Non-finite numbers"): l is NaN after a NaN or
  * +inf score and 0 when every visible key scored -inf, and both propagate.
  * Only a row that sees no key at all is written as masked: O = 0, LSE = -inf. */
 static void write_rows(float *o, float *lse, const attn_problem *P, const attn_rows *rows,

@@ -47,7 +47,7 @@ static void reference_head(void *ctx, int64_t item, int thread) {
         const float *qi = q + ((size_t)h * Lq + i) * D;
         double *s = scores + ((size_t)h * Lq + i) * Lk;
         /* scores, masked to -inf; a score beyond the float range is the
-         * +-inf the float kernels compute (qkv.h, "Non-finite numbers") */
+         * +-inf the float kernels compute (qkv/attn.h, "Non-finite numbers") */
         int n_visible = 0;
         for (int j = 0; j < Lk; j++) {
             if (!qkv_mask_visible(P.mask, Lq, Lk, i, j)) {

@@ -41,7 +41,7 @@ static void prefetch_tile(const void *ksrc, const void *vsrc, qkv_dtype t, int D
 /* Rounding to bf16 here is round-to-nearest-even, except that a finite value
  * beyond the largest finite bf16 (0x7f7f, 3.39e38) becomes that value with
  * its sign, not inf: FLT_MAX in K would otherwise turn 0 x k into NaN where
- * the f32 kernels score 0 (qkv.h, "Non-finite numbers"). inf and NaN stay. */
+ * the f32 kernels score 0 (qkv/attn.h, "Non-finite numbers"). inf and NaN stay. */
 #define BF16_MAX_BITS 0x7f7f0000u
 static inline uint16_t bf16_round(float x) {
     uint32_t u;

@@ -118,7 +118,7 @@ INLINE vf exp2_frac(vf f) {
  * [-1/2, 1/2] (vreduceps), 2^f by exp2_frac, times 2^round(t) by vscalefps.
  * -inf (a masked key) gives f = 0 and 2^-inf = exactly 0; t in (-150, -126)
  * the subnormal values, below that 0; a NaN stays NaN (a NaN score makes its
- * row NaN, qkv.h). 8 instructions. */
+ * row NaN, qkv/attn.h). 8 instructions. */
 INLINE vf vexp2(vf t) {
     __m512 tv;
     memcpy(&tv, &t, sizeof tv);
@@ -140,7 +140,7 @@ INLINE vf vexp2(vf t) {
  * integer n and leaves n + 127 in the low mantissa bits, which shifted up
  * by 23 are the bits of 2^n, or 0 for n = -127 (so 2^t is exactly 0 there,
  * where 2^n is not a normal float, and for -inf); f = t - n in [-1/2, 1/2],
- * 2^f by exp2_frac. A NaN stays NaN (a NaN score makes its row NaN, qkv.h).
+ * 2^f by exp2_frac. A NaN stays NaN (a NaN score makes its row NaN, qkv/attn.h).
  * 11 instructions. */
 INLINE vf vexp2(vf t) {
     const vf shifter = vset1(12582912.0f + 127.0f);

@@ -1,8 +1,8 @@
 /*
  * gguf.c — the GGUF reader: maps a file read-only, checks every count, length
  * and offset against the file size before using it, and indexes the metadata
- * and tensor infos for the accessors in qkv.h. Layout: the comment above
- * qkv_gguf_open in qkv.h; reference: ggml's docs/gguf.md.
+ * and tensor infos for the accessors in qkv/gguf.h. Layout: the comment above
+ * qkv_gguf_open in qkv/gguf.h; reference: ggml's docs/gguf.md.
  *
  * It does not dequantise (dequant.c), interpret hyper-parameters (the model
  * loader does), or write GGUF. It is the only place that turns ggml's

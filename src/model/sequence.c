@@ -1,7 +1,7 @@
 /*
  * sequence.c — a model's KV caches and the sequence over them: one cache
  * per layer, holding n_ctx rows, or, in a sliding layer with swa_cache, the
- * last W - 1 + n_batch (the sliding-window cache, include/qkv.h). key0[l] is
+ * last W - 1 + n_batch (the sliding-window cache, include/qkv/model.h). key0[l] is
  * the position of layer l's row 0; positions everywhere else (pos, rewind,
  * evict, exclusions, hook_pattern's keys) are the whole sequence's, the rows
  * of a full cache. Appending (with the window cache's compaction),

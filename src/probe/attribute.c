@@ -1,5 +1,5 @@
 /*
- * attribute.c — direct logit attribution (qkv.h, "probe: attribute"). One
+ * attribute.c — direct logit attribution (qkv/probe.h, "probe: attribute"). One
  * forward call keeps, at the last position, the embedding, every layer's
  * attention and MLP outputs (and hook_z for the heads) and the final
  * residual; each part is then projected onto g * (W_U[answer] -

@@ -1,5 +1,5 @@
 /*
- * lens.c — the logit lens (qkv.h, "probe: lens"): one forward call keeps
+ * lens.c — the logit lens (qkv/probe.h, "probe: lens"): one forward call keeps
  * every layer's hook_resid_post, then each layer's rows go through the
  * model's own final step (a forward call resumed after the last layer: the
  * final norm, lm_head and any soft-cap are forward.c's, not a copy), a few

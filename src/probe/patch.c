@@ -1,5 +1,5 @@
 /*
- * patch.c — activation patching (qkv.h, "probe: patch"): the clean and the
+ * patch.c — activation patching (qkv/probe.h, "probe: patch"): the clean and the
  * corrupted run cache the activations the sweeps patch (the corrupted
  * run's hook_resid_pre of every layer doubling as the checkpoints), then
  * each component is one forward resumed at its layer from its checkpoint

@@ -1,5 +1,5 @@
 /*
- * progress.c — how a long probe reports to its caller (qkv.h, "probe:
+ * progress.c — how a long probe reports to its caller (qkv/probe.h, "probe:
  * progress"): one call of the caller's callback, and its request to stop
  * turned into QKV_ERR_CANCELLED. It does not time, draw or rate-limit
  * anything: the caller decides what a report is worth.

@@ -1,5 +1,5 @@
 /*
- * stream.c — perplexity under a bounded KV cache (qkv.h, "probe: stream"):
+ * stream.c — perplexity under a bounded KV cache (qkv/probe.h, "probe: stream"):
  * full context, a sliding window, attention sinks plus a window
  * (StreamingLLM, arXiv:2309.17453), and the window recomputed per chunk.
  * The policies are the forward call's mask (qkv_forward_opts) and the

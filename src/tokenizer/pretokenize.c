@@ -1,6 +1,6 @@
 /*
  * pretokenize.c — the pre-tokenizer splits of byte-level BPE vocabularies, as
- * hand-written matchers of the regexes in qkv.h (no regex library), plus
+ * hand-written matchers of the regexes in qkv/tokenizer.h (no regex library), plus
  * lenient UTF-8 and the character classes they test.
  *
  * Each matcher answers one question: at code point i of a stretch that ends

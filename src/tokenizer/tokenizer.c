@@ -19,7 +19,7 @@
  *
  * Deliberately not here: Unigram ("t5") and WordPiece ("bert") vocabularies,
  * normalisers (NFKC, precompiled charsmaps), and the pre-tokenizers of other
- * model families (qkv.h lists the names accepted).
+ * model families (qkv/tokenizer.h lists the names accepted).
  */
 #include "tokenizer/internal.h"
 #include "tokenizer/unicode.h"

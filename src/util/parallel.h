@@ -39,7 +39,7 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
  * again); a forked child starts with none. */
 void qkv_parallel_start(int n_threads);
 
-/* qkv_cpu_count (qkv.h) is defined in parallel.c too. */
+/* qkv_cpu_count (qkv/base.h) is defined in parallel.c too. */
 
 /* How long a waiting thread spins (pause instructions) when `runnable`
  * threads are runnable system-wide, `ours_awake` of them the pool's (the
