@@ -40,32 +40,6 @@ static void json_scope_value(int v) {
 
 /* ------------------------------------------------------------- SVG plots */
 
-/* One bar panel: values v[n] from y0 down ph pixels, scaled to vmax. */
-static void svg_bars(FILE *f, const double *v, const double *marks, int n, double vmax, int x0, int y0, int pw,
-                     int ph, const char *colour, const char *label) {
-    const double bw = (double)pw / n;
-    fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"#999\"/>\n", x0, x0 + pw, y0 + ph, y0 + ph);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">", x0, y0 - 6);
-    cli_svg_text(f, label);
-    fprintf(f, " (top of panel: %.3g)</text>\n", vmax);
-    for (int j = 0; j < n; j++) {
-        const double hgt = vmax > 0 ? v[j] / vmax * ph : 0;
-        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"/>\n", x0 + j * bw + 1,
-                y0 + ph - hgt, bw > 3 ? bw - 2 : bw, hgt, colour);
-        if (marks && vmax > 0)
-            fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-width=\"2\"/>\n",
-                    x0 + j * bw + 1, x0 + (j + 1) * bw - 1, y0 + ph - (marks[j] < vmax ? marks[j] : vmax) / vmax * ph,
-                    y0 + ph - (marks[j] < vmax ? marks[j] : vmax) / vmax * ph);
-    }
-}
-
-static double max_of(const double *v, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++)
-        if (v[i] > m) m = v[i];
-    return m;
-}
-
 /* What the plots and the page show. */
 typedef struct {
     const char *title;
@@ -86,49 +60,50 @@ static int plot_positions(FILE *f, const report *r) {
     }
     for (int j = 0; j < n; j++)
         mean[j] = r->rows[j].attn_mean, mx[j] = r->rows[j].attn_max, kl[j] = r->rows[j].effect.kl;
-    const int x0 = 40, pw = n * 28 > 700 ? n * 28 : 700, ph = 160, W = x0 + pw + 20, H = 2 * ph + 200;
-    cli_svg_head(f, W, H, r->title);
-    svg_bars(f, mean, mx, n, max_of(mx, n), x0, 60, pw, ph, "#1f5fbf",
-             "attention of the last position, mean over the ablated layers and heads (ticks: max)");
-    svg_bars(f, kl, NULL, n, max_of(kl, n), x0, 60 + ph + 40, pw, ph, "#e8590c",
-             "KL(p_full || p_ablated), nats, when the position is ablated");
-    for (int j = 0; j < n; j++) {
-        fprintf(f, "<text transform=\"translate(%.1f %d) rotate(60)\" fill=\"#333\">", x0 + (j + 0.5) * pw / n,
-                60 + 2 * ph + 52);
-        cli_svg_text(f, r->labels[j]);
-        fputs("</text>\n", f);
-    }
-    fputs("</svg>\n", f);
+    const int pw = n * 28 > 700 ? n * 28 : 700, ph = 160;
+    const qkv_chart_box top = {.x = 70, .y = 70, .w = pw, .h = ph, .y_title = "attention weight",
+                               .title = "attention of the last position, over the ablated layers and heads",
+                               .legend_cols = 2},
+                        bottom = {.x = 70, .y = top.y + ph + qkv_chart_below(&top, 2) + 30, .w = pw, .h = ph,
+                                  .title = "KL(p_full || p_ablated) when the position is ablated",
+                                  .y_title = "KL (nats)"};
+    const qkv_chart_bar_set attn = {.v = mean, .marks = mx, .n = n, .colour = "#1f5fbf", .name = "mean",
+                                    .marks_name = "max"},
+                            loss = {.v = kl, .labels = (const char *const *)r->labels, .n = n, .colour = "#e8590c"};
+    qkv_chart_begin(f, top.x + pw + 20, bottom.y + ph + 130, r->title);
+    qkv_chart_bars(f, &top, &attn);
+    qkv_chart_bars(f, &bottom, &loss);
+    qkv_chart_end(f);
     free(mean), free(mx), free(kl);
     return 0;
 }
 
-/* The layer x head KL map: one cell per head, darker = larger KL (sqrt scale). */
+/* The layer x head KL map: one cell per head, darker = larger KL (sqrt scale); 0 or 2. */
 static int plot_heads(FILE *f, const report *r) {
     const int nl = r->nl, nh = r->nh;
-    const int cw = 56, ch = 18, x0 = 60, y0 = 60, W = x0 + nh * cw + 40 > 640 ? x0 + nh * cw + 40 : 640,
-              H = y0 + nl * ch + 60;
-    double mx = 0;
-    for (int i = 0; i < nl * nh; i++)
-        if (r->effects[i].kl > mx) mx = r->effects[i].kl;
-    cli_svg_head(f, W, H, r->title);
-    for (int h = 0; h < nh; h++)
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">h%d</text>\n", x0 + h * cw + cw / 2,
-                y0 - 6, h);
-    for (int l = 0; l < nl; l++) {
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#333\">layer %d</text>\n", x0 - 6,
-                y0 + l * ch + 13, l);
-        for (int h = 0; h < nh; h++) {
-            const double kl = r->effects[(size_t)l * nh + h].kl, t = mx > 0 ? sqrt(kl / mx) : 0;
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"rgb(%d,%d,%d)\"/>\n", x0 + h * cw,
-                    y0 + l * ch, cw - 1, ch - 1, (int)(255 - 223 * t), (int)(255 - 160 * t), (int)(255 - 64 * t));
-            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"10\" fill=\"%s\">%.3f</text>\n",
-                    x0 + h * cw + cw / 2, y0 + l * ch + 13, t > 0.6 ? "white" : "#333", kl);
-        }
+    double *kl = malloc((size_t)nl * nh * sizeof *kl), mx = 0;
+    char *text = malloc((size_t)(nl + nh) * 24);           /* [nl + nh][24]: "layer l", then "hN" */
+    const char **names = malloc((size_t)(nl + nh) * sizeof *names);
+    if (!kl || !text || !names) {
+        free(kl), free(text), free(names);
+        return cli_fail("out of memory");
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">KL(p_full || p_ablated) in nats when the head's output is "
-               "zeroed; colour: sqrt(KL / %.3g)</text>\n</svg>\n",
-            x0, y0 + nl * ch + 30, mx);
+    for (int i = 0; i < nl + nh; i++) {
+        names[i] = text + (size_t)i * 24;
+        snprintf(text + (size_t)i * 24, 24, i < nl ? "layer %d" : "h%d", i < nl ? i : i - nl);
+    }
+    for (int i = 0; i < nl * nh; i++) kl[i] = r->effects[i].kl, mx = kl[i] > mx ? kl[i] : mx;
+    char caption[128];
+    snprintf(caption, sizeof caption, "KL(p_full || p_ablated) in nats when the head's output is zeroed; colour: "
+             "sqrt(KL / %.3g)", mx);
+    const qkv_chart_box box = {.x = 80, .y = 50, .w = nh * 56, .h = nl * 18, .x_title = "head", .caption = caption};
+    const qkv_chart_grid grid = {.rows = nl, .cols = nh, .row_labels = names, .col_labels = names + nl, .values = kl,
+                                 .scale = QKV_CHART_BLUES_SQRT};
+    qkv_chart_begin(f, box.x + box.w + 40 > 640 ? box.x + box.w + 40 : 640, box.y + box.h + qkv_chart_below(&box, 0),
+                    r->title);
+    qkv_chart_cells(f, &box, &grid);
+    qkv_chart_end(f);
+    free(kl), free(text), free(names);
     return 0;
 }
 
@@ -140,7 +115,7 @@ static int write_output(FILE *f, const report *r, int html) {
               "td.t{text-align:left;font-family:monospace}span.b{display:inline-block;height:10px}</style></head>"
               "<body>\n<h1>",
               f);
-        cli_svg_text(f, r->title);
+        qkv_svg_text(f, r->title);
         fputs("</h1>\n", f);
     }
     int rc = r->rows ? plot_positions(f, r) : plot_heads(f, r);
@@ -154,11 +129,11 @@ static int write_output(FILE *f, const report *r, int html) {
         for (int j = 0; j < r->n; j++) {
             const qkv_ablate_row *x = &r->rows[j];
             fprintf(f, "<tr><td>%d</td><td class=\"t\">", j);
-            cli_svg_text(f, r->labels[j]);
+            qkv_svg_text(f, r->labels[j]);
             fprintf(f, "</td><td>%.3f</td><td>%.3f</td><td>%.4f</td><td class=\"t\"><span class=\"b\" "
                        "style=\"width:%.0fpx;background:#e8590c\"></span></td><td>%+.4f</td><td class=\"t\">",
                     x->attn_mean, x->attn_max, x->effect.kl, kmax > 0 ? 200 * x->effect.kl / kmax : 0, x->effect.dp_target);
-            cli_svg_text(f, r->after[j]);
+            qkv_svg_text(f, r->after[j]);
             fputs("</td></tr>\n", f);
         }
         fputs("</table>\n", f);

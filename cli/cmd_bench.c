@@ -27,6 +27,7 @@
 #include "util.h"
 #include "commands.h"
 #include "bench_roofline.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <omp.h>
@@ -335,90 +336,41 @@ static void print_row_text(const bench_result *r, int header) {
 
 static int series_of(const bench_result *r) { return r->kernel == QKV_KERNEL_FLASH_BF16 ? 3 : (int)r->dt; }
 
-/* x: log2 of a length; one panel per measure, one line per (model, series). */
-static void svg_peak_line(FILE *f, int L, int PW, int y, double peak, const char *label) {
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#c00\" stroke-dasharray=\"6,4\"/>\n", L, y, L + PW, y);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"#c00\" text-anchor=\"end\">%s %.0f</text>\n", L + PW - 4,
-            y - 4, label, peak);
-}
-
-/* peak (and peak2 if > 0) are drawn as dashed lines. */
-static void svg_panel(FILE *f, const bench_result *res, int n, const char *sweep, int x0, const char *title,
-                      const char *xlabel, const char *ylabel, double peak, const char *peak_label, double peak2,
-                      const char *peak2_label, int use_kv_rate) {
-    const int W = 440, H = 320, L = 60, T = 40, PW = W - L - 20, PH = H - T - 60;
-    double xmin = 1e30, xmax = 0, ymax = peak2 > peak ? peak2 : peak > 0 ? peak : 0;
-    for (int i = 0; i < n; i++) {
-        if (strcmp(res[i].sweep, sweep)) continue;
-        double x = log2(res[i].lk), y = use_kv_rate ? res[i].kv_gbs : res[i].gflops;
-        xmin = x < xmin ? x : xmin;
-        xmax = x > xmax ? x : xmax;
-        ymax = y > ymax ? y : ymax;
-    }
-    fprintf(f, "<g transform=\"translate(%d,0)\">\n<text x=\"%d\" y=\"22\" font-size=\"14\" font-weight=\"bold\">%s</text>\n",
-            x0, L, title);
-    if (xmax < xmin) {
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"12\">(not measured)</text>\n</g>\n", L, T + PH / 2);
-        return;
-    }
-    if (xmax == xmin) xmax = xmin + 1;
-    ymax *= 1.1;
-    if (ymax <= 0) ymax = 1;
-#define SX(x) (L + (int)((double)PW * ((x) - xmin) / (xmax - xmin)))
-#define SY(y) (T + PH - (int)((double)PH * (y) / ymax))
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", L, T, PW, PH);
-    for (int g = 0; g <= 4; g++) {
-        double y = ymax * g / 4;
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">%.0f</text>\n", L - 4, SY(y) + 3, y);
-    }
-    for (double x = ceil(xmin); x <= xmax + 1e-9; x += 1) {
-        double len = pow(2, x);
-        char lab[16];
-        if (len >= 1024) snprintf(lab, sizeof lab, "%.0fK", len / 1024);
-        else snprintf(lab, sizeof lab, "%.0f", len);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%s</text>\n", SX(x), T + PH + 14, lab);
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">%s</text>\n", L + PW / 2, T + PH + 32,
-            xlabel);
-    fprintf(f, "<text x=\"14\" y=\"%d\" font-size=\"11\" transform=\"rotate(-90 14 %d)\" text-anchor=\"middle\">%s</text>\n",
-            T + PH / 2, T + PH / 2, ylabel);
-    if (peak > 0) svg_peak_line(f, L, PW, SY(peak), peak, peak_label);
-    if (peak2 > 0) svg_peak_line(f, L, PW, SY(peak2), peak2, peak2_label);
+/* One panel per sweep: x the keys (log2 scale), y GFLOP/s or KV GB/s; one
+ * line per (model, series), the other model dashed; peak and peak2 (if > 0)
+ * as dashed red level lines. x, y: [n] scratch. */
+static void svg_panel(FILE *f, const qkv_chart_box *box, const bench_result *res, int n, const char *sweep,
+                      double peak, const char *peak_label, double peak2, const char *peak2_label, int use_kv_rate,
+                      double *x, double *y) {
     /* series: f32, bf16, f16 KV through flash/decode, and bf16 KV through flash-bf16 */
     static const char *colors[4] = {"#1f77b4", "#2ca02c", "#ff7f0e", "#d62728"};
     static const char *series[4] = {"f32", "bf16", "f16", "bf16 dot"};
-    int legend = 0;
+    qkv_chart_series lines[N_MODELS * 4 + 2];
+    char names[N_MODELS * 4 + 2][48];
+    const double peaks[2] = {peak, peak2};
+    int ns = 0, np = 0;
     for (int m = 0; m < N_MODELS; m++)
         for (int t = 0; t < 4; t++) {
-            int first = 1;
+            const int first = np;
             for (int i = 0; i < n; i++) {
                 const bench_result *r = &res[i];
                 if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || series_of(r) != t) continue;
-                double y = use_kv_rate ? r->kv_gbs : r->gflops;
-                if (first) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", colors[t],
-                                   m ? " stroke-dasharray=\"4,3\"" : "");
-                fprintf(f, "%s%d,%d", first ? "" : " ", SX(log2(r->lk)), SY(y));
-                first = 0;
+                x[np] = r->lk, y[np++] = use_kv_rate ? r->kv_gbs : r->gflops;
             }
-            if (first) continue;
-            fprintf(f, "\"/>\n");
-            for (int i = 0; i < n; i++) { /* markers: a sweep of one length is still visible */
-                const bench_result *r = &res[i];
-                if (strcmp(r->sweep, sweep) || strcmp(r->model, bench_models[m].id) || series_of(r) != t) continue;
-                fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"%d\" fill=\"%s\"/>\n", SX(log2(r->lk)),
-                        SY(use_kv_rate ? r->kv_gbs : r->gflops), m ? 2 : 3, colors[t]);
-            }
-            /* legend under the axis, three entries a row */
-            int lx = L + (legend % 3) * (PW / 3), ly = T + PH + 50 + 14 * (legend / 3);
-            fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", lx,
-                    ly - 4, lx + 18, ly - 4, colors[t], m ? " stroke-dasharray=\"4,3\"" : "");
-            fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\">%s %s</text>\n", lx + 22, ly, bench_models[m].id,
-                    series[t]);
-            legend++;
+            if (np == first) continue;
+            snprintf(names[ns], sizeof names[ns], "%s %s", bench_models[m].id, series[t]);
+            lines[ns] = (qkv_chart_series){.name = names[ns], .x = x + first, .y = y + first, .n = np - first,
+                                           .colour = colors[t], .dash = m ? "4,3" : NULL, .dot = m ? 2 : 3};
+            ns++;
         }
-#undef SX
-#undef SY
-    fprintf(f, "</g>\n");
+    for (int k = 0; k < 2 && ns; k++) {
+        if (peaks[k] <= 0) continue;
+        snprintf(names[ns], sizeof names[ns], "%s %.0f", k ? peak2_label : peak_label, peaks[k]);
+        lines[ns] = (qkv_chart_series){.name = names[ns], .y = &peaks[k], .n = 1, .colour = "#c00", .dash = "6,4",
+                                       .width = 1, .rule = 1};
+        ns++;
+    }
+    qkv_chart_lines(f, box, lines, ns);
 }
 
 static int res_chunk_lq(const bench_result *res, int n) {
@@ -427,20 +379,29 @@ static int res_chunk_lq(const bench_result *res, int n) {
     return 512;
 }
 
-static void write_svg(FILE *f, const bench_result *res, int n, const bench_roofline *roof, int threads) {
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1320\" height=\"390\" font-family=\"sans-serif\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+/* The three sweeps side by side; 0 or 2. */
+static int write_svg(FILE *f, const bench_result *res, int n, const bench_roofline *roof, int threads) {
+    double *x = malloc((size_t)(n ? n : 1) * sizeof *x), *y = malloc((size_t)(n ? n : 1) * sizeof *y);
+    if (!x || !y) {
+        free(x), free(y);
+        return cli_fail("out of memory");
+    }
     char t1[96], t2[96], t3[96];
     snprintf(t1, sizeof t1, "prefill, causal, %d threads", threads);
     snprintf(t2, sizeof t2, "chunked prefill, Lq = %d, %d threads", res_chunk_lq(res, n), threads);
     snprintf(t3, sizeof t3, "decode, Lq = 1, cold cache, %d threads", threads);
-    double fma = roof ? roof->fma_gflops : 0, bf16 = roof ? roof->bf16_gflops : 0;
-    svg_panel(f, res, n, "prefill", 0, t1, "n = Lq = Lk (tokens)", "GFLOP/s (causal FLOPs)", fma, "fp32 FMA peak", bf16,
-              "bf16 dot peak", 0);
-    svg_panel(f, res, n, "chunk", 440, t2, "Lk (keys)", "GFLOP/s (causal FLOPs)", fma, "fp32 FMA peak", bf16,
-              "bf16 dot peak", 0);
-    svg_panel(f, res, n, "decode", 880, t3, "Lk (keys)", "KV GB/s", roof ? roof->dram_gbs : 0, "DRAM read", 0, "", 1);
-    fprintf(f, "</svg>\n");
+    const double fma = roof ? roof->fma_gflops : 0, bf16 = roof ? roof->bf16_gflops : 0;
+    qkv_chart_box box = {.x = 70, .y = 30, .w = 350, .h = 240, .title = t1, .x_title = "n = Lq = Lk (tokens)",
+                         .y_title = "GFLOP/s (causal FLOPs)", .x_log2 = 1, .legend_cols = 2};
+    qkv_chart_begin(f, 3 * 450, box.y + box.h + qkv_chart_below(&box, N_MODELS * 4 + 2), NULL);
+    svg_panel(f, &box, res, n, "prefill", fma, "fp32 FMA peak", bf16, "bf16 dot peak", 0, x, y);
+    box.x += 450, box.title = t2, box.x_title = "Lk (keys)";
+    svg_panel(f, &box, res, n, "chunk", fma, "fp32 FMA peak", bf16, "bf16 dot peak", 0, x, y);
+    box.x += 450, box.title = t3, box.y_title = "KV GB/s";
+    svg_panel(f, &box, res, n, "decode", roof ? roof->dram_gbs : 0, "DRAM read", 0, "", 1, x, y);
+    qkv_chart_end(f);
+    free(x), free(y);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- sweeps */
@@ -557,7 +518,7 @@ static int run_sweeps(int sweeps, const bench_opts *o) {
         }
     }
     cli_progress_finish();
-    if (!status && o->svg) write_svg(svg_f, res, nres, roof, threads);
+    if (!status && o->svg) status = write_svg(svg_f, res, nres, roof, threads);
     status = cli_outputs_finish(status);
     if (!status && o->json) printf("\n  ]\n}\n");
     free(res);

@@ -18,7 +18,9 @@
 #include "json_out.h"
 #include "util.h"
 #include "commands.h"
+#include "qkv_render.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,121 +165,82 @@ static void print_json(const grid *g, const int *rank) {
 
 /* ------------------------------------------------------------------ SVG */
 
-/* t in [0, 1] -> a light-to-dark blue. */
-static void blue(char *rgb, size_t n, double t) {
-    if (t < 0) t = 0;
-    if (t > 1) t = 1;
-    snprintf(rgb, n, "rgb(%d,%d,%d)", (int)(247 - 239 * t), (int)(251 - 203 * t), (int)(255 - 148 * t));
-}
-
-/* The value panel `which` shows: 1 the first answer token's needle mass
- * (max), 2 the token starting the answer's (max; -1 when absent). */
+/* The value panel `which` shows: 0 correct (1 or 0), 1 the first answer
+ * token's needle mass (max), 2 the token starting the answer's (max; NaN
+ * when absent). */
 static double panel_value(const cell *c, int which) {
-    return which == 1 ? c->mass_max : c->answer_step >= 0 ? c->answer_mass_max : -1;
+    return which == 0 ? c->correct : which == 1 ? c->mass_max : c->answer_step >= 0 ? c->answer_mass_max : NAN;
 }
 
-/* One length x depth panel at (x0, y0): which 0 correct, else panel_value. */
-static void svg_panel(FILE *f, const grid *g, int which, int x0, int y0, const char *label) {
-    const int cw = 52, ch = 26;
-    double hi = 0;
-    for (int i = 0; i < g->lengths->n * g->depths->n; i++) {
-        const double v = panel_value(&g->cells[i], which);
-        if (v > hi) hi = v;
+/* Three length x depth panels (correct, two needle masses), then the mean
+ * needle mass per layer, one line per length (depths averaged). 0 or 2. */
+static int svg_body(FILE *f, const grid *g, const char *title) {
+    const int nl = g->lengths->n, nd = g->depths->n, L = g->n_layer;
+    double *v = malloc((size_t)3 * nl * nd * sizeof *v), *by_layer = calloc((size_t)nl * L, sizeof *by_layer);
+    char *text = malloc((size_t)(nl + nd) * 24);       /* [nl + nd][24]: lengths, then depths */
+    const char **names = malloc((size_t)(nl + nd) * sizeof *names);
+    char(*line_names)[32] = malloc((size_t)nl * sizeof *line_names);
+    qkv_chart_series *lines = malloc((size_t)nl * sizeof *lines);
+    if (!v || !by_layer || !text || !names || !line_names || !lines) {
+        free(v), free(by_layer), free(text), free(names), free(line_names), free(lines);
+        return cli_fail("out of memory");
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">", x0, y0 - 26);
-    cli_svg_text(f, label);
-    fprintf(f, "</text>\n<text x=\"%d\" y=\"%d\" text-anchor=\"end\" font-size=\"10\" fill=\"#666\">tokens \\ "
-               "depth</text>\n",
-            x0 - 4, y0 - 6);
-    for (int d = 0; d < g->depths->n; d++)
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">%d%%</text>\n", x0 + d * cw + cw / 2,
-                y0 - 6, g->depths->v[d]);
-    for (int l = 0; l < g->lengths->n; l++) {
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#333\">%d</text>\n", x0 - 6, y0 + l * ch + 17,
-                g->lengths->v[l]);
-        for (int d = 0; d < g->depths->n; d++) {
-            const cell *c = at(g, l, d);
-            char fill[32], text[16];
-            const double v = panel_value(c, which);
-            if (which == 0) snprintf(fill, sizeof fill, "%s", c->correct ? "#2f9e44" : "#e03131");
-            else if (v < 0) snprintf(fill, sizeof fill, "#e9ecef");
-            else blue(fill, sizeof fill, hi > 0 ? v / hi : 0);
-            if (which == 0) snprintf(text, sizeof text, "%s", c->correct ? "yes" : "no");
-            else if (v < 0) snprintf(text, sizeof text, "-");
-            else snprintf(text, sizeof text, "%.3f", v);
-            fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\"/>\n", x0 + d * cw, y0 + l * ch,
-                    cw - 2, ch - 2, fill);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\" fill=\"%s\">%s</text>\n",
-                    x0 + d * cw + cw / 2 - 1, y0 + l * ch + 17,
-                    which == 0 || (hi > 0 && v / hi > 0.55) ? "white" : "#333", text);
-        }
+    for (int i = 0; i < nl + nd; i++) {
+        names[i] = text + (size_t)i * 24;
+        snprintf(text + (size_t)i * 24, 24, i < nl ? "%d" : "%d%%", i < nl ? g->lengths->v[i] : g->depths->v[i - nl]);
     }
-}
-
-/* The mean needle mass per layer, one line per length (depths averaged). */
-static void svg_layers(FILE *f, const grid *g, int x0, int y0, int pw, int ph) {
-    static const char *const colours[] = {"#1f5fbf", "#e8590c", "#2f9e44", "#9c36b5", "#e03131", "#868e96"};
-    double hi = 0;
-    for (int l = 0; l < g->lengths->n; l++)
-        for (int k = 0; k < g->n_layer; k++) {
-            double s = 0;
-            for (int d = 0; d < g->depths->n; d++) s += at(g, l, d)->by_layer_mean[k];
-            if (s / g->depths->n > hi) hi = s / g->depths->n;
-        }
-    if (hi <= 0) hi = 1;
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#333\">needle mass of the first answer token by layer, mean over heads "
-               "and depths (top of the panel: %.3g)</text>\n",
-            x0, y0 - 8, hi);
-    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#999\"/>\n", x0, y0, pw, ph);
-    for (int l = 0; l < g->lengths->n; l++) {
-        fprintf(f, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"%s\" points=\"", colours[l % 6]);
-        for (int k = 0; k < g->n_layer; k++) {
-            double s = 0;
-            for (int d = 0; d < g->depths->n; d++) s += at(g, l, d)->by_layer_mean[k];
-            s /= g->depths->n;
-            fprintf(f, "%.1f,%.1f ", x0 + (g->n_layer > 1 ? (double)k * pw / (g->n_layer - 1) : 0),
-                    y0 + ph - s / hi * ph);
-        }
-        fputs("\"/>\n", f);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"%s\">%d tokens</text>\n", x0 + pw + 8, y0 + 14 + 16 * l,
-                colours[l % 6], g->lengths->v[l]);
+    for (int which = 0; which < 3; which++)
+        for (int i = 0; i < nl * nd; i++) v[(size_t)which * nl * nd + i] = panel_value(&g->cells[i], which);
+    for (int l = 0; l < nl; l++) {
+        for (int d = 0; d < nd; d++)
+            for (int k = 0; k < L; k++) by_layer[(size_t)l * L + k] += at(g, l, d)->by_layer_mean[k] / nd;
+        snprintf(line_names[l], sizeof line_names[l], "%d tokens", g->lengths->v[l]);
+        lines[l] = (qkv_chart_series){.name = line_names[l], .y = by_layer + (size_t)l * L, .n = L};
     }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">layer 0</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\" "
-               "fill=\"#666\">layer %d</text>\n",
-            x0, y0 + ph + 16, x0 + pw, y0 + ph + 16, g->n_layer - 1);
+    static const char *const panel_titles[3] = {"correct", "needle mass: first answer token",
+                                                "needle mass: token starting the answer"};
+    const int pw = 52 * nd, gap = 100, x0 = 80, y0 = 60;
+    qkv_chart_box panel = {.x = x0, .y = y0, .w = pw, .h = 26 * nl, .x_title = "needle depth",
+                           .y_title = "prompt tokens"};
+    qkv_chart_box layers = {.x = x0, .y = y0 + panel.h + qkv_chart_below(&panel, 0) + 60, .w = 600, .h = 160,
+                            .title = "needle mass of the first answer token by layer, mean over heads and depths",
+                            .x_title = "layer", .y_title = "needle mass", .x_whole = 1, .legend_cols = 4,
+                            .caption = "needle mass: the attention weight a row puts on the needle's tokens (panels "
+                                       "above: the largest over layers and heads)"};
+    const int W = x0 + 2 * (pw + gap) + (pw > 280 ? pw : 280) + 20; /* room for the last panel's title */
+    qkv_chart_begin(f, W, layers.y + layers.h + qkv_chart_below(&layers, nl), title);
+    for (int which = 0; which < 3; which++) {
+        const qkv_chart_grid cells = {.rows = nl, .cols = nd, .row_labels = names, .col_labels = names + nl,
+                                      .values = v + (size_t)which * nl * nd,
+                                      .scale = which ? QKV_CHART_BLUES : QKV_CHART_YES_NO};
+        panel.title = panel_titles[which];
+        panel.x = x0 + which * (pw + gap);
+        qkv_chart_cells(f, &panel, &cells);
+    }
+    qkv_chart_lines(f, &layers, lines, nl);
+    qkv_chart_end(f);
+    free(v), free(by_layer), free(text), free(names), free(line_names), free(lines);
+    return 0;
 }
 
-static void svg_body(FILE *f, const grid *g, const char *title) {
-    const int pw = 52 * g->depths->n, y0 = 80, gap = 90, x0 = 70;
-    const int W = x0 + 3 * pw + 2 * gap + 40 > 860 ? x0 + 3 * pw + 2 * gap + 40 : 860;
-    const int H = y0 + 26 * g->lengths->n + 290;
-    cli_svg_head(f, W, H, title);
-    svg_panel(f, g, 0, x0, y0, "correct");
-    svg_panel(f, g, 1, x0 + pw + gap, y0, "needle mass: first answer token");
-    svg_panel(f, g, 2, x0 + 2 * (pw + gap), y0, "needle mass: token starting the answer");
-    fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#666\">needle mass: the attention weight a row puts on the needle's "
-               "tokens, the largest over layers and heads</text>\n",
-            x0, y0 + 26 * g->lengths->n + 20);
-    svg_layers(f, g, x0, y0 + 26 * g->lengths->n + 70, 600, 160);
-    fputs("</svg>\n", f);
-}
-
-static void write_output(FILE *f, const grid *g, const char *title, int html) {
+/* The plot alone (svg) or in a page with the replies (html); 0 or 2. */
+static int write_output(FILE *f, const grid *g, const char *title, int html) {
     if (html) {
         fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qkv needle</title><style>body{font-family:"
               "sans-serif;margin:24px}h1{font-size:18px}table{border-collapse:collapse}td,th{padding:2px 10px;"
               "text-align:right}td.t{text-align:left;font-family:monospace}</style></head><body>\n<h1>",
               f);
-        cli_svg_text(f, title);
+        qkv_svg_text(f, title);
         fputs("</h1>\n<p>needle: ", f);
-        cli_svg_text(f, g->needle);
+        qkv_svg_text(f, g->needle);
         fputs("<br>question: ", f);
-        cli_svg_text(f, g->question);
+        qkv_svg_text(f, g->question);
         fputs("<br>answer: ", f);
-        cli_svg_text(f, g->answer);
+        qkv_svg_text(f, g->answer);
         fputs("</p>\n", f);
     }
-    svg_body(f, g, title);
+    const int rc = svg_body(f, g, title);
+    if (rc) return rc;
     if (html) {
         fputs("<table>\n<tr><th>length</th><th>depth</th><th>tokens</th><th>needle at</th><th>correct</th>"
               "<th>mass max</th><th>mass mean</th><th>reply</th></tr>\n",
@@ -287,11 +250,12 @@ static void write_output(FILE *f, const grid *g, const char *title, int html) {
             fprintf(f, "<tr><td>%d</td><td>%d%%</td><td>%d</td><td>%d</td><td>%s</td><td>%.4f</td><td>%.4f</td>"
                        "<td class=\"t\">",
                     c->length, c->depth, c->tokens, c->needle_pos, c->correct ? "yes" : "no", c->mass_max, c->mass_mean);
-            cli_svg_text(f, c->answer);
+            qkv_svg_text(f, c->answer);
             fputs("</td></tr>\n", f);
         }
         fputs("</table>\n</body></html>\n", f);
     }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ main */
@@ -555,10 +519,10 @@ static int emit(const needle_args *a, const grid *gr, const int *rank, FILE *svg
     snprintf(title, sizeof title, "%s: needle in %s, %d lengths x %d depths", cli_basename(a->model),
              cli_basename(a->haystack), a->lengths.n, a->depths.n);
     /* the files are on disk before anything goes to stdout */
-    if (a->svg) write_output(svg_f, gr, title, 0);
-    if (a->html) write_output(html_f, gr, title, 1);
-    int rc = cli_outputs_commit();
-    if (rc) return rc;
+    int rc;
+    if ((a->svg && (rc = write_output(svg_f, gr, title, 0))) || (a->html && (rc = write_output(html_f, gr, title, 1))) ||
+        (rc = cli_outputs_commit()))
+        return rc;
     if (a->json) print_json(gr, rank);
     else print_grid(gr, rank);
     if (a->svg) fprintf(a->json ? stderr : stdout, "wrote %s\n", a->svg);

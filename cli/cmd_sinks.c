@@ -15,6 +15,7 @@
 #include "json_out.h"
 #include "util.h"
 #include "commands.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -37,59 +38,35 @@ static layer_mean mean_of(qkv_sinks *s, int l, int nh) {
     return m;
 }
 
-static void write_svg(FILE *f, qkv_sinks *s, int nl, int nh, const char *title, int k) {
-    const int W = 760, H = 470, x0 = 60, y0 = 50, pw = 660, ph = 300;
-#define X(l) (x0 + (nl > 1 ? (double)(l) * pw / (nl - 1) : pw / 2.0))
-#define Y(v) (y0 + ph - (v) * ph)
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-            W, H, W, H);
-    fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"14\" font-weight=\"bold\">", x0);
-    for (const char *p = title; *p; p++)
-        fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
-    fputs("</text>\n", f);
-    for (int i = 0; i <= 10; i += 2) {
-        const double v = i / 10.0;
-        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x0, x0 + pw, Y(v), Y(v));
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666\">%.1f</text>\n", x0 - 6, Y(v) + 4, v);
+/* Per layer: the mean weight on token 0 (each head's as a dot), on the first
+ * k tokens, and on the strongest other key of the sampled rows. 0 or 2. */
+static int write_svg(FILE *f, qkv_sinks *s, int nl, int nh, const char *title, int k) {
+    double *x = malloc((size_t)nl * nh * sizeof *x), *y = malloc((size_t)nl * nh * sizeof *y),
+           *mean = malloc((size_t)3 * nl * sizeof *mean);
+    if (!x || !y || !mean) {
+        free(x), free(y), free(mean);
+        return cli_fail("out of memory");
     }
-    for (int l = 0; l < nl; l += nl > 16 ? 5 : 1)
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%d</text>\n", X(l), y0 + ph + 16, l);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">layer</text>\n", x0 + pw / 2.0,
-            y0 + ph + 34);
-    fprintf(f, "<text transform=\"translate(16 %.1f) rotate(-90)\" text-anchor=\"middle\" fill=\"#333\">mean "
-               "attention weight</text>\n",
-            y0 + ph / 2.0);
-    for (int l = 0; l < nl; l++)
-        for (int h = 0; h < nh; h++)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"#1f5fbf\" fill-opacity=\"0.35\"/>\n", X(l),
-                    Y(qkv_sinks_get(s, l, h)->sink));
-    static const struct { const char *colour, *dash; int which; } lines[] = {
-        {"#1f5fbf", "", 0}, {"#1f5fbf", "5 4", 1}, {"#e8590c", "", 2}};
-    for (int i = 0; i < 3; i++) {
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" stroke-dasharray=\"%s\" points=\"",
-                lines[i].colour, lines[i].dash);
-        for (int l = 0; l < nl; l++) {
-            layer_mean m = mean_of(s, l, nh);
-            double v = lines[i].which == 0 ? m.sink : lines[i].which == 1 ? m.first : m.top_other;
-            fprintf(f, "%.1f,%.1f ", X(l), Y(v));
-        }
-        fputs("\"/>\n", f);
+    for (int l = 0; l < nl; l++) {
+        const layer_mean m = mean_of(s, l, nh);
+        mean[l] = m.sink, mean[nl + l] = m.first, mean[2 * nl + l] = m.top_other;
+        for (int h = 0; h < nh; h++) x[l * nh + h] = l, y[l * nh + h] = qkv_sinks_get(s, l, h)->sink;
     }
-    const char *legend[3] = {"token 0: mean of the heads (dots: each head)", NULL,
-                             "strongest other key (sampled rows)"};
     char first_k[64];
     snprintf(first_k, sizeof first_k, "tokens 0..%d", k - 1);
-    legend[1] = first_k;
-    for (int i = 0; i < 3; i++) {
-        const int ly = y0 + ph + 52 + i * 18, lx = x0;
-        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
-                   "stroke-dasharray=\"%s\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#333\">%s</text>\n",
-                lx, lx + 22, ly, ly, lines[i].colour, lines[i].dash, lx + 28, ly + 4, legend[i]);
-    }
-    fputs("</svg>\n", f);
-#undef X
-#undef Y
+    const qkv_chart_series lines[] = {
+        {.x = x, .y = y, .n = nl * nh, .colour = "#1f5fbf", .dot = 2.5, .dot_opacity = 0.35, .no_line = 1},
+        {.name = "token 0: mean of the heads (dots: each head)", .y = mean, .n = nl, .colour = "#1f5fbf"},
+        {.name = first_k, .y = mean + nl, .n = nl, .colour = "#1f5fbf", .dash = "5 4"},
+        {.name = "strongest other key (sampled rows)", .y = mean + 2 * nl, .n = nl, .colour = "#e8590c"},
+    };
+    const qkv_chart_box box = {.x = 70, .y = 60, .w = 650, .h = 300, .x_title = "layer",
+                               .y_title = "mean attention weight", .y_lo = 0, .y_hi = 1, .x_whole = 1};
+    qkv_chart_begin(f, 760, box.y + box.h + qkv_chart_below(&box, 3), title);
+    qkv_chart_lines(f, &box, lines, 4);
+    qkv_chart_end(f);
+    free(x), free(y), free(mean);
+    return 0;
 }
 
 /* Layer l's sliding window, 0 for a global layer. */
@@ -248,8 +225,9 @@ int cmd_sinks(int argc, char **argv) {
     snprintf(title, sizeof title, "%s on %s, first %d tokens: attention on token 0 (rows %d..%d)", base, src, n,
              a.sp.skip, n - 1);
     if (a.svg) { /* the plot is on disk before anything goes to stdout */
-        write_svg(svg_f, s, cfg->n_layer, cfg->n_head, title, a.sp.n_first);
-        if ((rc = cli_outputs_commit())) goto done;
+        if ((rc = write_svg(svg_f, s, cfg->n_layer, cfg->n_head, title, a.sp.n_first)) ||
+            (rc = cli_outputs_commit()))
+            goto done;
     }
     if (a.json) print_json(s, cfg, &a, base, n);
     else print_table(s, cfg, &a, title, n);

@@ -21,6 +21,7 @@
 #include "json_out.h"
 #include "util.h"
 #include "commands.h"
+#include "qkv_render.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +32,7 @@
 #define N_VARIANTS 6
 
 typedef struct {
-    const char *name, *positions, *colour, *dash;
+    const char *name, *positions, *colour, *dash; /* dash: the plot's stroke-dasharray, NULL: solid */
     qkv_stream_params p;
     float *nll;          /* [n - 1] */
     double ppl, tokens_per_s;
@@ -46,49 +47,33 @@ static double chunk_mean(const variant *v, int i, int C, int n) {
     return s / (b - a);
 }
 
-static void write_svg(FILE *f, const variant *vs, int n, int C, const char *title) {
-    const int nc = (n - 1 + C - 1) / C, W = 820, H = 520, x0 = 60, y0 = 50, pw = 720, ph = 320;
-    double hi = 0;
-    for (int k = 0; k < N_VARIANTS; k++)
-        for (int i = 0; i < nc; i++)
-            if (chunk_mean(&vs[k], i, C, n) > hi) hi = chunk_mean(&vs[k], i, C, n);
-    hi = ceil(hi);
-    if (hi < 1) hi = 1;
-#define X(t) (x0 + (double)(t) * pw / (n - 1))
-#define Y(v) (y0 + ph - (v) / hi * ph)
-    cli_svg_head(f, W, H, title);
-    for (int i = 0; i <= 4; i++) {
-        const double v = hi * i / 4;
-        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#e5e5e5\"/>\n", x0, x0 + pw, Y(v), Y(v));
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\" fill=\"#666\">%.2f</text>\n", x0 - 6, Y(v) + 4, v);
+/* The mean NLL of each chunk at the chunk's middle token, one line per
+ * variant. 0 or 2. */
+static int write_svg(FILE *f, const variant *vs, int n, int C, const char *title) {
+    const int nc = (n - 1 + C - 1) / C;
+    double *mid = malloc((size_t)nc * sizeof *mid), *nll = malloc((size_t)N_VARIANTS * nc * sizeof *nll);
+    if (!mid || !nll) {
+        free(mid), free(nll);
+        return cli_fail("out of memory");
     }
-    for (int i = 0; i <= 4; i++) {
-        const int t = (int)((int64_t)(n - 1) * i / 4);
-        fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#666\">%d</text>\n", X(t), y0 + ph + 16, t);
-    }
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"#333\">token position (chunks of %d)</text>\n",
-            x0 + pw / 2.0, y0 + ph + 34, C);
-    fprintf(f, "<text transform=\"translate(16 %.1f) rotate(-90)\" text-anchor=\"middle\" fill=\"#333\">mean NLL "
-               "per chunk (nats)</text>\n",
-            y0 + ph / 2.0);
+    char names[N_VARIANTS][64], x_title[64];
+    qkv_chart_series lines[N_VARIANTS];
+    for (int i = 0; i < nc; i++) mid[i] = i * C + (((i + 1) * C < n - 1 ? (i + 1) * C : n - 1) - i * C) / 2;
     for (int k = 0; k < N_VARIANTS; k++) {
-        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" stroke-dasharray=\"%s\" points=\"",
-                vs[k].colour, vs[k].dash);
-        for (int i = 0; i < nc; i++) {
-            const int mid = i * C + (((i + 1) * C < n - 1 ? (i + 1) * C : n - 1) - i * C) / 2;
-            fprintf(f, "%.1f,%.1f ", X(mid), Y(chunk_mean(&vs[k], i, C, n)));
-        }
-        fputs("\"/>\n", f);
-        const int ly = y0 + ph + 54 + (k % 3) * 18, lx = x0 + (k / 3) * 360;
-        fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
-                   "stroke-dasharray=\"%s\"/>\n<text x=\"%d\" y=\"%d\" fill=\"#333\">",
-                lx, lx + 22, ly, ly, vs[k].colour, vs[k].dash, lx + 28, ly + 4);
-        cli_svg_text(f, vs[k].name);
-        fprintf(f, " (ppl %.2f)</text>\n", vs[k].ppl);
+        for (int i = 0; i < nc; i++) nll[k * nc + i] = chunk_mean(&vs[k], i, C, n);
+        snprintf(names[k], sizeof names[k], "%s (ppl %.2f)", vs[k].name, vs[k].ppl);
+        lines[k] = (qkv_chart_series){.name = names[k], .x = mid, .y = nll + k * nc, .n = nc, .colour = vs[k].colour,
+                                      .dash = vs[k].dash, .width = 1.5};
     }
-    fputs("</svg>\n", f);
-#undef X
-#undef Y
+    snprintf(x_title, sizeof x_title, "token position (chunks of %d)", C);
+    const qkv_chart_box box = {.x = 70, .y = 60, .w = 710, .h = 320, .x_title = x_title,
+                               .y_title = "mean NLL per chunk (nats)", .x_lo = 0, .x_hi = n - 1, .x_whole = 1,
+                               .legend_cols = 3};
+    qkv_chart_begin(f, 820, box.y + box.h + qkv_chart_below(&box, N_VARIANTS), title);
+    qkv_chart_lines(f, &box, lines, N_VARIANTS);
+    qkv_chart_end(f);
+    free(mid), free(nll);
+    return 0;
 }
 
 /* The progress of a variant: its tokens run on top of the variants before it. */
@@ -165,13 +150,13 @@ static int parse_args(stream_args *a, int argc, char **argv) {
 static int variants_init(variant *vs, const stream_args *a, int n) {
     const qkv_stream_cache orig = a->via_mask ? QKV_STREAM_MASK : QKV_STREAM_EVICT;
     const variant all[N_VARIANTS] = {
-        {.name = "full", .positions = "absolute", .colour = "#333333", .dash = "",
+        {.name = "full", .positions = "absolute", .colour = "#333333", .dash = NULL,
          .p = {.policy = QKV_STREAM_FULL}},
-        {.name = "window/orig", .positions = "original", .colour = "#e8590c", .dash = "",
+        {.name = "window/orig", .positions = "original", .colour = "#e8590c", .dash = NULL,
          .p = {.policy = QKV_STREAM_WINDOW, .cache = orig}},
         {.name = "window/shifted", .positions = "shifted", .colour = "#e8590c", .dash = "5 4",
          .p = {.policy = QKV_STREAM_WINDOW, .cache = QKV_STREAM_SHIFT}},
-        {.name = "sinks/orig", .positions = "original", .colour = "#1f5fbf", .dash = "",
+        {.name = "sinks/orig", .positions = "original", .colour = "#1f5fbf", .dash = NULL,
          .p = {.policy = QKV_STREAM_SINKS, .cache = orig}},
         {.name = "sinks/shifted", .positions = "shifted", .colour = "#1f5fbf", .dash = "5 4",
          .p = {.policy = QKV_STREAM_SINKS, .cache = QKV_STREAM_SHIFT}},
@@ -277,8 +262,7 @@ int cmd_stream(int argc, char **argv) {
     snprintf(title, sizeof title, "%s on %s, %d tokens: mean NLL per chunk of %d, W = %d, S = %d", base, src, n,
              a.chunk, a.window, a.sinks);
     if (a.svg) { /* the plot is on disk before anything goes to stdout */
-        write_svg(svg_f, vs, n, a.chunk, title);
-        if ((rc = cli_outputs_commit())) goto done;
+        if ((rc = write_svg(svg_f, vs, n, a.chunk, title)) || (rc = cli_outputs_commit())) goto done;
     }
     if (a.json) print_json(vs, &a, base, n, ctx);
     else print_table(vs, &a, base, src, n, seconds);

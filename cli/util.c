@@ -233,19 +233,6 @@ void cli_print_kv_cache(const char *prog, const qkv_model *m, qkv_dtype dtype) {
     fprintf(stderr, "; %d tokens per call\n", qkv_model_n_batch(m));
 }
 
-void cli_svg_text(FILE *f, const char *s) {
-    for (const char *p = s; *p; p++) fputs(*p == '<' ? "&lt;" : *p == '&' ? "&amp;" : (char[2]){*p, 0}, f);
-}
-
-void cli_svg_head(FILE *f, int w, int h, const char *title) {
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-               "<text x=\"20\" y=\"22\" font-size=\"14\" font-weight=\"bold\">",
-            w, h, w, h);
-    cli_svg_text(f, title);
-    fputs("</text>\n", f);
-}
-
 static void json_nested_at(FILE *f, int d, int ndim, const int64_t *shape, int64_t *i, int indent,
                            void (*put)(FILE *f, int64_t i, const void *user), const void *user) {
     fputc('[', f);

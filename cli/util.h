@@ -24,10 +24,6 @@ char *cli_read_file(const char *path, size_t max_bytes, size_t *len);
  * times the largest --ctx; a larger file, or a stream that does not end
  * (-f /dev/zero), is refused once the limit is passed. */
 #define CLI_PROMPT_MAX_BYTES ((size_t)64 << 20)
-/* SVG: s as text content ('<' and '&' escaped); the opening <svg> of w x h
- * pixels with a white background and title as a bold first line. */
-void cli_svg_text(FILE *f, const char *s);
-void cli_svg_head(FILE *f, int w, int h, const char *title);
 /* A float32 .npy of 3 dims (or 4 with a leading 1, dropped) of at most 2^30
  * per dim (cmd_attend.c): 0, or 2 after an error line naming path (a freed). */
 int cli_load_3d(qkv_npy *a, const char *path);

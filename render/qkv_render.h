@@ -138,6 +138,84 @@ typedef struct {
 qkv_status qkv_heatmap_page(FILE *f, const char *title, const char *intro, const qkv_heatmap *maps, int n_maps,
                             qkv_error *err);
 
+/* ---------------------------------------------------------------- SVG charts */
+
+/* Charts in an SVG picture (render/chart.c) for the CLI's --svg plots: lines
+ * (several series), bars, and a grid of coloured cells, each drawn in a box
+ * of the picture with its title, axes, ticks, axis titles and legend, so one
+ * picture can hold several. Pixels throughout; written to f as it goes; text
+ * is UTF-8, escaped here (controls and invalid bytes as U+FFFD). Around a
+ * box (x, y, w, h), the plot area: the title just above it, tick labels and
+ * the y title in the 60 pixels to its left, tick labels and the x title in
+ * the 40 under it (a grid's are its rows' and columns' labels), then the
+ * legend, 18 pixels a row, and the caption: qkv_chart_below says how far. */
+typedef struct {
+    int x, y, w, h;             /* the plot area in the picture */
+    const char *title;          /* bold, above the area; may be NULL */
+    const char *x_title, *y_title;  /* may be NULL */
+    double x_lo, x_hi;          /* x range; equal: the data's */
+    double y_lo, y_hi;          /* y range; equal: min(0, data) .. the data's max, rounded up to a tick */
+    int x_whole;                /* x ticks at whole numbers only (layers, positions) */
+    int x_log2;                 /* x on a log2 scale (x > 0), ticks at powers of two labelled 512, 1K, 64K */
+    int legend_cols;            /* legend entries a row (0: 1) */
+    const char *caption;        /* a grey line under the legend, may be NULL */
+} qkv_chart_box;
+
+/* The height under a box that its tick labels, x title, n_legend legend
+ * entries and caption take. */
+int qkv_chart_below(const qkv_chart_box *b, int n_legend);
+
+/* The picture: <svg> of w x h on white, title (may be NULL) bold at the top
+ * left; qkv_chart_end closes it. */
+void qkv_chart_begin(FILE *f, int w, int h, const char *title);
+void qkv_chart_end(FILE *f);
+/* s as SVG (XML) text or attribute value. */
+void qkv_svg_text(FILE *f, const char *s);
+
+/* One line of a line chart. */
+typedef struct {
+    const char *name;           /* legend entry; NULL: none */
+    const double *x;            /* [n]; NULL: 0, 1, .., n - 1 */
+    const double *y;            /* [n]; a non-finite y is left out */
+    int n;
+    const char *colour;         /* CSS colour; NULL: the palette's, by index */
+    const char *dash;           /* stroke-dasharray ("5 4"); NULL: solid */
+    double width;               /* line width; 0: 2 */
+    double dot;                 /* a dot of this radius at each point; 0: none */
+    double dot_opacity;         /* 0: opaque */
+    int no_line;                /* dots only (a scatter) */
+    int rule;                   /* a level line at y[0] across the plot (a peak); x unused */
+} qkv_chart_series;
+void qkv_chart_lines(FILE *f, const qkv_chart_box *b, const qkv_chart_series *s, int n_series);
+
+/* One bar per category, with an optional tick across each at a second value. */
+typedef struct {
+    const double *v;            /* [n] bar heights */
+    const double *marks;        /* [n] a tick across each bar at this value, or NULL */
+    const char *const *labels;  /* [n] under each bar (turned 60 degrees when they do not fit), or NULL */
+    int n;
+    const char *colour;
+    const char *name, *marks_name;  /* legend entries of the bars and the ticks; NULL: none */
+} qkv_chart_bar_set;
+void qkv_chart_bars(FILE *f, const qkv_chart_box *b, const qkv_chart_bar_set *d);
+
+/* A grid of cells (rows x cols), each coloured by its value and showing it. */
+typedef enum {
+    QKV_CHART_BLUES,            /* white to blue over [0, vmax] */
+    QKV_CHART_BLUES_SQRT,       /* the same by sqrt(v / vmax) */
+    QKV_CHART_YES_NO,           /* non-zero: green "yes", 0: red "no" */
+} qkv_chart_scale;
+typedef struct {
+    int rows, cols;
+    const char *const *row_labels;  /* [rows], left of the rows */
+    const char *const *col_labels;  /* [cols], under the columns */
+    const double *values;       /* [rows, cols]; non-finite: a grey cell showing "-" */
+    const char *fmt;            /* printf of a cell's value; NULL: "%.3f" */
+    qkv_chart_scale scale;
+    double vmax;                /* the strongest colour's value; 0: the largest */
+} qkv_chart_grid;
+void qkv_chart_cells(FILE *f, const qkv_chart_box *b, const qkv_chart_grid *g);
+
 /* Writes data [len] to path whole or not at all: into a new temporary beside
  * it (PATH.qkv-XXXXXX), synced, then renamed onto path. An existing path must
  * be a regular file and keeps its mode (a new one gets 0666 less the umask);

@@ -13,6 +13,7 @@
  */
 #include "qkv.h"
 #include "testing.h"
+#include "svg_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -256,7 +257,7 @@ TEST(needle_cli_grid_json_and_svg) {
               "fields: %.400s", out);
         CHECK(!strstr(out, "nan") && !strstr(out, "inf"), "non-finite values: %s", out);
         char *s = test_read_file(svg, NULL);
-        CHECK(s && strstr(s, "<svg") && strstr(s, "needle mass") && strstr(s, "<polyline"), "svg: %.200s",
+        CHECK(s && svg_well_formed(s) && strstr(s, "needle mass") && strstr(s, "<polyline"), "svg: %.200s",
               s ? s : "(missing)");
         free(s);
     }
