@@ -28,17 +28,15 @@
 
 static const char *const metrics[] = {"kl", "logit-diff", NULL}; /* qkv_metric_kind order */
 
-/* The sweeps, in the order of --sweeps' choices and of the output. */
-enum { HEAD_OUT, HEAD_OUT_POS, RESID_PRE, ATTN_OUT, MLP_OUT, N_SWEEPS };
-static const char *const sweep_names[] = {"head_out", "head_out_pos", "resid_pre", "attn_out", "mlp_out", NULL};
-static const char *const sweep_about[N_SWEEPS] = {
-    "a head's output (attn.hook_z) at every position",
-    "a head's output (attn.hook_z) at one position",
-    "the residual stream entering the layer (hook_resid_pre) at one position",
-    "the attention sublayer's output (hook_attn_out) at one position",
-    "the MLP sublayer's output (hook_mlp_out) at one position",
+/* What each sweep (qkv_sweep) patches, for the table and the page. */
+static const char *const sweep_about[QKV_SWEEP_COUNT] = {
+    [QKV_SWEEP_HEAD_OUT] = "a head's output (attn.hook_z) at every position",
+    [QKV_SWEEP_HEAD_OUT_POS] = "a head's output (attn.hook_z) at one position",
+    [QKV_SWEEP_RESID_PRE] = "the residual stream entering the layer (hook_resid_pre) at one position",
+    [QKV_SWEEP_ATTN_OUT] = "the attention sublayer's output (hook_attn_out) at one position",
+    [QKV_SWEEP_MLP_OUT] = "the MLP sublayer's output (hook_mlp_out) at one position",
 };
-#define DEFAULT_SWEEPS ((1 << HEAD_OUT) | (1 << RESID_PRE) | (1 << ATTN_OUT) | (1 << MLP_OUT))
+#define DEFAULT_SWEEPS (((1 << QKV_SWEEP_COUNT) - 1) & ~(1 << QKV_SWEEP_HEAD_OUT_POS))
 
 typedef struct {
     const char *model, *clean, *corrupt, *clean_ids, *corrupt_ids, *answer, *wrong, *html, *npy;
@@ -48,9 +46,9 @@ typedef struct {
 
 /* What came back, with what the outputs need to show it. */
 typedef struct {
-    float *v[N_SWEEPS];         /* recovery arrays, NULL where not swept */
-    int ndim[N_SWEEPS];
-    int64_t shape[N_SWEEPS][3]; /* [L, Hq], [L, Hq, n] or [L, n] */
+    qkv_patch_out out;          /* recovery arrays, NULL where not swept */
+    int ndim[QKV_SWEEP_COUNT];
+    int64_t shape[QKV_SWEEP_COUNT][3]; /* qkv_sweep_shape */
     qkv_patch_summary sum;
     int n, nl, nh;
     char **pos_labels;          /* [n] the clean token, "clean→corrupt" where they differ */
@@ -64,6 +62,8 @@ typedef struct {
 /* 0: parsed; -1: --help printed; 2: an error line printed. */
 static int parse_args(patch_args *a, int argc, char **argv) {
     *a = (patch_args){.model = CLI_DEFAULT_MODEL, .sweeps = DEFAULT_SWEEPS, .top = 10};
+    const char *sweep_names[QKV_SWEEP_COUNT + 1] = {0};
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) sweep_names[s] = qkv_sweep_name((qkv_sweep)s);
     char max_help[160];
     snprintf(max_help, sizeof max_help, "the activations the sweeps may cache (both runs'), MiB\n(default %lld: the library's)",
              (long long)(QKV_PATCH_DEFAULT_MAX_BYTES >> 20));
@@ -128,7 +128,7 @@ static int parse_args(patch_args *a, int argc, char **argv) {
         return cli_fail("--metric logit-diff needs --answer TEXT and --wrong TEXT (one token each)");
     if (a->metric == QKV_METRIC_KL && (a->answer || a->wrong))
         return cli_fail("--answer and --wrong go with --metric logit-diff (the default metric, kl, takes none)");
-    if (a->per_position) a->sweeps |= 1 << HEAD_OUT_POS;
+    if (a->per_position) a->sweeps |= 1 << QKV_SWEEP_HEAD_OUT_POS;
     return 0;
 }
 
@@ -171,28 +171,25 @@ static int position_labels(patch_result *r, const cli_prompt *clean, const cli_p
  * patching itself; 0, or 2 after an error line. */
 static int compute(patch_result *r, const patch_args *a, qkv_model *m, const cli_prompt *clean, const cli_prompt *corrupt) {
     const int n = r->n, nl = r->nl, nh = r->nh;
-    for (int s = 0; s < N_SWEEPS; s++) {
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
         if (!(a->sweeps & (1 << s))) continue;
-        const int64_t sh[N_SWEEPS][3] = {{nl, nh, 1}, {nl, nh, n}, {nl, n, 1}, {nl, n, 1}, {nl, n, 1}};
-        r->ndim[s] = s == HEAD_OUT_POS ? 3 : 2;
-        memcpy(r->shape[s], sh[s], sizeof sh[s]);
-        if (!(r->v[s] = malloc((size_t)(sh[s][0] * sh[s][1] * sh[s][2]) * sizeof(float)))) return cli_fail("out of memory");
+        const int64_t *sh = r->shape[s];
+        r->ndim[s] = qkv_sweep_shape(r->shape[s], (qkv_sweep)s, nl, nh, n);
+        if (!(r->out.recovery[s] = malloc((size_t)(sh[0] * sh[1] * sh[2]) * sizeof(float)))) return cli_fail("out of memory");
     }
-    qkv_patch_out out = {.head_out = r->v[HEAD_OUT], .head_out_pos = r->v[HEAD_OUT_POS], .resid_pre = r->v[RESID_PRE],
-                         .attn_out = r->v[ATTN_OUT], .mlp_out = r->v[MLP_OUT]};
-    const int64_t need = qkv_patch_bytes(m, n, &out);
+    const int64_t need = qkv_patch_bytes(m, n, &r->out);
     const int64_t limit = a->max_mib ? (int64_t)a->max_mib << 20 : QKV_PATCH_DEFAULT_MAX_BYTES;
     if (need > limit)
         return cli_fail("%s: the sweeps would cache %lld bytes (%.1f MiB) of activations, above the limit of %lld bytes "
                         "(%.0f MiB); raise --max-mib or shorten the prompts",
-                        a->sweeps & (1 << HEAD_OUT_POS) ? "--per-position" : "patch", (long long)need,
+                        a->sweeps & (1 << QKV_SWEEP_HEAD_OUT_POS) ? "--per-position" : "patch", (long long)need,
                         (double)need / (1 << 20), (long long)limit, (double)limit / (1 << 20));
     const qkv_patch_params pp = {.metric = {.kind = (qkv_metric_kind)a->metric, .answer = r->answer, .wrong = r->wrong},
                                  .max_bytes = limit,
                                  .progress = cli_progress_enabled() ? cli_progress_report : NULL};
     qkv_error err = {0};
     cli_progress_start("patch", 0, "forward calls"); /* the probe tells the total */
-    const qkv_status st = qkv_patch(&out, &r->sum, m, clean->ids, corrupt->ids, n, &pp, &err);
+    const qkv_status st = qkv_patch(&r->out, &r->sum, m, clean->ids, corrupt->ids, n, &pp, &err);
     cli_progress_finish();
     return st ? cli_fail("%s", err.msg) : 0;
 }
@@ -229,16 +226,16 @@ static int print_table(const patch_args *a, const patch_result *r) {
     int w = 5;
     for (int p = 0; p < r->n; p++)
         if (qkv_text_width(r->pos_labels[p]) > w) w = qkv_text_width(r->pos_labels[p]);
-    for (int s = 0; s < N_SWEEPS; s++) {
-        if (!r->v[s]) continue;
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
+        if (!r->out.recovery[s]) continue;
         const int64_t count = r->shape[s][0] * r->shape[s][1] * r->shape[s][2];
-        int64_t *idx = cli_by_magnitude(r->v[s], count);
+        int64_t *idx = cli_by_magnitude(r->out.recovery[s], count);
         if (!idx) return cli_fail("out of memory");
         const int64_t top = a->top < count ? a->top : count;
-        printf("\n%s: %s; top %lld of %lld by |recovery|\n  layer", sweep_names[s], sweep_about[s], (long long)top,
+        printf("\n%s: %s; top %lld of %lld by |recovery|\n  layer", qkv_sweep_name((qkv_sweep)s), sweep_about[s], (long long)top,
                (long long)count);
-        if (s == HEAD_OUT || s == HEAD_OUT_POS) printf("  head");
-        if (s != HEAD_OUT) {
+        if (s == QKV_SWEEP_HEAD_OUT || s == QKV_SWEEP_HEAD_OUT_POS) printf("  head");
+        if (s != QKV_SWEEP_HEAD_OUT) {
             printf("  pos  ");
             cli_put_cell("token", w, 0);
         }
@@ -248,13 +245,13 @@ static int print_table(const patch_args *a, const patch_result *r) {
             const int64_t c1 = r->shape[s][1], c2 = r->shape[s][2];
             const int layer = (int)(i / (c1 * c2)), mid = (int)(i / c2 % c1), last = (int)(i % c2);
             printf("  %5d", layer);
-            if (s == HEAD_OUT || s == HEAD_OUT_POS) printf("  %4d", mid); /* the head */
-            if (s != HEAD_OUT) {
-                const int p = s == HEAD_OUT_POS ? last : mid;
+            if (s == QKV_SWEEP_HEAD_OUT || s == QKV_SWEEP_HEAD_OUT_POS) printf("  %4d", mid); /* the head */
+            if (s != QKV_SWEEP_HEAD_OUT) {
+                const int p = s == QKV_SWEEP_HEAD_OUT_POS ? last : mid;
                 printf("  %3d  ", p);
                 cli_put_cell(r->pos_labels[p], w, 0);
             }
-            printf("  %8.4f\n", (double)r->v[s][i]);
+            printf("  %8.4f\n", (double)r->out.recovery[s][i]);
         }
         free(idx);
     }
@@ -279,9 +276,9 @@ static void print_json(const patch_args *a, const patch_result *r, const cli_pro
     printf(",\n  \"corrupt\": ");
     cli_json_double(stdout, r->sum.corrupt);
     printf(",\n");
-    for (int s = 0; s < N_SWEEPS; s++) {
-        printf("  \"%s\": ", sweep_names[s]);
-        if (r->v[s]) cli_json_floats(stdout, r->v[s], r->ndim[s], r->shape[s], 2);
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
+        printf("  \"%s\": ", qkv_sweep_name((qkv_sweep)s));
+        if (r->out.recovery[s]) cli_json_floats(stdout, r->out.recovery[s], r->ndim[s], r->shape[s], 2);
         else printf("null");
         printf(",\n");
     }
@@ -295,28 +292,28 @@ static int write_html(FILE *f, const patch_args *a, const patch_result *r) {
     const int nl = r->nl, nh = r->nh, n = r->n;
     char **rows = cli_index_labels(nl, "layer ", NULL), **heads = cli_index_labels(nh, "h", NULL),
          **cols = cli_index_labels(n, NULL, r->pos_labels);
-    char (*titles)[96] = calloc((size_t)nh + N_SWEEPS, sizeof *titles);
-    qkv_heatmap *maps = calloc((size_t)nh + N_SWEEPS, sizeof *maps);
+    char (*titles)[96] = calloc((size_t)nh + QKV_SWEEP_COUNT, sizeof *titles);
+    qkv_heatmap *maps = calloc((size_t)nh + QKV_SWEEP_COUNT, sizeof *maps);
     /* head_out_pos [L, Hq, n] as [Hq, L, n]: one [L, n] map per head */
-    float *by_head = r->v[HEAD_OUT_POS] ? malloc((size_t)nh * nl * n * sizeof(float)) : NULL;
+    float *by_head = r->out.recovery[QKV_SWEEP_HEAD_OUT_POS] ? malloc((size_t)nh * nl * n * sizeof(float)) : NULL;
     int rc = !rows || !heads || !cols ? CLI_EXIT_BAD_INPUT : 0;
-    if (!rc && (!titles || !maps || (r->v[HEAD_OUT_POS] && !by_head))) rc = cli_fail("out of memory");
+    if (!rc && (!titles || !maps || (r->out.recovery[QKV_SWEEP_HEAD_OUT_POS] && !by_head))) rc = cli_fail("out of memory");
     int n_maps = 0;
-    for (int s = 0; !rc && s < N_SWEEPS; s++) {
-        if (!r->v[s]) continue;
-        const int per_head = s == HEAD_OUT_POS;
+    for (int s = 0; !rc && s < QKV_SWEEP_COUNT; s++) {
+        if (!r->out.recovery[s]) continue;
+        const int per_head = s == QKV_SWEEP_HEAD_OUT_POS;
         for (int h = 0; h < (per_head ? nh : 1); h++) {
             qkv_heatmap *m = &maps[n_maps];
-            if (per_head) snprintf(titles[n_maps], sizeof titles[0], "%s, head %d", sweep_names[s], h);
-            else snprintf(titles[n_maps], sizeof titles[0], "%s", sweep_names[s]);
+            if (per_head) snprintf(titles[n_maps], sizeof titles[0], "%s, head %d", qkv_sweep_name((qkv_sweep)s), h);
+            else snprintf(titles[n_maps], sizeof titles[0], "%s", qkv_sweep_name((qkv_sweep)s));
             *m = (qkv_heatmap){.title = titles[n_maps], .caption = per_head && h ? NULL : sweep_about[s], .rows = nl,
-                               .cols = s == HEAD_OUT ? nh : n, .row_labels = (const char *const *)rows,
-                               .col_labels = (const char *const *)(s == HEAD_OUT ? heads : cols),
-                               .values = r->v[s], .diverging = 1, .vmax = 1};
+                               .cols = s == QKV_SWEEP_HEAD_OUT ? nh : n, .row_labels = (const char *const *)rows,
+                               .col_labels = (const char *const *)(s == QKV_SWEEP_HEAD_OUT ? heads : cols),
+                               .values = r->out.recovery[s], .diverging = 1, .vmax = 1};
             if (per_head) {
                 float *slice = by_head + (size_t)h * nl * n;
                 for (int l = 0; l < nl; l++)
-                    memcpy(slice + (size_t)l * n, r->v[s] + ((size_t)l * nh + h) * n, (size_t)n * sizeof(float));
+                    memcpy(slice + (size_t)l * n, r->out.recovery[s] + ((size_t)l * nh + h) * n, (size_t)n * sizeof(float));
                 m->values = slice;
             }
             n_maps++;
@@ -351,10 +348,10 @@ int cmd_patch(int argc, char **argv) {
     cli_progress_init(&a.pf);
     /* every output declared before anything is computed: the page, one .npy per sweep */
     FILE *html = NULL;
-    cli_npy_array npy[N_SWEEPS];
+    cli_npy_array npy[QKV_SWEEP_COUNT];
     int n_npy = 0;
-    for (int s = 0; a.npy && s < N_SWEEPS; s++)
-        if (a.sweeps & (1 << s)) npy[n_npy++] = (cli_npy_array){.name = sweep_names[s]};
+    for (int s = 0; a.npy && s < QKV_SWEEP_COUNT; s++)
+        if (a.sweeps & (1 << s)) npy[n_npy++] = (cli_npy_array){.name = qkv_sweep_name((qkv_sweep)s)};
     if ((a.html && !(html = cli_output_stream(a.html))) || (rc = cli_npy_declare(npy, n_npy, a.npy)))
         return cli_outputs_finish(CLI_EXIT_BAD_INPUT);
     qkv_gguf *g = NULL;
@@ -385,9 +382,9 @@ int cmd_patch(int argc, char **argv) {
     if ((rc = compute(&r, &a, m, &clean, &corrupt))) goto done;
     const double t1 = cli_now_s();
     /* the files are on disk before anything goes to stdout */
-    for (int i = 0, s = 0; s < N_SWEEPS; s++)
-        if (r.v[s] && i < n_npy) {
-            npy[i].data = r.v[s];
+    for (int i = 0, s = 0; s < QKV_SWEEP_COUNT; s++)
+        if (r.out.recovery[s] && i < n_npy) {
+            npy[i].data = r.out.recovery[s];
             npy[i].ndim = r.ndim[s];
             memcpy(npy[i++].shape, r.shape[s], sizeof r.shape[s]);
         }
@@ -403,7 +400,7 @@ int cmd_patch(int argc, char **argv) {
                 (long long)r.sum.n_components, t1 - t0, cli_peak_rss_mib());
 done:
     cli_progress_finish();
-    for (int s = 0; s < N_SWEEPS; s++) free(r.v[s]);
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) free(r.out.recovery[s]);
     cli_labels_free(r.pos_labels, r.pos_labels ? r.n : 0);
     free(r.differs);
     free(r.answer_label);

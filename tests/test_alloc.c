@@ -259,7 +259,7 @@ TEST(model_resumed_forward_and_patch_allocate_once) {
     memcpy(corrupt, story, sizeof corrupt);
     corrupt[6] = story[3];
     float *heads = malloc((size_t)c->n_layer * c->n_head * sizeof(float));
-    qkv_patch_out out = {.head_out = heads};
+    qkv_patch_out out = {.recovery[QKV_SWEEP_HEAD_OUT] = heads};
     qkv_patch_summary sum;
     alloc_count_start();
     st = qkv_patch(&out, &sum, m, story, corrupt, 12, NULL, &err);

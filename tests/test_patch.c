@@ -164,22 +164,47 @@ static double recovery_of(const pair *p, const qkv_metric *mt, const qkv_patch_s
     return probe_patch_recovery(probe_patch_metric(mt, clean_logits, logits, p->V), sum->clean, sum->corrupt);
 }
 
-/* What qkv_patch's sweeps hold, as components: (point, per head, per position). */
+/* What qkv_patch's sweeps hold, as components: (name, point, per head, per position). */
 static const struct {
+    const char *name;
     qkv_hook_point point;
     int per_head, per_pos;
-} sweep_kinds[5] = {{QKV_HOOK_Z, 1, 0}, {QKV_HOOK_Z, 1, 1}, {QKV_HOOK_RESID_PRE, 0, 1}, {QKV_HOOK_ATTN_OUT, 0, 1},
-                    {QKV_HOOK_MLP_OUT, 0, 1}};
+} sweep_kinds[QKV_SWEEP_COUNT] = {
+    [QKV_SWEEP_HEAD_OUT] = {"head_out", QKV_HOOK_Z, 1, 0},
+    [QKV_SWEEP_HEAD_OUT_POS] = {"head_out_pos", QKV_HOOK_Z, 1, 1},
+    [QKV_SWEEP_RESID_PRE] = {"resid_pre", QKV_HOOK_RESID_PRE, 0, 1},
+    [QKV_SWEEP_ATTN_OUT] = {"attn_out", QKV_HOOK_ATTN_OUT, 0, 1},
+    [QKV_SWEEP_MLP_OUT] = {"mlp_out", QKV_HOOK_MLP_OUT, 0, 1},
+};
+
+TEST(patch_sweeps_names_points_and_shapes) {
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
+        int64_t shape[3] = {0};
+        const int ndim = qkv_sweep_shape(shape, (qkv_sweep)s, 3, 4, 5);
+        const int64_t want1 = sweep_kinds[s].per_head ? 4 : 5, want2 = sweep_kinds[s].per_head && sweep_kinds[s].per_pos ? 5 : 1;
+        CHECK(qkv_sweep_name((qkv_sweep)s) && !strcmp(qkv_sweep_name((qkv_sweep)s), sweep_kinds[s].name) &&
+                  qkv_sweep_point((qkv_sweep)s) == sweep_kinds[s].point,
+              "sweep %d: %s at point %d", s, qkv_sweep_name((qkv_sweep)s), (int)qkv_sweep_point((qkv_sweep)s));
+        CHECK(ndim == (want2 > 1 ? 3 : 2) && shape[0] == 3 && shape[1] == want1 && shape[2] == want2,
+              "%s: %d dims [%lld, %lld, %lld]", sweep_kinds[s].name, ndim, (long long)shape[0], (long long)shape[1],
+              (long long)shape[2]);
+    }
+    int64_t shape[3];
+    CHECK(!qkv_sweep_name(QKV_SWEEP_COUNT) && !qkv_sweep_name((qkv_sweep)-1) &&
+              qkv_sweep_point(QKV_SWEEP_COUNT) == QKV_HOOK_COUNT && qkv_sweep_shape(shape, QKV_SWEEP_COUNT, 1, 1, 1) == 0,
+          "outside the sweeps: no name, point or shape");
+}
 
 static void check_pair(const pair *p, const qkv_metric *mt, int per_position) {
     const int L = p->L, Hq = p->Hq, n = p->n, V = p->V;
     const char *mname = mt->kind == QKV_METRIC_KL ? "kl" : "logit-diff";
-    qkv_patch_out out = {.head_out = malloc((size_t)L * Hq * sizeof(float)),
-                         .head_out_pos = per_position ? malloc((size_t)L * Hq * n * sizeof(float)) : NULL,
-                         .resid_pre = malloc((size_t)L * n * sizeof(float)),
-                         .attn_out = malloc((size_t)L * n * sizeof(float)),
-                         .mlp_out = malloc((size_t)L * n * sizeof(float))};
-    float *const outs[5] = {out.head_out, out.head_out_pos, out.resid_pre, out.attn_out, out.mlp_out};
+    qkv_patch_out out = {{0}};
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
+        int64_t sh[3];
+        qkv_sweep_shape(sh, (qkv_sweep)s, L, Hq, n);
+        if (s != QKV_SWEEP_HEAD_OUT_POS || per_position) out.recovery[s] = malloc((size_t)(sh[0] * sh[1] * sh[2]) * sizeof(float));
+    }
+    float *const *outs = out.recovery;
     qkv_patch_summary sum = {0};
     qkv_error err = {0};
     const qkv_patch_params pp = {.metric = *mt};
@@ -210,7 +235,7 @@ static void check_pair(const pair *p, const qkv_metric *mt, int per_position) {
     /* the counts: components equal in both runs are 0 and not run, the others
      * cost (L - l) n each */
     int64_t comps = 0, same = 0, steps = 2 * (int64_t)L * n, nonzero_same = 0;
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
         if (!outs[s]) continue;
         size_t i = 0;
         for (int l = 0; l < L; l++)
@@ -237,8 +262,8 @@ static void check_pair(const pair *p, const qkv_metric *mt, int per_position) {
 
     /* layer 0's residual is the embedding: the differing token's row alone
      * makes it the clean run's (every other row is the same in both) */
-    CHECK(out.resid_pre[p->diff] == 1.0f, "%s %s: resid_pre[0, %d] = %.9g", p->name, mname, p->diff,
-          out.resid_pre[p->diff]);
+    CHECK(out.recovery[QKV_SWEEP_RESID_PRE][p->diff] == 1.0f, "%s %s: resid_pre[0, %d] = %.9g", p->name, mname, p->diff,
+          out.recovery[QKV_SWEEP_RESID_PRE][p->diff]);
     /* every position of a layer's resid_pre: the clean run itself */
     float *logits = malloc((size_t)V * 4);
     const int layers[3] = {1, L / 2, L - 1};
@@ -280,10 +305,10 @@ static void check_pair(const pair *p, const qkv_metric *mt, int per_position) {
     }
     printf("  %-8s %-10s clean %.6g corrupt %.6g; resid_pre[L/2, last] %.4f; %lld components, %lld unchanged, steps "
            "%lld of naive %lld\n",
-           p->name, mname, sum.clean, sum.corrupt, out.resid_pre[(size_t)(L / 2) * n + n - 1],
+           p->name, mname, sum.clean, sum.corrupt, out.recovery[QKV_SWEEP_RESID_PRE][(size_t)(L / 2) * n + n - 1],
            (long long)sum.n_components, (long long)sum.n_unchanged, (long long)sum.layer_token_steps,
            (long long)sum.naive_layer_token_steps);
-    for (int s = 0; s < 5; s++) free(outs[s]);
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) free(outs[s]);
     record_free(&clean);
     record_free(&corrupt);
     free(logits);
@@ -350,7 +375,8 @@ TEST(patch_bytes_limit_and_bad_arguments) {
     /* the bytes: checkpoints, both runs' caches at the points asked for (the
      * corrupted run's resid_pre are the checkpoints), three logit rows */
     const int64_t base = ((int64_t)L * n * p.E + 3 * (int64_t)p.V) * 4;
-    const qkv_patch_out none = {0}, z_only = {.head_out_pos = heads}, all_rows = {.resid_pre = rows, .mlp_out = rows};
+    const qkv_patch_out none = {0}, z_only = {.recovery[QKV_SWEEP_HEAD_OUT_POS] = heads},
+                        all_rows = {.recovery[QKV_SWEEP_RESID_PRE] = rows, .recovery[QKV_SWEEP_MLP_OUT] = rows};
     CHECK(qkv_patch_bytes(p.m, n, NULL) == base && qkv_patch_bytes(p.m, n, &none) == base, "no sweep: %lld, want %lld",
           (long long)qkv_patch_bytes(p.m, n, NULL), (long long)base);
     CHECK(qkv_patch_bytes(p.m, n, &z_only) == base + 2 * (int64_t)L * n * p.QD * 4, "hook_z caches: %lld",
@@ -359,7 +385,7 @@ TEST(patch_bytes_limit_and_bad_arguments) {
           (long long)qkv_patch_bytes(p.m, n, &all_rows));
     CHECK(qkv_patch_bytes(NULL, n, NULL) == -1 && qkv_patch_bytes(p.m, 0, NULL) == -1, "bad arguments give -1");
 
-    qkv_patch_out out = {.head_out_pos = heads};
+    qkv_patch_out out = {.recovery[QKV_SWEEP_HEAD_OUT_POS] = heads};
     qkv_patch_summary sum;
     qkv_error err = {0};
     const int64_t need = qkv_patch_bytes(p.m, n, &out);
@@ -388,7 +414,7 @@ TEST(patch_bytes_limit_and_bad_arguments) {
         {{.max_bytes = 0}, p.corrupt, 0, QKV_ERR_INVALID, "0 tokens outside [1, 64]"},
         {{.max_bytes = 0}, p.corrupt, 65, QKV_ERR_INVALID, "65 tokens outside [1, 64]"},
     };
-    out = (qkv_patch_out){.resid_pre = rows};
+    out = (qkv_patch_out){.recovery[QKV_SWEEP_RESID_PRE] = rows};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = (qkv_error){0};
         const qkv_status st = qkv_patch(&out, &sum, p.m, p.clean, bad[i].corrupt, bad[i].n, &bad[i].pp, &err);
@@ -407,7 +433,7 @@ TEST(patch_bytes_limit_and_bad_arguments) {
 
     /* progress counts the patched runs; a nonzero return cancels with the cache empty */
     progress_log g = {0};
-    out = (qkv_patch_out){.head_out = heads};
+    out = (qkv_patch_out){.recovery[QKV_SWEEP_HEAD_OUT] = heads};
     pp = (qkv_patch_params){.progress = log_progress, .progress_user = &g};
     CHECK(qkv_patch(&out, &sum, p.m, p.clean, p.corrupt, n, &pp, &err) == QKV_OK, "%s", err.msg);
     CHECK(g.calls == L * p.Hq && g.last_done == L * p.Hq && g.last_total == L * p.Hq && sum.n_components == L * p.Hq,

@@ -196,13 +196,13 @@ TEST(patch_cli_json_npy_html_equal_the_library) {
           "answer and wrong ids");
     /* the library on the same ids */
     qkv_model *mod = open_model(m, n);
-    enum { K = 5 };
+    enum { K = QKV_SWEEP_COUNT };
     static const char *const keys[K] = {"head_out", "head_out_pos", "resid_pre", "attn_out", "mlp_out"};
     const int64_t shapes[K][3] = {{L, H}, {L, H, n}, {L, n}, {L, n}, {L, n}};
     const int ndims[K] = {2, 3, 2, 2, 2};
-    float *lib[K];
+    qkv_patch_out out;
+    float **lib = out.recovery; /* in qkv_sweep's order, the keys' */
     for (int k = 0; k < K; k++) lib[k] = malloc((size_t)L * H * n * sizeof(float));
-    qkv_patch_out out = {.head_out = lib[0], .head_out_pos = lib[1], .resid_pre = lib[2], .attn_out = lib[3], .mlp_out = lib[4]};
     qkv_patch_summary sum = {0};
     const qkv_patch_params pp = {.metric = {.kind = QKV_METRIC_LOGIT_DIFF, .answer = answer, .wrong = wrong}};
     qkv_error err = {0};
@@ -255,7 +255,7 @@ TEST(patch_cli_smollm2_kl_json_and_table) {
           "only the sweeps asked for");
     const int L = 30, H = 9;
     float *ho = malloc((size_t)L * H * 4), *rp = malloc((size_t)L * n * 4);
-    qkv_patch_out out = {.head_out = ho, .resid_pre = rp};
+    qkv_patch_out out = {.recovery[QKV_SWEEP_HEAD_OUT] = ho, .recovery[QKV_SWEEP_RESID_PRE] = rp};
     qkv_patch_summary sum = {0};
     const qkv_patch_params pp = {.metric = {.kind = QKV_METRIC_KL}};
     qkv_error err = {0};
@@ -302,7 +302,7 @@ TEST(patch_cli_memory_limit) {
     /* the bytes named are the library's for every sweep of a 4-token pair */
     qkv_model *mod = open_model(m, 4);
     float dummy;
-    const qkv_patch_out all = {&dummy, &dummy, &dummy, &dummy, &dummy};
+    const qkv_patch_out all = {{&dummy, &dummy, &dummy, &dummy, &dummy}};
     const long long need = mod ? (long long)qkv_patch_bytes(mod, 4, &all) : -1;
     qkv_model_close(mod);
     char want[160];

@@ -187,14 +187,20 @@ static void close_case(oracle_case *c) {
 static void check_patch(const oracle_case *c) {
     const int L = c->L, Hq = c->Hq, n = c->n;
     static const char *const metric_names[2] = {"kl", "logit_diff"};
-    static const char *const sweep_names[4] = {"head_out", "resid_pre", "attn_out", "mlp_out"};
+    /* the fixtures' sweeps: all but head_out_pos */
+    static const qkv_sweep sweeps[4] = {QKV_SWEEP_HEAD_OUT, QKV_SWEEP_RESID_PRE, QKV_SWEEP_ATTN_OUT, QKV_SWEEP_MLP_OUT};
     for (int mi = 0; mi < 2; mi++) {
-        qkv_patch_out out = {.head_out = malloc((size_t)L * Hq * sizeof(float)),
-                             .resid_pre = malloc((size_t)L * n * sizeof(float)),
-                             .attn_out = malloc((size_t)L * n * sizeof(float)),
-                             .mlp_out = malloc((size_t)L * n * sizeof(float))};
-        const float *got[4] = {out.head_out, out.resid_pre, out.attn_out, out.mlp_out};
-        const int64_t count[4] = {(int64_t)L * Hq, (int64_t)L * n, (int64_t)L * n, (int64_t)L * n};
+        qkv_patch_out out = {{0}};
+        const float *got[4];
+        const char *sweep_names[4];
+        int64_t count[4];
+        for (int s = 0; s < 4; s++) {
+            int64_t sh[3];
+            qkv_sweep_shape(sh, sweeps[s], L, Hq, n);
+            count[s] = sh[0] * sh[1] * sh[2];
+            got[s] = out.recovery[sweeps[s]] = malloc((size_t)count[s] * sizeof(float));
+            sweep_names[s] = qkv_sweep_name(sweeps[s]);
+        }
         const qkv_patch_params p = {.metric = {.kind = mi ? QKV_METRIC_LOGIT_DIFF : QKV_METRIC_KL, .answer = c->answer,
                                                .wrong = c->wrong}};
         qkv_patch_summary sum;
@@ -231,10 +237,7 @@ static void check_patch(const oracle_case *c) {
                    sweep_names[s], worst, worst * scale, tol, spread);
             free(want);
         }
-        free(out.head_out);
-        free(out.resid_pre);
-        free(out.attn_out);
-        free(out.mlp_out);
+        for (int s = 0; s < QKV_SWEEP_COUNT; s++) free(out.recovery[s]);
     }
 }
 

@@ -92,7 +92,7 @@ QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c
  * limits above, the RMSNorm epsilon must be in (0, 1) and the RoPE base in
  * (1, 1e30), soft-caps and the attention scale finite and > 0 when present,
  * the sliding window >= 1, each failure naming the key and its range.
- * general.architecture must be one of llama, qwen2, qwen3, gemma2, gemma3
+ * general.architecture must be one of the families (qkv_model_family_name)
  * (QKV_ERR_UNSUPPORTED naming them otherwise, and for partial RoPE, rope
  * scaling types other than "none", head_dim outside [16, 256] or odd, a
  * value_length other than key_length); QKV_ERR_FORMAT for
@@ -102,6 +102,10 @@ QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c
  * <arch>.vocab_size do not all agree. rope.freq_factors is NULL here:
  * qkv_model_open fills it from rope_freqs.weight. */
 QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
+
+/* The i-th supported family's general.architecture ("llama", "qwen2",
+ * "qwen3", "gemma2", "gemma3"); NULL past the last (i < 0 too). */
+QKV_API const char *qkv_model_family_name(int i);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
 /* The KV cache's default size: min(n_ctx_train, QKV_MODEL_DEFAULT_CTX). */

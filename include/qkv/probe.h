@@ -222,12 +222,8 @@ QKV_API qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summa
  *   QKV_METRIC_KL          M(x) = KL(p_clean || p_x) in nats, so M(clean) = 0 and
  *                          recovery = 1 - KL(clean || patched) / KL(clean || corrupt)
  *   QKV_METRIC_LOGIT_DIFF  M(x) = logit_x[answer] - logit_x[wrong]
- * Components (TransformerLens's activation names, qkv_hook_point):
- *   head_out      [L, Hq]     attn.hook_z of head h at every position
- *   head_out_pos  [L, Hq, n]  attn.hook_z of head h at position p only
- *   resid_pre     [L, n]      hook_resid_pre of layer l at position p
- *   attn_out      [L, n]      hook_attn_out (Gemma: after its post-attention norm) at position p
- *   mlp_out       [L, n]      hook_mlp_out (Gemma: after its post-FFN norm) at position p
+ * The components: every head, layer or position of one sweep (qkv_sweep,
+ * below), at TransformerLens's activation names (qkv_hook_point).
  * Cost: the clean and the corrupted run, each caching its activations at
  * the points the sweeps patch (the corrupted run's hook_resid_pre of every
  * layer always: the checkpoints), then per component one forward resumed at
@@ -247,13 +243,32 @@ typedef struct {
     int32_t answer, wrong;      /* LOGIT_DIFF only: two different ids in [0, V) */
 } qkv_metric;
 
-/* Recovery arrays, caller-allocated, shapes as above; NULL skips that sweep. */
+/* The sweeps, in the order every front-end lists them (--sweeps, JSON,
+ * .npy names, Python's keys): */
+typedef enum {
+    QKV_SWEEP_HEAD_OUT = 0,     /* head_out      [L, Hq]     attn.hook_z of head h at every position */
+    QKV_SWEEP_HEAD_OUT_POS,     /* head_out_pos  [L, Hq, n]  attn.hook_z of head h at position p only */
+    QKV_SWEEP_RESID_PRE,        /* resid_pre     [L, n]      hook_resid_pre of layer l at position p */
+    QKV_SWEEP_ATTN_OUT,         /* attn_out      [L, n]      hook_attn_out (Gemma: after its post-attention
+                                                             norm) at position p */
+    QKV_SWEEP_MLP_OUT,          /* mlp_out       [L, n]      hook_mlp_out (Gemma: after its post-FFN norm) at
+                                                             position p */
+    QKV_SWEEP_COUNT
+} qkv_sweep;
+
+/* The sweep's name ("head_out" ...); NULL outside [0, QKV_SWEEP_COUNT). */
+QKV_API const char *qkv_sweep_name(qkv_sweep s);
+/* The hook point it patches (QKV_HOOK_Z, QKV_HOOK_RESID_PRE, ...);
+ * QKV_HOOK_COUNT outside [0, QKV_SWEEP_COUNT). */
+QKV_API qkv_hook_point qkv_sweep_point(qkv_sweep s);
+/* shape <- its recovery array's for L layers, Hq heads and n tokens ([L, Hq],
+ * [L, Hq, n] or [L, n], outermost first); returns the number of dimensions,
+ * 2 (shape[2] is then 1) or 3; 0 outside [0, QKV_SWEEP_COUNT). */
+QKV_API int qkv_sweep_shape(int64_t shape[3], qkv_sweep s, int n_layer, int n_head, int n);
+
+/* Recovery arrays, caller-allocated, shapes qkv_sweep_shape; NULL skips that sweep. */
 typedef struct {
-    float *head_out;            /* [L, Hq] */
-    float *head_out_pos;        /* [L, Hq, n] */
-    float *resid_pre;           /* [L, n] */
-    float *attn_out;            /* [L, n] */
-    float *mlp_out;             /* [L, n] */
+    float *recovery[QKV_SWEEP_COUNT];
 } qkv_patch_out;
 
 #define QKV_PATCH_DEFAULT_MAX_BYTES ((int64_t)1 << 30)
@@ -275,7 +290,7 @@ typedef struct {
 } qkv_patch_summary;
 
 /* Bytes qkv_patch allocates for the sweeps `which` asks for (its non-NULL
- * arrays; NULL: none): every layer's hook_resid_pre of the corrupted run
+ * recovery arrays; NULL: none): every layer's hook_resid_pre of the corrupted run
  * (L n E floats), both runs' activations at the points the sweeps patch
  * (hook_z, 2 L n Hq D floats, for head_out and head_out_pos; 2 L n E each
  * for resid_pre (L n E: the corrupted run's are the checkpoints), attn_out,

@@ -519,14 +519,12 @@ class Model:
                              "patching needs the same count")
         self._fits(len(ci))
         c, n = self.config, len(ci)
-        shapes = dict(head_out=(c.n_layer, c.n_head), head_out_pos=(c.n_layer, c.n_head, n),
-                      resid_pre=(c.n_layer, n), attn_out=(c.n_layer, n), mlp_out=(c.n_layer, n))
-        out = {s: np.empty(shapes[s], dtype=np.float32) if s in names else None for s in _patch.SWEEPS}
+        out = {s: np.empty(shape, dtype=np.float32) if s in names else None
+               for s, shape in _qkv.sweeps(c.n_layer, c.n_head, n)}
         with _progress.Progress(progress, "patch", "components") as pr:
-            vc, vk, steps, naive, count, unchanged = self._c.patch(**out, clean=ci, corrupt=ki, metric=kind,
-                                                                   answer=-1 if a is None else a,
-                                                                   wrong=-1 if w is None else w,
-                                                                   max_bytes=int(max_bytes), progress=pr.fn)
+            vc, vk, steps, naive, count, unchanged = self._c.patch(list(out.values()), ci, ki, kind,
+                                                                   -1 if a is None else a, -1 if w is None else w,
+                                                                   int(max_bytes), progress=pr.fn)
         return _patch.PatchResult(
             metric="kl" if kind == 0 else "logit_diff", answer=a, wrong=w,
             answer_piece=None if a is None else self.piece(a), wrong_piece=None if w is None else self.piece(w),

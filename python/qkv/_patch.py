@@ -14,8 +14,8 @@ import numpy as np
 
 from . import _progress, _qkv
 
-SWEEPS = ("head_out", "head_out_pos", "resid_pre", "attn_out", "mlp_out")
-DEFAULT_SWEEPS = ("head_out", "resid_pre", "attn_out", "mlp_out")
+SWEEPS = tuple(name for name, _ in _qkv.sweeps(1, 1, 1))  # qkv_sweep's names, in its order
+DEFAULT_SWEEPS = tuple(s for s in SWEEPS if s != "head_out_pos")
 METRICS = {"kl": 0, "logit_diff": 1, "logit-diff": 1}  # qkv_metric_kind; the CLI's spelling too
 
 

@@ -36,7 +36,7 @@ extern PyMethodDef pyq_attention_methods[];
 extern PyMethodDef pyq_hook_methods[];
 extern PyMethodDef pyq_inspect_methods[]; /* png_save, png_has_font, file_replace (inspect.c) */
 extern PyMethodDef pyq_stream_methods[];  /* stream_steps (stream.c) */
-extern PyMethodDef pyq_patch_methods[];   /* spearman, token_labels, heatmap_page (patch.c) */
+extern PyMethodDef pyq_patch_methods[];   /* sweeps, spearman, token_labels, heatmap_page (patch.c) */
 int pyq_add_kv_cache(PyObject *module);
 int pyq_add_sampler(PyObject *module);
 

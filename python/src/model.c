@@ -584,8 +584,8 @@ static PyMethodDef model_methods[] = {
      "hay_tokens)."},
     {"needle_run", PYQ_KW(model_needle_run), METH_VARARGS | METH_KEYWORDS, "needle_run(answer, mass, step, retrieval, ids, needle_pos, needle_len) -> n."},
     {"patch", PYQ_KW(model_patch), METH_VARARGS | METH_KEYWORDS,
-     "patch(head_out, head_out_pos, resid_pre, attn_out, mlp_out, clean, corrupt, metric, answer, wrong, max_bytes, "
-     "progress=None)."},
+     "patch(outs, clean, corrupt, metric, answer, wrong, max_bytes, progress=None): outs one array or None per "
+     "sweep."},
     {"attribute", PYQ_KW(model_attribute), METH_VARARGS | METH_KEYWORDS, "attribute(heads, attn, mlp, ids, answer, wrong)."},
     {"lens", PYQ_KW(model_lens), METH_VARARGS | METH_KEYWORDS, "lens(top_ids, top_probs, target_prob, ids, k, target)."},
     {"inspect_maps", PYQ_KW(model_inspect_maps), METH_VARARGS | METH_KEYWORDS,

@@ -1,15 +1,16 @@
 /*
  * patch.c — Model.patch / attribute / lens's engine (qkv_patch,
  * qkv_attribute, qkv_lens on an open model the caller holds), and the
- * module's spearman, token_labels and heatmap_page (render/: the page
+ * module's sweeps, spearman, token_labels and heatmap_page (render/: the page
  * `qkv patch / attribute / lens --html` write). L = layers, Hq = query heads,
  * n = tokens, k = the lens's top-k. The Python side (python/qkv/_patch.py,
  * _model.py) checks the arguments and allocates every output:
- *   patch(head_out, head_out_pos, resid_pre, attn_out, mlp_out, clean, corrupt, metric, answer, wrong,
- *         max_bytes, progress=None)
+ *   patch(outs, clean, corrupt, metric, answer, wrong, max_bytes, progress=None)
  *         -> (clean, corrupt, layer_token_steps, naive_layer_token_steps, n_components, n_unchanged)
- *     each output a float32 array ([L, Hq], [L, Hq, n], [L, n] x 3) or None (not swept);
- *     clean, corrupt [n] int32; metric 0 kl, 1 logit-diff; answer, wrong ids (-1: none)
+ *     outs: one entry per sweep, in qkv_sweep's order, a float32 array of the sweep's shape
+ *     (sweeps) or None (not swept); clean, corrupt [n] int32; metric 0 kl, 1 logit-diff;
+ *     answer, wrong ids (-1: none)
+ *   sweeps(n_layer, n_head, n) -> [(name, shape)]:  qkv_sweep's names and recovery shapes, in order
  *   attribute(heads, attn, mlp, ids, answer, wrong) -> (embed, total, logit_diff, heads_linear, final_softcap,
  *         answer, wrong):  heads [L, Hq], attn [L], mlp [L] float32; answer, wrong -1: the model's top-2
  *   lens(top_ids, top_probs, target_prob, ids, k, target):  top_ids [L, n, k] int32, top_probs [L, n, k]
@@ -54,28 +55,33 @@ static void release(Py_buffer *b) {
 /* ------------------------------------------------------------------ patch */
 
 PyObject *pyq_patch(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyObject *kw) {
-    static char *kwlist[] = {"head_out", "head_out_pos", "resid_pre", "attn_out", "mlp_out", "clean", "corrupt",
-                             "metric", "answer", "wrong", "max_bytes", "progress", NULL};
+    static char *kwlist[] = {"outs", "clean", "corrupt", "metric", "answer", "wrong", "max_bytes", "progress", NULL};
     (void)tok;
-    PyObject *objs[5], *clean_obj, *corrupt_obj, *progress = NULL;
+    PyObject *outs_obj, *clean_obj, *corrupt_obj, *progress = NULL;
     int metric, answer, wrong;
     long long max_bytes;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOOOiiiL|O", kwlist, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &clean_obj,
-                          &corrupt_obj, &metric, &answer, &wrong, &max_bytes, &progress))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOiiiL|O", kwlist, &outs_obj, &clean_obj, &corrupt_obj, &metric,
+                                     &answer, &wrong, &max_bytes, &progress))
         return NULL;
+    PyObject *outs = PySequence_Fast(outs_obj, "outs: a sequence of arrays or None");
+    if (!outs) return NULL;
+    if (PySequence_Fast_GET_SIZE(outs) != QKV_SWEEP_COUNT)
+        return Py_DECREF(outs), PyErr_Format(PyExc_ValueError, "outs: %zd entries, want %d",
+                                             PySequence_Fast_GET_SIZE(outs), QKV_SWEEP_COUNT);
     const qkv_model_config *c = qkv_model_get_config(m);
-    const Py_ssize_t L = c->n_layer, H = c->n_head;
-    Py_buffer bc, bk, bo[5] = {{0}};
+    Py_buffer bc, bk, bo[QKV_SWEEP_COUNT] = {{0}};
     Py_ssize_t n, nk;
-    if (ids_of(&bc, clean_obj, &n, "clean") < 0) return NULL;
-    if (ids_of(&bk, corrupt_obj, &nk, "corrupt") < 0) return PyBuffer_Release(&bc), NULL;
-    qkv_patch_out out = {0};
-    float **slot[5] = {&out.head_out, &out.head_out_pos, &out.resid_pre, &out.attn_out, &out.mlp_out};
-    const Py_ssize_t count[5] = {L * H, L * H * n, L * n, L * n, L * n};
-    static const char *const names[5] = {"head_out", "head_out_pos", "resid_pre", "attn_out", "mlp_out"};
+    if (ids_of(&bc, clean_obj, &n, "clean") < 0) return Py_DECREF(outs), NULL;
+    if (ids_of(&bk, corrupt_obj, &nk, "corrupt") < 0) return Py_DECREF(outs), PyBuffer_Release(&bc), NULL;
+    qkv_patch_out out = {{0}};
     int ok = nk == n || (PyErr_Format(PyExc_ValueError, "the clean prompt is %zd tokens and the corrupted one %zd", n,
                                       nk), 0);
-    for (int i = 0; ok && i < 5; i++) ok = out_of(&bo[i], slot[i], objs[i], count[i], names[i]) == 0;
+    for (int s = 0; ok && s < QKV_SWEEP_COUNT; s++) {
+        int64_t sh[3];
+        qkv_sweep_shape(sh, (qkv_sweep)s, c->n_layer, c->n_head, (int)n);
+        ok = out_of(&bo[s], &out.recovery[s], PySequence_Fast_GET_ITEM(outs, s), (Py_ssize_t)(sh[0] * sh[1] * sh[2]),
+                    qkv_sweep_name((qkv_sweep)s)) == 0;
+    }
     pyq_progress pr = {0};
     ok = ok && pyq_progress_init(&pr, progress, 0) == 0;
     qkv_patch_summary sum = {0};
@@ -90,7 +96,8 @@ PyObject *pyq_patch(qkv_model *m, const qkv_tokenizer *tok, PyObject *args, PyOb
     }
     PyBuffer_Release(&bc);
     PyBuffer_Release(&bk);
-    for (int i = 0; i < 5; i++) release(&bo[i]);
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) release(&bo[s]);
+    Py_DECREF(outs);
     if (pr.fn && pyq_progress_done(&pr) < 0) return NULL;
     if (!ok) return NULL;
     if (st) return pyq_raise(&err);
@@ -344,7 +351,26 @@ static PyObject *py_heatmap_page(PyObject *self, PyObject *args) {
     return page;
 }
 
+static PyObject *py_sweeps(PyObject *self, PyObject *args) {
+    (void)self;
+    int L, H, n;
+    if (!PyArg_ParseTuple(args, "iii", &L, &H, &n)) return NULL;
+    PyObject *list = PyList_New(QKV_SWEEP_COUNT);
+    for (int s = 0; list && s < QKV_SWEEP_COUNT; s++) {
+        int64_t sh[3];
+        const int ndim = qkv_sweep_shape(sh, (qkv_sweep)s, L, H, n);
+        PyObject *t = ndim == 3 ? Py_BuildValue("(s(LLL))", qkv_sweep_name((qkv_sweep)s), (long long)sh[0],
+                                                (long long)sh[1], (long long)sh[2])
+                                : Py_BuildValue("(s(LL))", qkv_sweep_name((qkv_sweep)s), (long long)sh[0],
+                                                (long long)sh[1]);
+        if (!t) return Py_DECREF(list), NULL;
+        PyList_SET_ITEM(list, s, t);
+    }
+    return list;
+}
+
 PyMethodDef pyq_patch_methods[] = {
+    {"sweeps", py_sweeps, METH_VARARGS, "sweeps(n_layer, n_head, n) -> [(name, shape)]: the patching sweeps, in order."},
     {"spearman", py_spearman, METH_VARARGS, "spearman(x, y) -> Spearman's rank correlation (float64 arrays)."},
     {"token_labels", py_token_labels, METH_VARARGS, "token_labels([bytes]) -> [str]: readable token labels."},
     {"heatmap_page", py_heatmap_page, METH_VARARGS, "heatmap_page(title, intro, maps) -> str: a heatmap page."},

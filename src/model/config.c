@@ -2,8 +2,9 @@
  * config.c — a model's hyper-parameters from GGUF metadata
  * (<arch>.block_count, .embedding_length, .attention.head_count ...), the one
  * reader qkv_model_open and `qkv cost --model` share, and each family's
- * rules where the file says nothing (llama.cpp's load_hparams: Gemma's
- * sliding pattern and query scale, Gemma 3's local RoPE base). Reads
+ * rules where the file says nothing, one row of FAMILIES per family
+ * (llama.cpp's load_hparams: Gemma's sliding pattern and query scale,
+ * Gemma 3's local RoPE base). Reads
  * metadata only: no weight is touched, so a metadata-only file is enough.
  */
 #include "qkv/model.h"
@@ -51,26 +52,52 @@ static qkv_status meta_float(float *out, const qkv_gguf *g, const char *arch, co
     return QKV_OK;
 }
 
-/* The families, in llama.cpp's names. */
-typedef enum { FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_GEMMA2, FAMILY_GEMMA3, FAMILY_COUNT } family;
-static const char *const family_names[FAMILY_COUNT] = {"llama", "qwen2", "qwen3", "gemma2", "gemma3"};
+/* What a family adds to the llama block, before the file's keys: one row per
+ * family, in llama.cpp's names (its LLM_ARCH_NAMES and load_hparams). */
+typedef struct {
+    const char *name;         /* general.architecture */
+    qkv_rope_pairing pairing; /* interleaved only for llama: its converter permutes q/k */
+    int qkv_bias, qk_norm, post_norms;
+    qkv_ffn_act ffn_act;
+    int embd_scale_sqrt;      /* 1: the embedding rows are scaled by sqrt(E) */
+    int width_scale_layers;   /* a model of this many layers (the 27B) scales the scores by
+                                 1/sqrt(E / Hq), the others by 1/sqrt(D); 0: never */
+    /* sliding layers: swa_period > 1 reads <arch>.attention.sliding_window
+     * (absent: window, or required where window is 0) and its _pattern */
+    int swa_period, window;
+    float rope_theta_swa;     /* the sliding layers' RoPE base; 0: the global one */
+    int final_softcap_key;    /* 1: reads <arch>.final_logit_softcapping */
+    int attn_softcap_key;     /* 1: reads <arch>.attn_logit_softcapping */
+    float attn_softcap, final_softcap; /* the defaults when the keys are absent */
+} family;
 
-/* What each family adds to the llama block, before the file's keys. */
-static void family_defaults(qkv_model_config *c, family f) {
-    c->rope.pairing = f == FAMILY_LLAMA ? QKV_ROPE_INTERLEAVED : QKV_ROPE_HALF; /* only llama's converter permutes q/k */
-    c->qkv_bias = f == FAMILY_QWEN2;
-    c->qk_norm = f == FAMILY_QWEN3 || f == FAMILY_GEMMA3;
-    const int gemma = f == FAMILY_GEMMA2 || f == FAMILY_GEMMA3;
-    c->post_norms = gemma;
-    c->ffn_act = gemma ? QKV_FFN_GELU_TANH : QKV_FFN_SILU;
-    c->embd_scale = gemma ? sqrtf((float)c->n_embd) : 1.0f;
-    c->swa_period = f == FAMILY_GEMMA2 ? 2 : f == FAMILY_GEMMA3 ? 6 : 1;
-    c->window = f == FAMILY_GEMMA2 ? 4096 : 0; /* gemma2's defaults when the keys are absent */
-    c->attn_softcap = f == FAMILY_GEMMA2 ? 50.0f : 0;
-    c->final_softcap = f == FAMILY_GEMMA2 ? 30.0f : 0;
-    /* Gemma's 27B models scale by the residual width per head, the others by the head size */
-    const int big_gemma = (f == FAMILY_GEMMA2 && c->n_layer == 46) || (f == FAMILY_GEMMA3 && c->n_layer == 62);
-    c->attn_scale = 1.0f / sqrtf((float)(big_gemma ? c->n_embd / c->n_head : c->head_dim));
+static const family FAMILIES[] = {
+    {"llama", QKV_ROPE_INTERLEAVED, .ffn_act = QKV_FFN_SILU, .swa_period = 1},
+    {"qwen2", QKV_ROPE_HALF, .qkv_bias = 1, .ffn_act = QKV_FFN_SILU, .swa_period = 1},
+    {"qwen3", QKV_ROPE_HALF, .qk_norm = 1, .ffn_act = QKV_FFN_SILU, .swa_period = 1},
+    {"gemma2", QKV_ROPE_HALF, .post_norms = 1, .ffn_act = QKV_FFN_GELU_TANH, .embd_scale_sqrt = 1,
+     .width_scale_layers = 46, .swa_period = 2, .window = 4096, .final_softcap_key = 1, .attn_softcap_key = 1,
+     .attn_softcap = 50.0f, .final_softcap = 30.0f},
+    {"gemma3", QKV_ROPE_HALF, .qk_norm = 1, .post_norms = 1, .ffn_act = QKV_FFN_GELU_TANH, .embd_scale_sqrt = 1,
+     .width_scale_layers = 62, .swa_period = 6, .rope_theta_swa = 10000.0f, .final_softcap_key = 1},
+};
+#define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
+
+const char *qkv_model_family_name(int i) { return i >= 0 && i < N_FAMILIES ? FAMILIES[i].name : NULL; }
+
+static void family_defaults(qkv_model_config *c, const family *f) {
+    c->rope.pairing = f->pairing;
+    c->qkv_bias = f->qkv_bias;
+    c->qk_norm = f->qk_norm;
+    c->post_norms = f->post_norms;
+    c->ffn_act = f->ffn_act;
+    c->embd_scale = f->embd_scale_sqrt ? sqrtf((float)c->n_embd) : 1.0f;
+    c->swa_period = f->swa_period;
+    c->window = f->window;
+    c->attn_softcap = f->attn_softcap;
+    c->final_softcap = f->final_softcap;
+    const int by_width = f->width_scale_layers && c->n_layer == f->width_scale_layers;
+    c->attn_scale = 1.0f / sqrtf((float)(by_width ? c->n_embd / c->n_head : c->head_dim));
 }
 
 /* <arch>.<suffix> as a float > 0 (absent: *out unchanged). */
@@ -96,13 +123,16 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
     const char *arch;
     qkv_status st = qkv_gguf_get_string(&arch, NULL, g, "general.architecture", err);
     if (st) return st;
-    family fam = FAMILY_COUNT;
-    for (int f = 0; f < FAMILY_COUNT; f++)
-        if (!strcmp(arch, family_names[f])) fam = (family)f;
-    if (fam == FAMILY_COUNT)
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED,
-                        "%s: general.architecture '%.40s' is not supported (llama, qwen2, qwen3, gemma2, gemma3)",
-                        qkv_gguf_path(g), arch);
+    const family *fam = NULL;
+    for (int f = 0; f < N_FAMILIES; f++)
+        if (!strcmp(arch, FAMILIES[f].name)) fam = &FAMILIES[f];
+    if (!fam) {
+        char names[128] = "";
+        for (int f = 0; f < N_FAMILIES; f++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", f ? ", " : "", FAMILIES[f].name);
+        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: general.architecture '%.40s' is not supported (%s)",
+                        qkv_gguf_path(g), arch, names);
+    }
     snprintf(c->arch, sizeof c->arch, "%s", arch);
     if ((st = meta_int(&c->n_layer, g, arch, "block_count", 1, 0, QKV_MODEL_MAX_LAYERS, err)) ||
         (st = meta_int(&c->n_embd, g, arch, "embedding_length", 1, 0, QKV_MODEL_MAX_EMBD, err)) ||
@@ -144,21 +174,21 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
     c->rope = qkv_rope_default();
     family_defaults(c, fam);
     if ((st = meta_float(&c->rope.theta, g, arch, "rope.freq_base", 10000.0f, 1, 1e30, err))) return st;
-    c->rope_theta_swa = fam == FAMILY_GEMMA3 ? 10000.0f : c->rope.theta;
+    c->rope_theta_swa = fam->rope_theta_swa > 0 ? fam->rope_theta_swa : c->rope.theta;
     if ((st = meta_float(&c->rope_theta_swa, g, arch, "rope.freq_base_swa", c->rope_theta_swa, 1, 1e30, err)) ||
-        (st = meta_positive(&c->attn_scale, g, arch, "attention.scale", err)))
+        (st = meta_positive(&c->attn_scale, g, arch, "attention.scale", err)) ||
+        (fam->final_softcap_key && (st = meta_positive(&c->final_softcap, g, arch, "final_logit_softcapping", err))) ||
+        (fam->attn_softcap_key && (st = meta_positive(&c->attn_softcap, g, arch, "attn_logit_softcapping", err))))
         return st;
-    if (fam == FAMILY_GEMMA2 || fam == FAMILY_GEMMA3) {
-        /* as llama.cpp: gemma2's window defaults to 4096, gemma3 must say; a
-         * window of 0 (which llama.cpp would take as masking every key) and a
-         * soft-cap <= 0 (which it divides by) are refused by the ranges */
-        if ((st = meta_int(&c->window, g, arch, "attention.sliding_window", fam == FAMILY_GEMMA3, c->window,
+    if (fam->swa_period > 1) {
+        /* as llama.cpp: a family's window has a default (gemma2: 4096) or
+         * must be said (gemma3); a window of 0 (which llama.cpp would take as
+         * masking every key) and a soft-cap <= 0 (which it divides by) are
+         * refused by the ranges */
+        if ((st = meta_int(&c->window, g, arch, "attention.sliding_window", !fam->window, c->window,
                            QKV_MODEL_MAX_CTX, err)) ||
             (st = meta_int(&c->swa_period, g, arch, "attention.sliding_window_pattern", 0, c->swa_period,
-                           QKV_MODEL_MAX_LAYERS, err)) ||
-            (st = meta_positive(&c->final_softcap, g, arch, "final_logit_softcapping", err)))
-            return st;
-        if (fam == FAMILY_GEMMA2 && (st = meta_positive(&c->attn_softcap, g, arch, "attn_logit_softcapping", err)))
+                           QKV_MODEL_MAX_LAYERS, err)))
             return st;
         /* of each swa_period layers the last is global (llama.cpp's set_swa_pattern):
          * the family's window needs a sliding layer and at least one global one */

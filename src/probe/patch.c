@@ -80,49 +80,56 @@ qkv_status probe_patch_run(float *logits, qkv_model *m, const int32_t *tokens, i
 
 /* ----------------------------------------------------------------- sweeps */
 
-/* One sweep: a point, patched per head and/or per position, with the two
- * runs' activations there, and its output, in the order (layer, head,
- * position). */
-typedef struct {
-    float *out;
-    qkv_hook_point point;
-    int per_head, per_pos;
-    const float *clean, *corrupt; /* [L, n, width] the two runs' activation at point */
-} sweep;
+/* Each sweep: its name, the point it patches, per head and/or per position
+ * (components in the order layer, head, position), and the cache that holds
+ * both runs' activations there. */
+enum { CACHE_Z, CACHE_RESID_PRE, CACHE_ATTN_OUT, CACHE_MLP_OUT, N_CACHES };
+static const qkv_hook_point cached_points[N_CACHES] = {QKV_HOOK_Z, QKV_HOOK_RESID_PRE, QKV_HOOK_ATTN_OUT,
+                                                       QKV_HOOK_MLP_OUT};
+static const struct {
+    const char *name;
+    int cache, per_head, per_pos;
+} SWEEPS[QKV_SWEEP_COUNT] = {
+    [QKV_SWEEP_HEAD_OUT] = {"head_out", CACHE_Z, 1, 0},
+    [QKV_SWEEP_HEAD_OUT_POS] = {"head_out_pos", CACHE_Z, 1, 1},
+    [QKV_SWEEP_RESID_PRE] = {"resid_pre", CACHE_RESID_PRE, 0, 1},
+    [QKV_SWEEP_ATTN_OUT] = {"attn_out", CACHE_ATTN_OUT, 0, 1},
+    [QKV_SWEEP_MLP_OUT] = {"mlp_out", CACHE_MLP_OUT, 0, 1},
+};
 
-enum { N_SWEEPS = 5 };
+const char *qkv_sweep_name(qkv_sweep s) { return (unsigned)s < QKV_SWEEP_COUNT ? SWEEPS[s].name : NULL; }
 
-/* The sweeps of out, in qkv_patch_out's order; caches: [2][4] the clean and
- * the corrupted run's hook_z, hook_resid_pre, hook_attn_out, hook_mlp_out
- * (NULL where not needed). */
-static void list_sweeps(sweep *s, const qkv_patch_out *out, float *caches[2][4]) {
-    s[0] = (sweep){out->head_out, QKV_HOOK_Z, 1, 0, caches[0][0], caches[1][0]};
-    s[1] = (sweep){out->head_out_pos, QKV_HOOK_Z, 1, 1, caches[0][0], caches[1][0]};
-    s[2] = (sweep){out->resid_pre, QKV_HOOK_RESID_PRE, 0, 1, caches[0][1], caches[1][1]};
-    s[3] = (sweep){out->attn_out, QKV_HOOK_ATTN_OUT, 0, 1, caches[0][2], caches[1][2]};
-    s[4] = (sweep){out->mlp_out, QKV_HOOK_MLP_OUT, 0, 1, caches[0][3], caches[1][3]};
+qkv_hook_point qkv_sweep_point(qkv_sweep s) {
+    return (unsigned)s < QKV_SWEEP_COUNT ? cached_points[SWEEPS[s].cache] : QKV_HOOK_COUNT;
 }
 
-/* Floats of each run's cache at hook_z, resid_pre, attn_out, mlp_out:
- * hook_z [L, n, Hq D] for the head sweeps, [L, n, E] for each of the
- * others; the corrupted run keeps resid_pre always (the checkpoints). */
-static void cache_floats(size_t floats[2][4], const qkv_model_config *c, int n, const qkv_patch_out *out) {
-    const size_t LnE = (size_t)c->n_layer * n * c->n_embd;
-    for (int run = 0; run < 2; run++) {
-        floats[run][0] = out->head_out || out->head_out_pos ? (size_t)c->n_layer * n * c->n_head * c->head_dim : 0;
-        floats[run][1] = out->resid_pre || run == 1 ? LnE : 0;
-        floats[run][2] = out->attn_out ? LnE : 0;
-        floats[run][3] = out->mlp_out ? LnE : 0;
-    }
+int qkv_sweep_shape(int64_t shape[3], qkv_sweep s, int n_layer, int n_head, int n) {
+    if ((unsigned)s >= QKV_SWEEP_COUNT) return 0;
+    const int both = SWEEPS[s].per_head && SWEEPS[s].per_pos;
+    shape[0] = n_layer, shape[1] = SWEEPS[s].per_head ? n_head : n, shape[2] = both ? n : 1;
+    return both ? 3 : 2;
+}
+
+/* Floats of each run's cache (CACHE_*): hook_z [L, n, Hq D] for the head
+ * sweeps, [L, n, E] for each of the others; the corrupted run keeps
+ * resid_pre always (the checkpoints). */
+static void cache_floats(size_t floats[2][N_CACHES], const qkv_model_config *c, int n, const qkv_patch_out *out) {
+    memset(floats, 0, 2 * sizeof floats[0]);
+    floats[1][CACHE_RESID_PRE] = (size_t)c->n_layer * n * c->n_embd;
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++)
+        if (out->recovery[s]) {
+            const int k = SWEEPS[s].cache;
+            floats[0][k] = floats[1][k] = (size_t)c->n_layer * n * (k == CACHE_Z ? c->n_head * c->head_dim : c->n_embd);
+        }
 }
 
 int64_t qkv_patch_bytes(const qkv_model *m, int n, const qkv_patch_out *which) {
     if (!m || n < 1) return -1;
     const qkv_model_config *c = qkv_model_get_config(m);
     const qkv_patch_out none = {0};
-    size_t floats[2][4], total = 3 * (size_t)c->n_vocab; /* the clean, corrupted and patched logits */
+    size_t floats[2][N_CACHES], total = 3 * (size_t)c->n_vocab; /* the clean, corrupted and patched logits */
     cache_floats(floats, c, n, which ? which : &none);
-    for (int i = 0; i < 8; i++) total += floats[i / 4][i % 4];
+    for (int i = 0; i < 2 * N_CACHES; i++) total += floats[i / N_CACHES][i % N_CACHES];
     return (int64_t)(total * sizeof(float));
 }
 
@@ -151,19 +158,17 @@ static qkv_status check_args(const qkv_patch_summary *sum, const qkv_model *m, c
     return QKV_OK;
 }
 
-static const qkv_hook_point cached_points[4] = {QKV_HOOK_Z, QKV_HOOK_RESID_PRE, QKV_HOOK_ATTN_OUT, QKV_HOOK_MLP_OUT};
-
 /* tokens [n] from position 0, the last logits [V], each non-NULL cache [L,
  * n, width] of cached_points filled; the cache left empty. */
-static qkv_status run_caching(qkv_model *m, float *logits, const int32_t *tokens, int n, float *const cache[4],
+static qkv_status run_caching(qkv_model *m, float *logits, const int32_t *tokens, int n, float *const cache[N_CACHES],
                               qkv_error *err) {
     const qkv_model_config *c = qkv_model_get_config(m);
-    probe_layer_store stores[4];
-    qkv_hook hooks[4];
+    probe_layer_store stores[N_CACHES];
+    qkv_hook hooks[N_CACHES];
     int n_hooks = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N_CACHES; i++) {
         if (!cache[i]) continue;
-        stores[i] = (probe_layer_store){cache[i], (size_t)n * (i == 0 ? c->n_head * c->head_dim : c->n_embd)};
+        stores[i] = (probe_layer_store){cache[i], (size_t)n * (i == CACHE_Z ? c->n_head * c->head_dim : c->n_embd)};
         hooks[n_hooks++] = (qkv_hook){.point = cached_points[i], .layer = QKV_ALL, .fn = probe_store_hook, .user = &stores[i]};
     }
     qkv_status st = qkv_model_rewind(m, 0, err);
@@ -181,13 +186,14 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
     const qkv_model_config *c = qkv_model_get_config(m);
     const int L = c->n_layer, Hq = c->n_head, V = c->n_vocab;
     const size_t nE = (size_t)n * c->n_embd;
-    size_t floats[2][4];
-    float *caches[2][4] = {{0}};
+    size_t floats[2][N_CACHES];
+    float *caches[2][N_CACHES] = {{0}};
     cache_floats(floats, c, n, out);
     int short_of_memory = 0;
-    for (int i = 0; i < 8; i++)
-        if (floats[i / 4][i % 4] && !(caches[i / 4][i % 4] = malloc(floats[i / 4][i % 4] * sizeof(float))))
-            short_of_memory = 1;
+    for (int i = 0; i < 2 * N_CACHES; i++) {
+        const size_t k = floats[i / N_CACHES][i % N_CACHES];
+        if (k && !(caches[i / N_CACHES][i % N_CACHES] = malloc(k * sizeof(float)))) short_of_memory = 1;
+    }
     float *clean_logits = malloc((size_t)V * sizeof(float)), *corrupt_logits = malloc((size_t)V * sizeof(float)),
           *logits = malloc((size_t)V * sizeof(float));
     if (short_of_memory || !clean_logits || !corrupt_logits || !logits) {
@@ -198,7 +204,7 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
     if ((st = run_caching(m, clean_logits, clean, n, caches[0], err)) ||
         (st = run_caching(m, corrupt_logits, corrupt, n, caches[1], err)))
         goto done;
-    const float *checkpoints = caches[1][1]; /* [L, n, E] the residual entering each layer, corrupted */
+    const float *checkpoints = caches[1][CACHE_RESID_PRE]; /* [L, n, E] the residual entering each layer, corrupted */
 
     const qkv_metric *mt = &p->metric;
     *sum = (qkv_patch_summary){.clean = probe_patch_metric(mt, clean_logits, clean_logits, V),
@@ -209,35 +215,37 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
                       "patch: the clean and corrupt runs give the same metric (%g): recovery is undefined", sum->clean);
         goto done;
     }
-    sweep sweeps[N_SWEEPS];
-    list_sweeps(sweeps, out, caches);
-    for (int s = 0; s < N_SWEEPS; s++)
-        if (sweeps[s].out)
-            sum->n_components += (int64_t)L * (sweeps[s].per_head ? Hq : 1) * (sweeps[s].per_pos ? n : 1);
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
+        int64_t shape[3];
+        qkv_sweep_shape(shape, (qkv_sweep)s, L, Hq, n);
+        if (out->recovery[s]) sum->n_components += shape[0] * shape[1] * shape[2];
+    }
     sum->naive_layer_token_steps = (2 + sum->n_components) * L * n;
 
     /* every component: one forward resumed at its layer, unless it would
      * copy in what is there already (then it is the corrupted run: 0) */
     int64_t done_runs = 0;
-    for (int s = 0; s < N_SWEEPS; s++) {
-        const sweep *w = &sweeps[s];
-        if (!w->out) continue;
-        const size_t per_layer = w->point == QKV_HOOK_Z ? (size_t)n * Hq * c->head_dim : nE;
+    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
+        float *rec = out->recovery[s];
+        if (!rec) continue;
+        const int k = SWEEPS[s].cache, per_head = SWEEPS[s].per_head, per_pos = SWEEPS[s].per_pos;
+        const qkv_hook_point point = cached_points[k];
+        const size_t per_layer = k == CACHE_Z ? (size_t)n * Hq * c->head_dim : nE;
         size_t i = 0;
         for (int l = 0; l < L; l++)
-            for (int h = w->per_head ? 0 : -1; h < (w->per_head ? Hq : 0); h++)
-                for (int pos = w->per_pos ? 0 : -1; pos < (w->per_pos ? n : 0); pos++) {
-                    const float *src = w->clean + (size_t)l * per_layer;
-                    const patch_rows rows = rows_of(c, w->point, h, pos, src);
-                    if (same_rows(w->corrupt + (size_t)l * per_layer, &rows, n)) {
-                        w->out[i++] = 0;
+            for (int h = per_head ? 0 : -1; h < (per_head ? Hq : 0); h++)
+                for (int pos = per_pos ? 0 : -1; pos < (per_pos ? n : 0); pos++) {
+                    const float *src = caches[0][k] + (size_t)l * per_layer;
+                    const patch_rows rows = rows_of(c, point, h, pos, src);
+                    if (same_rows(caches[1][k] + (size_t)l * per_layer, &rows, n)) {
+                        rec[i++] = 0;
                         sum->n_unchanged++;
                     } else {
-                        if ((st = probe_patch_run(logits, m, corrupt, n, checkpoints + (size_t)l * nE, w->point, l, h,
-                                                  pos, src, err)))
+                        if ((st = probe_patch_run(logits, m, corrupt, n, checkpoints + (size_t)l * nE, point, l, h, pos,
+                                                  src, err)))
                             goto done;
-                        w->out[i++] = (float)probe_patch_recovery(probe_patch_metric(mt, clean_logits, logits, V),
-                                                                  sum->clean, sum->corrupt);
+                        rec[i++] = (float)probe_patch_recovery(probe_patch_metric(mt, clean_logits, logits, V),
+                                                               sum->clean, sum->corrupt);
                         sum->layer_token_steps += (int64_t)(L - l) * n;
                     }
                     if ((st = probe_progress(p->progress, p->progress_user, ++done_runs, sum->n_components, "patch",
@@ -247,7 +255,7 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
     }
 done:
     qkv_model_rewind(m, 0, NULL);
-    for (int i = 0; i < 8; i++) free(caches[i / 4][i % 4]);
+    for (int i = 0; i < 2 * N_CACHES; i++) free(caches[i / N_CACHES][i % N_CACHES]);
     free(clean_logits);
     free(corrupt_logits);
     free(logits);
