@@ -849,7 +849,8 @@ static void fmt_fvec6(char *buf, size_t cap, const float *v, int n) {
     if (o < cap) snprintf(buf + o, cap - o, "]");
 }
 
-static void print_permute_text(const example *e, const ordering *ord, int count, qkv_kernel fast) {
+/* terms: the most non-zero v_j entries in one output column (w_j v_j terms) */
+static void print_permute_text(const example *e, const ordering *ord, int count, qkv_kernel fast, int terms) {
     const int n = e->n, f = n - 1;
     double on_max, on_rel, hand, fast_max;
     int same;
@@ -907,14 +908,19 @@ static void print_permute_text(const example *e, const ordering *ord, int count,
         printf("  RoPE off: %s's output has the first ordering's bits in %d of %d orderings.", e->tok[f], same, count);
     printf(" The kernel sums\n"
            "  e^s and w·v in key order, so an ordering only changes the order of the additions: float addition\n"
-           "  is commutative but not associative, exact only when no partial sum rounds. The reference kernel\n"
-           "  adds in double and rounds once to float; by hand in double, in key order, the %d orderings'\n"
-           "  outputs differ by at most %.3g, against a float spacing of %.3g at the output, so the\n"
-           "  rounding to float %s. The %s kernel (qkv_attention's own pick, float sums):\n"
-           "  max |Δ| %.3g over the %d orderings.\n",
-           count, hand, fmax(fabs((double)ord[0].off[f][0]), 1.0) * 0x1p-23,
-           same == count ? "gives the same bits" : "does not always hide it", qkv_kernel_name(fast), fast_max,
-           count);
+           "  is commutative but not associative, so a reordered sum is exact only when no partial sum rounds.\n"
+           "  The reference kernel adds in double and rounds once to float. By hand in double, in key order,\n"
+           "  the %d orderings' outputs differ by at most %.3g (a float's spacing at the output is %.3g)",
+           count, hand, fmax(fabs((double)ord[0].off[f][0]), 1.0) * 0x1p-23);
+    if (hand == 0)
+        printf(":\n  each output column adds at most %d non-zero terms w_j·v_j, and a + b = b + a exactly (adding 0\n"
+               "  is exact too), and the %d terms of Σ e^s round alike in every order here.", terms, n);
+    else
+        printf(", so\n  the rounding to float %s.", same == count ? "hides it" : "does not always hide it");
+    printf("\n  The %s kernel (qkv_attention's own pick, float sums): max |Δ| %.3g over the %d orderings.\n"
+           "  With general numbers a reordering moves the last bits: -m shows a real model's layers,\n"
+           "  within 8·n·u·max|v| (u = 2^-24).\n",
+           qkv_kernel_name(fast), fast_max, count);
     printf("  RoPE on: the orderings move %s's output by up to %.3f (%.0f%% of its largest value): q_%s at\n"
            "  position %d and a key at position p score through %d - p, so the same key scores differently in\n"
            "  another place.\n", e->tok[f], on_max, 100 * on_rel, e->tok[f], f, f);
@@ -981,7 +987,13 @@ static int explain_permute_example(const example *e, int json) {
     const qkv_kernel fast = qkv_attn_pick(&d);
     if (run_orderings(ord, &count, e, &r, fast)) return CLI_EXIT_BAD_INPUT;
     if (json) print_permute_json(e, ord, count, fast);
-    else print_permute_text(e, ord, count, fast);
+    int terms = 0;
+    for (int c = 0; c < e->dv; c++) {
+        int k = 0;
+        for (int j = 0; j < e->n; j++) k += r.v[j][c] != 0;
+        terms = k > terms ? k : terms;
+    }
+    if (!json) print_permute_text(e, ord, count, fast, terms);
     return 0;
 }
 
