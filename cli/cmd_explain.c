@@ -20,6 +20,7 @@
 #include "json_out.h"
 #include "util.h"
 #include "commands.h"
+#include "explain_permute.h"
 #include "qkv_render.h"
 
 #include <ctype.h>
@@ -67,7 +68,10 @@ static const char input_format[] =
     "optional 'dims N1 N2 ...' (names of the input dims); 'x' then one row of M\n"
     "numbers per token (M <= " CLI_STR(EX_MAX_DIM) "); 'w_q', 'w_k' then M rows of d numbers and 'w_v'\n"
     "then M rows of dv numbers (d, dv <= " CLI_STR(EX_MAX_HEAD) "); optional 'focus TOKEN' (the row\n"
-    "worked out by hand; default the last token).";
+    "worked out by hand; default the last token).\n\n"
+    "--permute runs every ordering of the tokens before the focus, which must be last\n"
+    "(2 to 6 tokens, d even). With -m it takes each layer's q, k, v of the prompt (default\n"
+    "'" EXPLAIN_PERMUTE_PROMPT "') from the model's hooks and permutes the prompt at random.";
 
 /* ----------------------------------------------------------------- input */
 
@@ -232,6 +236,13 @@ typedef struct {
     double sum;
 } walk;
 
+/* One head of n tokens, padded to QKV_HEAD_DIM_MIN dims, one thread. */
+static qkv_attn_desc example_desc(int n, int causal, double scale) {
+    return (qkv_attn_desc){.n_q_head = 1, .n_kv_head = 1, .q_len = n, .kv_len = n, .head_dim = QKV_HEAD_DIM_MIN,
+                           .scale = (float)scale, .mask = {.kind = causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE},
+                           .kv_dtype = QKV_DTYPE_F32, .n_threads = 1};
+}
+
 static int run_walk(walk *r, const example *e, int causal, double scale) {
     memset(r, 0, sizeof *r);
     r->causal = causal;
@@ -256,14 +267,7 @@ static int run_walk(walk *r, const example *e, int causal, double scale) {
         }
         for (int c = 0; c < e->dv; c++) v[t * D + c] = (float)r->v[t][c];
     }
-    qkv_attn_desc d = {0};
-    d.n_q_head = d.n_kv_head = 1;
-    d.q_len = d.kv_len = e->n;
-    d.head_dim = D;
-    d.scale = (float)scale;
-    d.mask.kind = causal ? QKV_MASK_CAUSAL : QKV_MASK_NONE;
-    d.kv_dtype = QKV_DTYPE_F32;
-    d.n_threads = 1;
+    const qkv_attn_desc d = example_desc(e->n, causal, scale);
     qkv_error err = {0};
     if (qkv_attention_reference(o, r->lse, w, q, k, v, &d, &err) != QKV_OK)
         return cli_fail("explain: reference kernel: %s", err.msg);
@@ -695,11 +699,310 @@ static void print_json(const example *e, const walk *r, const walk *base) {
     printf("\n}\n");
 }
 
+/* -------------------------------------------------------------- --permute */
+
+/* The article's last claim: without RoPE the dot product compares content
+ * only, so the last token's output is the same for every ordering of the
+ * tokens before it (it still sees them all); with RoPE it is not. Every
+ * ordering of the prefix is run (at most EX_PERMUTE_MAX_TOK tokens). */
+#define EX_PERMUTE_MAX_TOK 6  /* 5! = 120 orderings */
+
+/* One ordering: perm[p] is the token at position p (the last stays last). */
+typedef struct {
+    int perm[EX_MAX_TOK];
+    float off[EX_MAX_TOK][EX_MAX_HEAD];  /* RoPE off, the reference kernel: [n, dv] */
+    float on[EX_MAX_TOK][EX_MAX_HEAD];   /* RoPE on: the last row's output [dv] in on[n-1] */
+    float fast[EX_MAX_HEAD];             /* RoPE off, qkv_attention's own pick: the last row */
+    double by_hand[EX_MAX_HEAD];         /* RoPE off, in double, summed in key order: the last row */
+    double on_diff, off_diff_fast, off_diff_hand; /* max |Δ| of the last row against the first ordering */
+    int same_bits;                       /* RoPE off, the reference kernel: the first ordering's bits */
+    int changed[EX_MAX_TOK];             /* tokens whose row sees another set of keys */
+    double changed_diff;                 /* max |Δ| of those rows, RoPE off */
+} ordering;
+
+/* The head over the tokens in the order perm, RoPE'd at positions 0..n-1
+ * when rope (RoPE of the d-dim head: pairs (2i, 2i+1), base 10000; at d = 2
+ * one pair turned by p radians), causal, scale 1/sqrt(d), through kernel
+ * (REFERENCE: qkv_attention_reference). o: [n, dv]. */
+static int permuted_head(float (*o)[EX_MAX_HEAD], const walk *r, const example *e, const int *perm, int rope,
+                         qkv_kernel kernel) {
+    enum { D = QKV_HEAD_DIM_MIN };
+    const int n = e->n, d = e->d;
+    float qd[EX_MAX_TOK * EX_MAX_HEAD], kd[EX_MAX_TOK * EX_MAX_HEAD]; /* [n, d] */
+    float q[EX_MAX_TOK * D] = {0}, k[EX_MAX_TOK * D] = {0}, v[EX_MAX_TOK * D] = {0}, out[EX_MAX_TOK * D];
+    int64_t pos[EX_MAX_TOK];
+    for (int p = 0; p < n; p++) {
+        pos[p] = p;
+        for (int c = 0; c < d; c++) {
+            qd[p * d + c] = (float)r->q[perm[p]][c];
+            kd[p * d + c] = (float)r->k[perm[p]][c];
+        }
+        for (int c = 0; c < e->dv; c++) v[p * D + c] = (float)r->v[perm[p]][c];
+    }
+    qkv_error err = {0};
+    qkv_rope rr = qkv_rope_default();
+    rr.pairing = QKV_ROPE_INTERLEAVED;
+    if (rope && (qkv_rope_apply(qd, pos, &rr, 1, n, d, &err) || qkv_rope_apply(kd, pos, &rr, 1, n, d, &err)))
+        return cli_fail("explain: %s", err.msg);
+    for (int p = 0; p < n; p++)
+        for (int c = 0; c < d; c++) {
+            q[p * D + c] = qd[p * d + c];
+            k[p * D + c] = kd[p * d + c];
+        }
+    const qkv_attn_desc desc = example_desc(n, 1, 1.0 / sqrt((double)d));
+    qkv_status st = kernel == QKV_KERNEL_REFERENCE ? qkv_attention_reference(out, NULL, NULL, q, k, v, &desc, &err)
+                                                   : qkv_attention(out, NULL, q, k, v, &desc, kernel, &err);
+    if (st) return cli_fail("explain: %s", err.msg);
+    for (int p = 0; p < n; p++)
+        for (int c = 0; c < e->dv; c++) o[p][c] = out[p * D + c];
+    return 0;
+}
+
+/* The last row by hand in double, RoPE off, summing e^s and w v in key order. */
+static void last_row_by_hand(double *o, const walk *r, const example *e, const int *perm) {
+    const int n = e->n, f = perm[n - 1];
+    double s[EX_MAX_TOK], mx = -INFINITY, sum = 0;
+    for (int p = 0; p < n; p++) {
+        double dot = 0;
+        for (int c = 0; c < e->d; c++) dot += r->q[f][c] * r->k[perm[p]][c];
+        s[p] = dot / sqrt((double)e->d);
+        mx = fmax(mx, s[p]);
+    }
+    for (int p = 0; p < n; p++) sum += s[p] = exp(s[p] - mx);
+    for (int c = 0; c < e->dv; c++) o[c] = 0;
+    for (int p = 0; p < n; p++)
+        for (int c = 0; c < e->dv; c++) o[c] += s[p] / sum * r->v[perm[p]][c];
+}
+
+static double fdiff(const float *a, const float *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - (double)b[i]));
+    return m;
+}
+
+/* The next ordering of perm[0 .. m-1] in lexicographic order; 0 after the last. */
+static int next_ordering(int *perm, int m) {
+    int i = m - 2;
+    while (i >= 0 && perm[i] > perm[i + 1]) i--;
+    if (i < 0) return 0;
+    int j = m - 1;
+    while (perm[j] < perm[i]) j--;
+    int t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+    for (int a = i + 1, b = m - 1; a < b; a++, b--) t = perm[a], perm[a] = perm[b], perm[b] = t;
+    return 1;
+}
+
+/* Every ordering of the tokens before the last, into ord[0 .. *count-1]
+ * (ord[0]: the example's own order). 0 or 2. */
+static int run_orderings(ordering *ord, int *count, const example *e, const walk *r, qkv_kernel fast) {
+    const int n = e->n;
+    int perm[EX_MAX_TOK], c = 0;
+    for (int p = 0; p < n; p++) perm[p] = p;
+    do {
+        ordering *o = &ord[c++];
+        memset(o, 0, sizeof *o);
+        memcpy(o->perm, perm, sizeof perm);
+        float fast_rows[EX_MAX_TOK][EX_MAX_HEAD];
+        if (permuted_head(o->off, r, e, perm, 0, QKV_KERNEL_REFERENCE) || permuted_head(o->on, r, e, perm, 1, QKV_KERNEL_REFERENCE) ||
+            permuted_head(fast_rows, r, e, perm, 0, fast))
+            return CLI_EXIT_BAD_INPUT;
+        memcpy(o->fast, fast_rows[n - 1], sizeof o->fast);
+        last_row_by_hand(o->by_hand, r, e, perm);
+        const ordering *o0 = &ord[0];
+        o->on_diff = fdiff(o->on[n - 1], o0->on[n - 1], e->dv);
+        o->off_diff_fast = fdiff(o->fast, o0->fast, e->dv);
+        for (int i = 0; i < e->dv; i++) o->off_diff_hand = fmax(o->off_diff_hand, fabs(o->by_hand[i] - o0->by_hand[i]));
+        o->same_bits = !memcmp(o->off[n - 1], o0->off[n - 1], (size_t)e->dv * sizeof(float));
+        /* the row at position p sees tokens perm[0..p]; in the example's own
+         * order token perm[p] saw 0..perm[p]: the same set iff perm[0..p] is 0..p */
+        for (int p = 0, same = 1; p < n - 1; p++) {
+            same = same && perm[p] == p;
+            if (same) continue;
+            o->changed[perm[p]] = 1;
+            o->changed_diff = fmax(o->changed_diff, fdiff(o->off[p], o0->off[perm[p]], e->dv));
+        }
+    } while (next_ordering(perm, n - 1));
+    *count = c;
+    return 0;
+}
+
+static void permute_summary(double *on_max, double *on_rel, double *hand, double *fast, int *same, const ordering *ord,
+                            int count, const example *e) {
+    *on_max = *hand = *fast = 0;
+    *same = 0;
+    double ref = 0;
+    for (int c = 0; c < e->dv; c++) ref = fmax(ref, fabs((double)ord[0].on[e->n - 1][c]));
+    for (int i = 0; i < count; i++) {
+        *on_max = fmax(*on_max, ord[i].on_diff);
+        *hand = fmax(*hand, ord[i].off_diff_hand);
+        *fast = fmax(*fast, ord[i].off_diff_fast);
+        *same += ord[i].same_bits;
+    }
+    *on_rel = ref > 0 ? *on_max / ref : 0;
+}
+
+static void fmt_fvec6(char *buf, size_t cap, const float *v, int n) {
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < n && o < cap; i++) o += (size_t)snprintf(buf + o, cap - o, "%s%.6f", i ? ", " : "", v[i]);
+    if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+/* terms: the most non-zero v_j entries in one output column (w_j v_j terms) */
+static void print_permute_text(const example *e, const ordering *ord, int count, qkv_kernel fast, int terms) {
+    const int n = e->n, f = n - 1;
+    double on_max, on_rel, hand, fast_max;
+    int same;
+    permute_summary(&on_max, &on_rel, &hand, &fast_max, &same, ord, count, e);
+    printf("qkv explain --permute: order enters attention in two places only, the causal mask and RoPE\n\n  tokens  ");
+    for (int i = 0; i < n; i++) printf("%s%s", i ? " " : "", e->tok[i]);
+    printf("   (%s is last and sees all %d; the %d before it in every order: %d orderings)\n", e->tok[f], n, n - 1,
+           count);
+    printf("  RoPE off: s_j = q_%s · k_j / √%d compares content only\n", e->tok[f], e->d);
+    printf("  RoPE on:  q and k turned by their position p = 0..%d (pairs of dims, angle p·10000^(-2i/%d);\n"
+           "            %s)\n", n - 1, e->d,
+           e->d == 2 ? "at d = 2 one pair turned by p radians" : "pair i of the d-dim head");
+    printf("  outputs from qkv_attention_reference (sums in double, rounded once to float)\n\n");
+    int ow = 2 + 10 * e->dv, lw = 0;
+    for (int i = 0; i < n; i++) lw += qkv_text_width(e->tok[i]) + 1;
+    lw = lw + 2 > 10 ? lw + 2 : 10;
+    char b[256];
+    printf("  ");
+    cli_put_cell("ordering", lw, 0);
+    snprintf(b, sizeof b, "RoPE off: %s", e->tok[f]);
+    cli_put_cell(b, ow + 2, 0);
+    cli_put_cell("bits", 6, 0);
+    snprintf(b, sizeof b, "RoPE on: %s", e->tok[f]);
+    cli_put_cell(b, ow + 2, 0);
+    printf("  max |Δ|   relative   rows seeing other keys\n");
+    for (int i = 0; i < count; i++) {
+        const ordering *o = &ord[i];
+        size_t len = 0;
+        for (int p = 0; p < n; p++) len += (size_t)snprintf(b + len, sizeof b - len, "%s%s", p ? " " : "", e->tok[o->perm[p]]);
+        printf("  ");
+        cli_put_cell(b, lw, 0);
+        fmt_fvec6(b, sizeof b, o->off[f], e->dv);
+        cli_put_cell(b, ow + 2, 0);
+        cli_put_cell(i == 0 ? "-" : o->same_bits ? "same" : "differ", 6, 0);
+        fmt_fvec6(b, sizeof b, o->on[f], e->dv);
+        cli_put_cell(b, ow + 2, 0);
+        if (i == 0) {
+            printf("  %7s   %8s   -\n", "-", "-");
+            continue;
+        }
+        double ref = 0;
+        for (int c = 0; c < e->dv; c++) ref = fmax(ref, fabs((double)ord[0].on[f][c]));
+        printf("  %7.3f   %8.3f   ", o->on_diff, ref > 0 ? o->on_diff / ref : 0);
+        int any = 0;
+        for (int t = 0; t < n; t++)
+            if (o->changed[t]) printf("%s%s", any++ ? " " : "", e->tok[t]);
+        if (any) printf(" (max |Δ| %.3f)", o->changed_diff);
+        else printf("none");
+        putchar('\n');
+    }
+    putchar('\n');
+    if (same == count)
+        printf("  RoPE off: %s's output is the same for all %d orderings, bit for bit.", e->tok[f], count);
+    else
+        printf("  RoPE off: %s's output has the first ordering's bits in %d of %d orderings.", e->tok[f], same, count);
+    printf(" The kernel sums\n"
+           "  e^s and w·v in key order, so an ordering only changes the order of the additions: float addition\n"
+           "  is commutative but not associative, so a reordered sum is exact only when no partial sum rounds.\n"
+           "  The reference kernel adds in double and rounds once to float. By hand in double, in key order,\n"
+           "  the %d orderings' outputs differ by at most %.3g (a float's spacing at the output is %.3g)",
+           count, hand, fmax(fabs((double)ord[0].off[f][0]), 1.0) * 0x1p-23);
+    if (hand == 0)
+        printf(":\n  each output column adds at most %d non-zero terms w_j·v_j, and a + b = b + a exactly (adding 0\n"
+               "  is exact too), and the %d terms of Σ e^s round alike in every order here.", terms, n);
+    else
+        printf(", so\n  the rounding to float %s.", same == count ? "hides it" : "does not always hide it");
+    printf("\n  The %s kernel (qkv_attention's own pick, float sums): max |Δ| %.3g over the %d orderings.\n"
+           "  With general numbers a reordering moves the last bits: -m shows a real model's layers,\n"
+           "  within 8·n·u·max|v| (u = 2^-24).\n",
+           qkv_kernel_name(fast), fast_max, count);
+    printf("  RoPE on: the orderings move %s's output by up to %.3f (%.0f%% of its largest value): q_%s at\n"
+           "  position %d and a key at position p score through %d - p, so the same key scores differently in\n"
+           "  another place.\n", e->tok[f], on_max, 100 * on_rel, e->tok[f], f, f);
+    printf("  The mask still orders the other rows: row i sees the keys 0..i, so an ordering changes the set\n"
+           "  of keys of every row before the last whose prefix moved (last column), with or without RoPE.\n"
+           "  A real model's layers, and a whole model: qkv explain --permute -m MODEL.\n");
+}
+
+static void print_permute_json(const example *e, const ordering *ord, int count, qkv_kernel fast) {
+    const int n = e->n, f = n - 1;
+    double on_max, on_rel, hand, fast_max;
+    int same;
+    permute_summary(&on_max, &on_rel, &hand, &fast_max, &same, ord, count, e);
+    printf("{\n  \"kernel\": \"reference\",\n  \"fast_kernel\": \"%s\",\n  \"tokens\": ", qkv_kernel_name(fast));
+    json_names(e->tok, n);
+    printf(",\n  \"rope\": {\"pairing\": \"interleaved\", \"theta\": 10000, \"positions\": \"0..%d\"},\n", n - 1);
+    printf("  \"rope_off_bit_identical\": %d,\n  \"rope_off_max_abs_double\": ", same);
+    json_num(hand);
+    printf(",\n  \"rope_off_max_abs_fast\": ");
+    json_num(fast_max);
+    printf(",\n  \"rope_on_max_abs\": ");
+    json_num(on_max);
+    printf(",\n  \"rope_on_rel\": ");
+    json_num(on_rel);
+    printf(",\n  \"orderings\": [\n");
+    for (int i = 0; i < count; i++) {
+        const ordering *o = &ord[i];
+        char names[EX_MAX_TOK][EX_NAME];
+        int nc = 0;
+        for (int p = 0; p < n; p++) memcpy(names[p], e->tok[o->perm[p]], EX_NAME);
+        printf("    {\"order\": ");
+        json_names((const char (*)[EX_NAME])names, n);
+        printf(", \"rope_off\": ");
+        json_fvec(o->off[f], e->dv);
+        printf(", \"rope_on\": ");
+        json_fvec(o->on[f], e->dv);
+        printf(", \"same_bits\": %s, \"rope_on_max_abs\": ", o->same_bits ? "true" : "false");
+        json_num(o->on_diff);
+        printf(", \"fast_max_abs\": ");
+        json_num(o->off_diff_fast);
+        printf(", \"double_max_abs\": ");
+        json_num(o->off_diff_hand);
+        for (int t = 0; t < n; t++)
+            if (o->changed[t]) memcpy(names[nc++], e->tok[t], EX_NAME);
+        printf(", \"rows_seeing_other_keys\": ");
+        json_names((const char (*)[EX_NAME])names, nc);
+        printf(", \"rows_max_abs\": ");
+        json_num(o->changed_diff);
+        printf("}%s\n", i + 1 < count ? "," : "");
+    }
+    printf("  ]\n}\n");
+}
+
+static int explain_permute_example(const example *e, int json) {
+    if (e->focus != e->n - 1) return cli_fail("explain: --permute keeps the focus last: '%s' is not the last token", e->tok[e->focus]);
+    if (e->n < 2 || e->n > EX_PERMUTE_MAX_TOK)
+        return cli_fail("explain: --permute takes 2 to %d tokens (%d given)", EX_PERMUTE_MAX_TOK, e->n);
+    if (e->d % 2) return cli_fail("explain: --permute turns pairs of q/k dims: d = %d is odd", e->d);
+    walk r;
+    if (run_walk(&r, e, 1, 1.0 / sqrt((double)e->d))) return CLI_EXIT_BAD_INPUT;
+    static ordering ord[120];
+    int count = 0;
+    const qkv_attn_desc d = example_desc(e->n, 1, 1.0 / sqrt((double)e->d));
+    const qkv_kernel fast = qkv_attn_pick(&d);
+    if (run_orderings(ord, &count, e, &r, fast)) return CLI_EXIT_BAD_INPUT;
+    if (json) print_permute_json(e, ord, count, fast);
+    int terms = 0;
+    for (int c = 0; c < e->dv; c++) {
+        int k = 0;
+        for (int j = 0; j < e->n; j++) k += r.v[j][c] != 0;
+        terms = k > terms ? k : terms;
+    }
+    if (!json) print_permute_text(e, ord, count, fast, terms);
+    return 0;
+}
+
 /* ------------------------------------------------------------------ main */
 
 int cmd_explain(int argc, char **argv) {
-    int no_mask = 0, no_scale = 0, json = 0, print_example = 0;
+    int no_mask = 0, no_scale = 0, json = 0, print_example = 0, permute = 0;
     const char *input = NULL, *vocab = LLAMA3_VOCAB;
+    explain_permute_args pm = {.trials = 16, .seed = 1};
     cli_flag flags[] = {
         {.name = "--no-mask", .kind = CLI_BOOL, .dest = &no_mask,
          .help = "no causal mask: every row sees every token (and why that cheats)"},
@@ -711,14 +1014,39 @@ int cmd_explain(int argc, char **argv) {
          .help = "print the built-in example in that format and exit"},
         {.name = "--vocab", .kind = CLI_STRING, .dest = &vocab, .metavar = "FILE",
          .help = "the GGUF whose tokenizer cuts the article's sentence (default " LLAMA3_VOCAB ")"},
+        {.name = "--permute", .kind = CLI_BOOL, .dest = &permute,
+         .help = "the article's last claim: every ordering of the tokens before the last,\n"
+                 "RoPE off and on (with -m: every layer of a real model, and the whole model)"},
+        {.name = "--model", .alias = "-m", .kind = CLI_STRING, .dest = &pm.model, .metavar = "FILE",
+         .help = "with --permute: the GGUF model whose layers are permuted"},
+        CLI_FLAGS_PROMPT(&pm.pa),
+        {.name = "--trials", .kind = CLI_INT, .dest = &pm.trials, .lo = 1, .hi = 10000, .metavar = "N",
+         .help = "with -m: random orderings of the prompt (default 16)"},
+        {.name = "--seed", .kind = CLI_I64, .dest = &pm.seed, .lo = 0, .hi = 0x1p63, .metavar = "S",
+         .help = "with -m: the orderings' seed (default 1)"},
+        CLI_FLAG_THREADS(&pm.threads),
         {0},
     };
-    const cli_command cmd = {.name = "explain", .usage = "[--no-mask] [--no-scale] [--json] [--input FILE | --example]",
+    const cli_command cmd = {.name = "explain", .usage = "[--no-mask] [--no-scale] [--json] [--input FILE | --example]\n"
+                             "       qkv explain --permute [--json] [--input FILE | -m MODEL [-p TEXT] [--trials N] [--seed S]]",
                              .about = "Walks one attention head through the article's example (年 假 怎么 申请): Q, K, V,\n"
                              "the last row's scores, exponentials and weights, the weighted sum of v, and\n"
                              "the whole weight matrix, computed by the library's reference kernel.",
                              .notes = input_format, .flags = flags};
     CLI_PARSE_OR_RETURN(&cmd, argc, argv);
+    static const char *const model_flags[] = {"--prompt", "--file", "--tokens", "--chat", "--system",
+                                              "--special", "--trials", "--seed", "--threads", NULL};
+    for (int i = 0; model_flags[i]; i++)
+        if (!pm.model && cli_given(&cmd, model_flags[i])) return cli_fail("explain: %s needs --permute -m MODEL", model_flags[i]);
+    if (pm.model && !permute) return cli_fail("explain: -m needs --permute");
+    if (permute && (no_mask || no_scale)) return cli_fail("explain: --permute keeps the mask and the scale");
+    if (pm.model && (input || print_example)) return cli_fail("explain: -m and --input/--example exclude each other");
+    if (pm.model) {
+        pm.json = json;
+        if (!pm.pa.text && !pm.pa.file && !pm.pa.tokens) pm.pa.text = EXPLAIN_PERMUTE_PROMPT;
+        if (cli_prompt_check(&pm.pa)) return CLI_EXIT_BAD_INPUT;
+        return explain_permute_model(&pm);
+    }
     if (print_example) {
         if (input) return cli_fail("explain: --example and --input exclude each other");
         fputs(builtin_example, stdout);
@@ -742,6 +1070,7 @@ int cmd_explain(int argc, char **argv) {
     if (alt && run_walk(&base, &e, 1, scaled)) return CLI_EXIT_BAD_INPUT;
     char llama3[2048];
     if (!json && !input && llama3_line(llama3, sizeof llama3, &e, vocab)) return CLI_EXIT_BAD_INPUT;
+    if (permute) return explain_permute_example(&e, json);
     if (json) print_json(&e, &run, alt ? &base : NULL);
     else print_text(&e, &run, alt ? &base : NULL, input ? NULL : llama3);
     return 0;

@@ -5,7 +5,7 @@
  *     command, a value flag alone must fail with "needs a value", a bool
  *     flag followed by an unknown one must fail on the unknown one;
  *   - for every command an unknown flag, a missing value and a number out
- *     of range (explain has no numeric flag) are one line on stderr, exit 2;
+ *     of range are one line on stderr, exit 2;
  *   - a Llama-3 chat template gives ONE BOS under --chat in run, tokenize,
  *     inspect and sinks. The model is the tiny Llama-3.1 fixture with a
  *     tokenizer.chat_template key added here, in C: the key is inserted
@@ -84,7 +84,7 @@ TEST(cli_every_command_rejects_bad_flags) {
         const char *cmd, *flag, *bad;
     } cases[] = {
         {"attend", "--window", "0"}, {"bench", "--n", "0"},         {"cost", "--layers", "0"},
-        {"explain", "--input", NULL}, {"scaling", "--positions", "1"}, {"run", "--top-p", "2"},
+        {"explain", "--trials", "0"}, {"scaling", "--positions", "1"}, {"run", "--top-p", "2"},
         {"tokenize", "--tokens", "1,99999"}, {"inspect", "--first", "0"}, {"sinks", "--skip", "-1"},
         {"ablate", "--head", "-2"}, {"patch", "--max-mib", "0"}, {"attribute", "--top", "0"}, {"lens", "-k", "101"},
         {"stream", "--window", "0"}, {"demo", "--n", "5000"},
