@@ -106,7 +106,7 @@ __attribute__((target("avx512f"), noinline)) static double mix_avx512(int64_t pa
 /* GFLOP/s of fn run `passes` passes on every one of n_threads at once. */
 static double rate(loop_fn fn, int64_t passes, int n_threads, float *sink) {
     double flops = 0;
-    const double t0 = qkv_now_s();
+    const double t0 = util_now_s();
 #pragma omp parallel num_threads(n_threads) reduction(+ : flops)
     {
         float s = 0;
@@ -114,15 +114,15 @@ static double rate(loop_fn fn, int64_t passes, int n_threads, float *sink) {
 #pragma omp atomic
         *sink += s;
     }
-    return flops / (qkv_now_s() - t0) / 1e9;
+    return flops / (util_now_s() - t0) / 1e9;
 }
 
 /* Passes of fn that take about `seconds` on one thread. */
 static int64_t calibrate(loop_fn fn, double seconds, float *sink) {
     for (int64_t passes = 64;; passes *= 2) {
-        const double t0 = qkv_now_s();
+        const double t0 = util_now_s();
         fn(passes, sink);
-        const double dt = qkv_now_s() - t0;
+        const double dt = util_now_s() - t0;
         if (dt > seconds / 8 || passes > ((int64_t)1 << 40))
             return (int64_t)((double)passes * seconds / (dt > 1e-9 ? dt : 1e-9)) + 1;
     }
@@ -185,8 +185,8 @@ int main(int argc, char **argv) {
     /* slices in turns: every ISA's peak then mix, so each ratio is of two
      * runs ~slice seconds apart */
     int n = 0;
-    const double t0 = qkv_now_s();
-    while (n < MAX_SLICES && (n == 0 || qkv_now_s() - t0 < seconds)) {
+    const double t0 = util_now_s();
+    while (n < MAX_SLICES && (n == 0 || util_now_s() - t0 < seconds)) {
         for (int k = 0; k < N_ISA; k++) {
             if (!isas[k].ok) continue;
             g_peak[k][n] = rate(isas[k].peak, passes[k][0], n_threads, &sink);
@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
         }
         n++;
     }
-    printf("fma_mix: %d threads, %d slices of ~%.3f s each per loop over %.1f s\n", n_threads, n, slice, qkv_now_s() - t0);
+    printf("fma_mix: %d threads, %d slices of ~%.3f s each per loop over %.1f s\n", n_threads, n, slice, util_now_s() - t0);
     for (int k = 0; k < N_ISA; k++) {
         if (!isas[k].ok) continue;
         qsort(g_peak[k], n, sizeof(double), by_value);

@@ -80,11 +80,11 @@ static void random_weight(qkv_gguf_tensor *w, int64_t rows, int64_t cols, int ti
 
 /* One decode step: every weight's row blocks, n tokens. */
 static double step(rows_fn fn, const qkv_gguf_tensor *ws, int n_w, float *out, const float *x, int n, float *scratch) {
-    const double t0 = qkv_now_s();
+    const double t0 = util_now_s();
     for (int k = 0; k < n_w; k++)
         for (int64_t r = 0; r < ws[k].shape[0]; r += MATMUL_ROWS)
             fn(out, x, &ws[k], n, r, r + MATMUL_ROWS < ws[k].shape[0] ? r + MATMUL_ROWS : ws[k].shape[0], scratch);
-    return qkv_now_s() - t0;
+    return util_now_s() - t0;
 }
 
 int main(int argc, char **argv) {

@@ -40,14 +40,14 @@ int main(int argc, char **argv) {
     float *logits = malloc((size_t)qkv_model_get_config(m)->n_vocab * sizeof(float));
     double *step = malloc((size_t)n_steps * sizeof *step);
     for (int i = 0; i < n_prompt; i++) prompt[i] = sentence[i % 12];
-    double t0 = qkv_now_s();
+    double t0 = util_now_s();
     int failed = qkv_model_forward(m, logits, prompt, n_prompt, 0, NULL, &err) != QKV_OK;
-    const double prefill = qkv_now_s() - t0;
+    const double prefill = util_now_s() - t0;
     for (int i = 0; i < n_steps && !failed; i++) {
         int32_t tok = sentence[i % 12];
-        t0 = qkv_now_s();
+        t0 = util_now_s();
         failed = qkv_model_forward(m, logits, &tok, 1, 0, NULL, &err) != QKV_OK;
-        step[i] = qkv_now_s() - t0;
+        step[i] = util_now_s() - t0;
     }
     if (failed) {
         fprintf(stderr, "model_steps: %s\n", err.msg);

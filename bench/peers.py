@@ -137,8 +137,8 @@ class Qkv(Impl):
 
     def __init__(self, lib, threads):
         self.lib = ctypes.CDLL(lib)
-        self.lib.qkv_attention.restype = ctypes.c_int
-        self.lib.qkv_attention.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        self.lib.qkv_attn.restype = ctypes.c_int
+        self.lib.qkv_attn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
         self.lib.qkv_attn_isa.restype = ctypes.c_char_p
         self.threads = threads
         self.note = "libqkv %s kernels (%s)" % (self.lib.qkv_attn_isa().decode(), lib)
@@ -154,7 +154,7 @@ class Qkv(Impl):
         kernel = self.kernel
 
         def run():
-            st = self.lib.qkv_attention(*args, ctypes.byref(self.desc), kernel, ctypes.byref(self.err))
+            st = self.lib.qkv_attn(*args, ctypes.byref(self.desc), kernel, ctypes.byref(self.err))
             if st:
                 raise RuntimeError(self.err.msg.decode())
 

@@ -37,7 +37,7 @@ static float *buf(size_t floats) { return aligned_alloc(64, (floats * sizeof(flo
 /* Every query block of the causal prefill, last first (as flash.c orders
  * them), reps times. */
 static double run_all(attn_rows_fn fn, const attn_problem *P, int G, int nq, int reps, attn_scratch *ws) {
-    const double t0 = qkv_now_s();
+    const double t0 = util_now_s();
     for (int r = 0; r < reps; r++) {
         ws->kvf.kvh = -1, ws->kvf.len = 0; /* a new call: the K/V copy starts empty */
         for (int i0 = P->q_len - nq; i0 > -nq; i0 -= nq) {
@@ -45,7 +45,7 @@ static double run_all(attn_rows_fn fn, const attn_problem *P, int G, int nq, int
             fn(P, &rows, 0, P->kv_len, ws);
         }
     }
-    return qkv_now_s() - t0;
+    return util_now_s() - t0;
 }
 
 int main(int argc, char **argv) {
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     const int rounds = argc > 5 ? atoi(argv[5]) : 8;
     const int lq = argc > 6 ? atoi(argv[6]) : n;
     qkv_dtype t;
-    if (D < 16 || D > 256 || G < 1 || G > 64 || n < 1 || n > 65536 || rounds < 1 || qkv_dtype_parse(&t, dtn) != QKV_OK ||
+    if (D < 16 || D > 256 || G < 1 || G > 64 || n < 1 || n > 65536 || rounds < 1 || qkv_dtype_parse(&t, dtn, NULL) != QKV_OK ||
         lq < 1 || lq > n || (lq <= 8 && G * lq > 64)) {
         fprintf(stderr, "tile_ab: usage: tile_ab [D 16..256] [G 1..64] [n 1..65536] [f32|bf16|f16] [rounds >= 1] [lq: 1..n, G lq <= 64 if lq <= 8]\n");
         return 2;

@@ -4,7 +4,7 @@
 #ifndef QKV_BENCH_TIMING_H
 #define QKV_BENCH_TIMING_H
 
-#include "util/clock.h" /* the clock: qkv_now_s */
+#include "util/clock.h" /* the clock: util_now_s */
 
 /* qsort's order for doubles, ascending. */
 static inline int by_value(const void *a, const void *b) {

@@ -99,9 +99,9 @@ static double peak_of(bench_roof_loop loop, int n_threads, double seconds) {
     float sink = 0;
     int64_t iters = 1 << 14;
     for (;;) { /* calibrate on one thread */
-        double t0 = qkv_now_s();
+        double t0 = util_now_s();
         loop(iters, &sink);
-        double dt = qkv_now_s() - t0;
+        double dt = util_now_s() - t0;
         if (dt > seconds / 50 || iters > ((int64_t)1 << 40)) {
             iters = (int64_t)((double)iters * (seconds / ROOF_PASSES) / (dt > 1e-9 ? dt : 1e-9));
             if (iters < 1) iters = 1;
@@ -111,7 +111,7 @@ static double peak_of(bench_roof_loop loop, int n_threads, double seconds) {
     }
     double best = 0;
     for (int pass = 0; pass < ROOF_PASSES; pass++) {
-        double flops = 0, t0 = qkv_now_s();
+        double flops = 0, t0 = util_now_s();
 #pragma omp parallel num_threads(n_threads) reduction(+ : flops)
         {
             float s = 0;
@@ -119,7 +119,7 @@ static double peak_of(bench_roof_loop loop, int n_threads, double seconds) {
 #pragma omp atomic
             sink += s;
         }
-        double rate = flops / (qkv_now_s() - t0);
+        double rate = flops / (util_now_s() - t0);
         if (rate > best) best = rate;
     }
     if (sink == 12345.678f) best += 0; /* keeps sink alive */
@@ -207,14 +207,14 @@ static double dram_read(int n_threads, size_t bytes, qkv_error *err, qkv_status 
     uint64_t sink = 0;
     for (int pass = 0; pass < ROOF_READ_PASSES; pass++) {
         uint64_t total = 0;
-        const double t0 = qkv_now_s();
+        const double t0 = util_now_s();
 #pragma omp parallel num_threads(n_threads) reduction(+ : total)
         {
             size_t lo, hi;
             read_slice(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
             total += loop(buf + lo, hi - lo);
         }
-        const double rate = (double)(n * sizeof(uint64_t)) / (qkv_now_s() - t0);
+        const double rate = (double)(n * sizeof(uint64_t)) / (util_now_s() - t0);
         if (rate > best) best = rate;
         sink += total;
     }

@@ -207,9 +207,9 @@ static int attend(attend_args *a) {
         if (n_w > QKV_REFERENCE_MAX_SCORES) { rc = cli_fail("--weights: [%lld, %lld, %lld] is too large to write", (long long)hq, (long long)lq, (long long)lk); goto done; }
         w = malloc((size_t)n_w * sizeof(float));
         if (!w) { rc = cli_fail("--weights: out of memory"); goto done; }
-        st = qkv_attention_reference(o, lse, w, q.data, kd, vd, &desc, &err);
+        st = qkv_attn_reference(o, lse, w, q.data, kd, vd, &desc, &err);
     } else {
-        st = qkv_attention(o, lse, q.data, kd, vd, &desc, (qkv_kernel)a->kernel, &err);
+        st = qkv_attn(o, lse, q.data, kd, vd, &desc, (qkv_kernel)a->kernel, &err);
     }
     if (st) { rc = cli_fail("%s", err.msg); goto done; }
     int64_t shape_o[3] = {hq, lq, d}, shape_w[3] = {hq, lq, lk};

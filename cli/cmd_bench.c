@@ -215,7 +215,7 @@ static int run_shape(bench_result *r, const bench_opts *o, const bench_roofline 
         double t0 = cli_now_s();
         for (int l = 0; l < L && !status; l++) {
             layer_shape(&desc.mask, &desc.kv_len, r, l);
-            if (qkv_attention(out, lse, q, k[l], v[l], &desc, r->kernel, &err)) status = cli_fail("%s", err.msg);
+            if (qkv_attn(out, lse, q, k[l], v[l], &desc, r->kernel, &err)) status = cli_fail("%s", err.msg);
         }
         double dt = cli_now_s() - t0;
         if (status) break;

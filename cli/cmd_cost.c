@@ -130,7 +130,7 @@ static int parse_dtype(void *dest, const char *flag, const char *s) {
     const char **name = &((elem_type *)dest)->name;
     qkv_dtype t;
     (void)flag;
-    if (qkv_dtype_parse(&t, s) == QKV_OK) {
+    if (qkv_dtype_parse(&t, s, NULL) == QKV_OK) {
         *bytes = qkv_dtype_size(t);
         *name = qkv_dtype_name(t);
         return 0;

@@ -54,9 +54,9 @@ static int engine_demo(int n) {
     qkv_error err = {0};
     double flops = 4.0 * hq * d * ((double)n * (n + 1) / 2); /* causal: QK^T and PV over visible pairs */
     double t0 = cli_now_s();
-    if (qkv_attention_reference(o_ref, NULL, NULL, q, k, v, &desc, &err)) return cli_fail("%s", err.msg);
+    if (qkv_attn_reference(o_ref, NULL, NULL, q, k, v, &desc, &err)) return cli_fail("%s", err.msg);
     double t1 = cli_now_s();
-    if (qkv_attention(o, NULL, q, k, v, &desc, QKV_KERNEL_FLASH, &err)) return cli_fail("%s", err.msg);
+    if (qkv_attn(o, NULL, q, k, v, &desc, QKV_KERNEL_FLASH, &err)) return cli_fail("%s", err.msg);
     double t2 = cli_now_s();
     double maxd = 0, maxo = 0;
     for (size_t i = 0; i < nq; i++) {
@@ -82,7 +82,7 @@ static int engine_demo(int n) {
     float *q1 = malloc((size_t)hq * d * 4), *o1 = malloc((size_t)hq * d * 4);
     for (int h = 0; h < hq; h++) memcpy(q1 + (size_t)h * d, q_last + ((size_t)h * n + n - 1) * d, (size_t)d * 4);
     double t3 = cli_now_s();
-    if (qkv_attention_cached(o1, NULL, q1, cache, &dd, QKV_KERNEL_DECODE, &err)) return cli_fail("%s", err.msg);
+    if (qkv_attn_cached(o1, NULL, q1, cache, &dd, QKV_KERNEL_DECODE, &err)) return cli_fail("%s", err.msg);
     double t4 = cli_now_s();
     double dmax = 0;
     for (int h = 0; h < hq; h++)

@@ -269,7 +269,7 @@ static int run_walk(walk *r, const example *e, int causal, double scale) {
     }
     const qkv_attn_desc d = example_desc(e->n, causal, scale);
     qkv_error err = {0};
-    if (qkv_attention_reference(o, r->lse, w, q, k, v, &d, &err) != QKV_OK)
+    if (qkv_attn_reference(o, r->lse, w, q, k, v, &d, &err) != QKV_OK)
         return cli_fail("explain: reference kernel: %s", err.msg);
     for (int i = 0; i < e->n; i++) {
         for (int j = 0; j < e->n; j++) r->w[i][j] = w[i * e->n + j];
@@ -590,7 +590,7 @@ static void print_text(const example *e, const walk *r, const walk *base, const 
                "  `qkv scaling` shows what happens at d = 128.\n",
                e->tok[f], e->tok[top], r->w[f][top], base->w[f][top], c, e->d);
     }
-    printf("\n(weights, output and LSE from qkv_attention_reference; the d = %d head is padded\n"
+    printf("\n(weights, output and LSE from qkv_attn_reference; the d = %d head is padded\n"
            " with zeros to %d dims, which changes no dot product; the scale is passed explicitly)\n",
            e->d, QKV_HEAD_DIM_MIN);
 }
@@ -712,7 +712,7 @@ typedef struct {
     int perm[EX_MAX_TOK];
     float off[EX_MAX_TOK][EX_MAX_HEAD];  /* RoPE off, the reference kernel: [n, dv] */
     float on[EX_MAX_TOK][EX_MAX_HEAD];   /* RoPE on: the last row's output [dv] in on[n-1] */
-    float fast[EX_MAX_HEAD];             /* RoPE off, qkv_attention's own pick: the last row */
+    float fast[EX_MAX_HEAD];             /* RoPE off, qkv_attn's own pick: the last row */
     double by_hand[EX_MAX_HEAD];         /* RoPE off, in double, summed in key order: the last row */
     double on_diff, off_diff_fast, off_diff_hand; /* max |Δ| of the last row against the first ordering */
     int same_bits;                       /* RoPE off, the reference kernel: the first ordering's bits */
@@ -723,7 +723,7 @@ typedef struct {
 /* The head over the tokens in the order perm, RoPE'd at positions 0..n-1
  * when rope (RoPE of the d-dim head: pairs (2i, 2i+1), base 10000; at d = 2
  * one pair turned by p radians), causal, scale 1/sqrt(d), through kernel
- * (REFERENCE: qkv_attention_reference). o: [n, dv]. */
+ * (REFERENCE: qkv_attn_reference). o: [n, dv]. */
 static int permuted_head(float (*o)[EX_MAX_HEAD], const walk *r, const example *e, const int *perm, int rope,
                          qkv_kernel kernel) {
     enum { D = QKV_HEAD_DIM_MIN };
@@ -750,8 +750,8 @@ static int permuted_head(float (*o)[EX_MAX_HEAD], const walk *r, const example *
             k[p * D + c] = kd[p * d + c];
         }
     const qkv_attn_desc desc = example_desc(n, 1, 1.0 / sqrt((double)d));
-    qkv_status st = kernel == QKV_KERNEL_REFERENCE ? qkv_attention_reference(out, NULL, NULL, q, k, v, &desc, &err)
-                                                   : qkv_attention(out, NULL, q, k, v, &desc, kernel, &err);
+    qkv_status st = kernel == QKV_KERNEL_REFERENCE ? qkv_attn_reference(out, NULL, NULL, q, k, v, &desc, &err)
+                                                   : qkv_attn(out, NULL, q, k, v, &desc, kernel, &err);
     if (st) return cli_fail("explain: %s", err.msg);
     for (int p = 0; p < n; p++)
         for (int c = 0; c < e->dv; c++) o[p][c] = out[p * D + c];
@@ -863,7 +863,7 @@ static void print_permute_text(const example *e, const ordering *ord, int count,
     printf("  RoPE on:  q and k turned by their position p = 0..%d (pairs of dims, angle p·10000^(-2i/%d);\n"
            "            %s)\n", n - 1, e->d,
            e->d == 2 ? "at d = 2 one pair turned by p radians" : "pair i of the d-dim head");
-    printf("  outputs from qkv_attention_reference (sums in double, rounded once to float)\n\n");
+    printf("  outputs from qkv_attn_reference (sums in double, rounded once to float)\n\n");
     int ow = 2 + 10 * e->dv, lw = 0;
     for (int i = 0; i < n; i++) lw += qkv_text_width(e->tok[i]) + 1;
     lw = lw + 2 > 10 ? lw + 2 : 10;
@@ -917,7 +917,7 @@ static void print_permute_text(const example *e, const ordering *ord, int count,
                "  is exact too), and the %d terms of Σ e^s round alike in every order here.", terms, n);
     else
         printf(", so\n  the rounding to float %s.", same == count ? "hides it" : "does not always hide it");
-    printf("\n  The %s kernel (qkv_attention's own pick, float sums): max |Δ| %.3g over the %d orderings.\n"
+    printf("\n  The %s kernel (qkv_attn's own pick, float sums): max |Δ| %.3g over the %d orderings.\n"
            "  With general numbers a reordering moves the last bits: -m shows a real model's layers,\n"
            "  within 8·n·u·max|v| (u = 2^-24).\n",
            qkv_kernel_name(fast), fast_max, count);

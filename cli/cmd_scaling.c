@@ -128,7 +128,7 @@ static int simulate(estimate *est, int d, int positions, int trials, uint64_t se
         for (int pass = 0; pass < 2; pass++) {
             desc.scale = pass == 0 ? 1.0f : (float)(1.0 / sqrt((double)d));
             qkv_error err = {0};
-            if (qkv_attention_reference(o, NULL, w, q, k, k, &desc, &err) != QKV_OK) {
+            if (qkv_attn_reference(o, NULL, w, q, k, k, &desc, &err) != QKV_OK) {
                 free(q), free(k), free(o), free(w);
                 return cli_fail("scaling: reference kernel: %s", err.msg);
             }
@@ -225,7 +225,7 @@ static void print_text(const estimate *e, int n, int positions, int trials, uint
            "  position (top weight %.2f on average): the others get almost no gradient.\n"
            "  Dividing by √d brings the spread back to about 1 (top weight %.2f).\n",
            sqrt((double)h->d), h->top_raw, h->top_sc);
-    printf("\n(weights from qkv_attention_reference, mask none, scale 1 or 1/√d)\n");
+    printf("\n(weights from qkv_attn_reference, mask none, scale 1 or 1/√d)\n");
 }
 
 static void json_ci(const char *key, double v, double lo, double hi) {

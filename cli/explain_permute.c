@@ -6,7 +6,7 @@
  * (attn.hook_rot_k), the values (attn.hook_v), the last row's attention
  * output (attn.hook_z) and the last position's layer input (hook_resid_pre).
  * Then, for T seeded random orderings of the prefix (the last token stays
- * last), the last row attends again through qkv_attention with the layer's
+ * last), the last row attends again through qkv_attn with the layer's
  * scale, soft-cap, GQA and mask:
  *   RoPE off: q and k rotated back by -position (RoPE composes, R(-p) R(p) =
  *             R(0)), so q.k compares content only; keys move with their values;
@@ -150,7 +150,7 @@ static int attend_last(float *o, const float *q, const float *k, const float *v,
                              .mask = {.kind = la->window ? QKV_MASK_WINDOW : QKV_MASK_CAUSAL, .window = la->window},
                              .n_threads = threads};
     qkv_error err = {0};
-    if (qkv_attention(o, NULL, q, k, v, &d, QKV_KERNEL_AUTO, &err)) return cli_fail("explain: %s", err.msg);
+    if (qkv_attn(o, NULL, q, k, v, &d, QKV_KERNEL_AUTO, &err)) return cli_fail("explain: %s", err.msg);
     return 0;
 }
 
@@ -216,7 +216,7 @@ static void print_text(const explain_permute_args *a, const qkv_model_config *cf
     for (int p = 0; p < n; p++) printf(" %d", perms[p]);
     printf("\n\n");
     printf("Each layer: its own q, k, v of this prompt (attn.hook_rot_q, hook_rot_k, hook_v); the last row\n"
-           "attends over the permuted keys through qkv_attention, with the layer's scale, soft-cap, GQA and mask.\n"
+           "attends over the permuted keys through qkv_attn, with the layer's scale, soft-cap, GQA and mask.\n"
            "  RoPE off: q and k rotated back by -position (q.k compares content only), keys moved with their values\n"
            "  RoPE on:  each moved key rotated to its new position\n"
            "Whole model: the prompt's tokens in that order (the last kept last), the model run again; the last\n"

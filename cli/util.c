@@ -211,7 +211,7 @@ double cli_peak_rss_mib(void) {
     return (double)ru.ru_maxrss / 1024.0; /* Linux: KiB */
 }
 
-double cli_now_s(void) { return qkv_now_s(); }
+double cli_now_s(void) { return util_now_s(); }
 
 void cli_print_kv_cache(const char *prog, const qkv_model *m, qkv_dtype dtype) {
     const qkv_model_config *c = qkv_model_get_config(m);

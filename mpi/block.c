@@ -113,5 +113,5 @@ qkv_status cp_block_attend(cp_block *b, int r0, int n, int64_t qpos, const void 
         return st;
     }
     }
-    return qkv_fail(err, QKV_ERR_INVALID, "context parallel: unknown mask kind %d", (int)mk->kind);
+    return util_fail(err, QKV_ERR_INVALID, "context parallel: unknown mask kind %d", (int)mk->kind);
 }

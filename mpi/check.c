@@ -22,7 +22,7 @@ qkv_status cp_check_collective(qkv_status local_status, const qkv_attn_desc *d, 
                                MPI_Comm comm, double timeout_s, qkv_error *err) {
     int rank;
     MPI_Comm_rank(comm, &rank);
-    if (n_extra > F_MAX - F_EXTRA) return qkv_fail(err, QKV_ERR_INVALID, "context parallel: too many extra fields (a bug)");
+    if (n_extra > F_MAX - F_EXTRA) return util_fail(err, QKV_ERR_INVALID, "context parallel: too many extra fields (a bug)");
     int v[F_MAX] = {0}, lo[F_MAX], hi[F_MAX];
     const int n = F_EXTRA + n_extra;
     v[F_FAIL_RANK] = local_status ? rank : INT_MAX;
@@ -50,13 +50,13 @@ qkv_status cp_check_collective(qkv_status local_status, const qkv_attn_desc *d, 
     }
     if (local_status) return local_status; /* err holds this rank's own message */
     if (hi[F_STATUS])
-        return qkv_fail(err, (qkv_status)hi[F_STATUS], "context parallel: rank %d rejected the call", lo[F_FAIL_RANK]);
+        return util_fail(err, (qkv_status)hi[F_STATUS], "context parallel: rank %d rejected the call", lo[F_FAIL_RANK]);
     for (int f = F_HQ; f < n; f++)
         if (lo[f] != hi[f]) {
             if (f >= F_EXTRA)
-                return qkv_fail(err, QKV_ERR_INVALID, "context parallel: ranks disagree on parameter %d (%d on some, %d on others)",
+                return util_fail(err, QKV_ERR_INVALID, "context parallel: ranks disagree on parameter %d (%d on some, %d on others)",
                                 f - F_EXTRA, lo[f], hi[f]);
-            return qkv_fail(err, QKV_ERR_INVALID, "context parallel: ranks disagree on %s (%d on some, %d on others)",
+            return util_fail(err, QKV_ERR_INVALID, "context parallel: ranks disagree on %s (%d on some, %d on others)",
                             field_names[f], lo[f], hi[f]);
         }
     return QKV_OK;

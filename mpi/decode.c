@@ -23,21 +23,21 @@ static void lse_merge_op(void *in, void *inout, int *len, MPI_Datatype *type) {
 }
 
 static qkv_status local_check(const float *o, const float *q, const qkv_cp_kv_shard *sh, const qkv_attn_desc *d, qkv_error *err) {
-    if (!d) return qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: descriptor is NULL");
+    if (!d) return util_fail(err, QKV_ERR_INVALID, "context-parallel decode: descriptor is NULL");
     qkv_attn_desc whole = *d; /* kv_head_stride is the shard's, checked below */
     whole.kv_head_stride = 0;
     qkv_status st = qkv_attn_check(&whole, err);
     if (st) return st;
     if (d->q_len > QKV_DECODE_MAX_Q)
-        return qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: q_len %d > %d", d->q_len, QKV_DECODE_MAX_Q);
-    if (!o || !q || !sh) return qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: o, q and the shard are required");
+        return util_fail(err, QKV_ERR_INVALID, "context-parallel decode: q_len %d > %d", d->q_len, QKV_DECODE_MAX_Q);
+    if (!o || !q || !sh) return util_fail(err, QKV_ERR_INVALID, "context-parallel decode: o, q and the shard are required");
     if (sh->start < 0 || sh->len < 0 || (int64_t)sh->start + sh->len > d->kv_len)
-        return qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: shard [%d, %d + %d) outside [0, %d)", sh->start,
+        return util_fail(err, QKV_ERR_INVALID, "context-parallel decode: shard [%d, %d + %d) outside [0, %d)", sh->start,
                         sh->start, sh->len, d->kv_len);
-    if (sh->len && (!sh->k || !sh->v)) return qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: shard k and v are required");
+    if (sh->len && (!sh->k || !sh->v)) return util_fail(err, QKV_ERR_INVALID, "context-parallel decode: shard k and v are required");
     const int64_t stride = d->kv_head_stride ? d->kv_head_stride : (int64_t)sh->len * d->head_dim;
     if (stride < (int64_t)sh->len * d->head_dim || stride % d->head_dim)
-        return qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: kv_head_stride %lld is not a multiple of head_dim >= len * head_dim",
+        return util_fail(err, QKV_ERR_INVALID, "context-parallel decode: kv_head_stride %lld is not a multiple of head_dim >= len * head_dim",
                         (long long)stride);
     return QKV_OK;
 }
@@ -47,19 +47,19 @@ static qkv_status check_tiling(const qkv_cp_kv_shard *sh, int kv_len, MPI_Comm c
     int P;
     MPI_Comm_size(comm, &P);
     int mine[2] = {sh->start, sh->len}, *all = malloc((size_t)P * 2 * sizeof(int));
-    if (!all) return qkv_fail(err, QKV_ERR_NOMEM, "context-parallel decode: out of memory");
+    if (!all) return util_fail(err, QKV_ERR_NOMEM, "context-parallel decode: out of memory");
     MPI_Request req;
     MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, comm, &req);
     qkv_status st = qkv_cp_wait(&req, 1, tmo, comm, "the other ranks' shard bounds", err);
     int64_t end = 0;
     for (int x = 0; !st && x < P; x++) {
         if (all[2 * x] != end)
-            st = qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: rank %d's shard starts at %d, not %lld", x, all[2 * x],
+            st = util_fail(err, QKV_ERR_INVALID, "context-parallel decode: rank %d's shard starts at %d, not %lld", x, all[2 * x],
                           (long long)end);
         end += all[2 * x + 1];
     }
     if (!st && end != kv_len)
-        st = qkv_fail(err, QKV_ERR_INVALID, "context-parallel decode: the shards hold %lld keys, kv_len is %d", (long long)end, kv_len);
+        st = util_fail(err, QKV_ERR_INVALID, "context-parallel decode: the shards hold %lld keys, kv_len is %d", (long long)end, kv_len);
     free(all);
     return st;
 }
@@ -81,7 +81,7 @@ qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_s
     qkv_error aerr = {0};
     qkv_status ast = QKV_OK;
     if (!acc_o || !acc_l || !o_tmp || !l_tmp || !q_tmp || !rec || !excl_tmp)
-        ast = qkv_fail(&aerr, QKV_ERR_NOMEM, "context-parallel decode: out of memory");
+        ast = util_fail(&aerr, QKV_ERR_NOMEM, "context-parallel decode: out of memory");
     else if (m > 0) {
         const qkv_attn_desc max_desc = {.n_q_head = hq, .n_kv_head = d->n_kv_head, .q_len = lq, .kv_len = m, .head_dim = D,
                                         .kv_dtype = d->kv_dtype};

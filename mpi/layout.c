@@ -19,11 +19,11 @@ static void cut(int *start, int *len, int n, int parts, int i) {
 qkv_status qkv_cp_rows_of(qkv_cp_rows *out, int n, int n_ranks, int rank, qkv_cp_layout layout,
                           qkv_error *err) {
     if (n_ranks < 1 || rank < 0 || rank >= n_ranks)
-        return qkv_fail(err, QKV_ERR_INVALID, "context parallel: rank %d outside [0, %d)", rank, n_ranks);
+        return util_fail(err, QKV_ERR_INVALID, "context parallel: rank %d outside [0, %d)", rank, n_ranks);
     switch (layout) {
     case QKV_CP_CONTIGUOUS:
         if (n < n_ranks)
-            return qkv_fail(err, QKV_ERR_INVALID, "context parallel: %d ranks exceed the sequence's %d rows", n_ranks, n);
+            return util_fail(err, QKV_ERR_INVALID, "context parallel: %d ranks exceed the sequence's %d rows", n_ranks, n);
         out->n_seg = 1;
         cut(&out->start[0], &out->len[0], n, n_ranks, rank);
         out->start[1] = out->len[1] = 0;
@@ -31,7 +31,7 @@ qkv_status qkv_cp_rows_of(qkv_cp_rows *out, int n, int n_ranks, int rank, qkv_cp
         return QKV_OK;
     case QKV_CP_ZIGZAG:
         if (n < 2 * n_ranks)
-            return qkv_fail(err, QKV_ERR_INVALID,
+            return util_fail(err, QKV_ERR_INVALID,
                             "context parallel: zigzag over %d ranks needs at least %d rows, the sequence has %d", n_ranks,
                             2 * n_ranks, n);
         out->n_seg = 2;
@@ -40,7 +40,7 @@ qkv_status qkv_cp_rows_of(qkv_cp_rows *out, int n, int n_ranks, int rank, qkv_cp
         out->total = out->len[0] + out->len[1];
         return QKV_OK;
     }
-    return qkv_fail(err, QKV_ERR_INVALID, "context parallel: unknown layout %d", (int)layout);
+    return util_fail(err, QKV_ERR_INVALID, "context parallel: unknown layout %d", (int)layout);
 }
 
 /* part[h, t] <-> whole[h, row(t)] for the rows of `rows`, in order. */

@@ -30,7 +30,7 @@ static qkv_status dense_rows(qkv_cp_model *cm, const qkv_kv_cache *c, int rows, 
     if (need > cm->kv_cap) {
         void *k = realloc(cm->k, need), *v = k ? realloc(cm->v, need) : NULL;
         if (k) cm->k = k;
-        if (!k || !v) return qkv_fail(err, QKV_ERR_NOMEM, "context-parallel model: out of memory");
+        if (!k || !v) return util_fail(err, QKV_ERR_NOMEM, "context-parallel model: out of memory");
         cm->v = v;
         cm->kv_cap = need;
     }
@@ -76,9 +76,9 @@ static qkv_status replace_attention(void *user, int layer, float *att, float *ls
 
 qkv_status qkv_cp_model_init(qkv_cp_model **out, qkv_model *m, MPI_Comm comm, const qkv_cp_params *p, qkv_error *err) {
     *out = NULL;
-    if (!m) return qkv_fail(err, QKV_ERR_INVALID, "context-parallel model: model is NULL");
+    if (!m) return util_fail(err, QKV_ERR_INVALID, "context-parallel model: model is NULL");
     qkv_cp_model *cm = calloc(1, sizeof *cm);
-    if (!cm) return qkv_fail(err, QKV_ERR_NOMEM, "context-parallel model: out of memory");
+    if (!cm) return util_fail(err, QKV_ERR_NOMEM, "context-parallel model: out of memory");
     cm->m = m;
     cm->comm = comm;
     MPI_Comm_rank(comm, &cm->rank);
@@ -108,9 +108,9 @@ qkv_status qkv_cp_model_prefill(qkv_cp_model *cm, float *rows_logits, float *las
     qkv_cp_rows rows;
     qkv_status st = qkv_cp_rows_of(&rows, n, cm->size, cm->rank, QKV_CP_CONTIGUOUS, err);
     if (!st && qkv_model_rope_pos(cm->m) != 0)
-        st = qkv_fail(err, QKV_ERR_INVALID, "context-parallel model: prefill needs an empty model (at %d)", qkv_model_rope_pos(cm->m));
+        st = util_fail(err, QKV_ERR_INVALID, "context-parallel model: prefill needs an empty model (at %d)", qkv_model_rope_pos(cm->m));
     if (!st && rows.total + 1 > qkv_model_n_ctx(cm->m))
-        st = qkv_fail(err, QKV_ERR_INVALID, "context-parallel model: rank %d's %d rows exceed its context of %d", cm->rank,
+        st = util_fail(err, QKV_ERR_INVALID, "context-parallel model: rank %d's %d rows exceed its context of %d", cm->rank,
                       rows.total, qkv_model_n_ctx(cm->m));
     const int extra[1] = {n};
     if ((st = cp_check_collective(st, NULL, extra, 1, cm->comm, cp_timeout(&cm->params), err))) return st;
@@ -129,7 +129,7 @@ qkv_status qkv_cp_model_decode(qkv_cp_model *cm, float *logits, int32_t token, q
     const int pos = qkv_model_pos(cm->m), is_last = cm->rank == cm->size - 1;
     qkv_status st = QKV_OK;
     if (pos + 1 > qkv_model_n_ctx(cm->m))
-        st = qkv_fail(err, QKV_ERR_FULL, "context-parallel model: rank %d's context of %d is full", cm->rank, qkv_model_n_ctx(cm->m));
+        st = util_fail(err, QKV_ERR_FULL, "context-parallel model: rank %d's context of %d is full", cm->rank, qkv_model_n_ctx(cm->m));
     if ((st = cp_check_collective(st, NULL, NULL, 0, cm->comm, cp_timeout(&cm->params), err))) return st;
     cm->decoding = 1;
     cm->opts.rope_offset = cm->global_len - qkv_model_rope_pos(cm->m);

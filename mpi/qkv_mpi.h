@@ -85,14 +85,14 @@ typedef struct {
  * Context-parallel attention of one sequence. d is the GLOBAL call
  * (q_len = Lq, kv_len = Lk of the whole sequence, masks in global key
  * indices, exclusions included); query row i sits at position Lk - Lq + i
- * as in qkv_attention. With Q rows R_q = qkv_cp_rows_of(Lq, P, rank, layout)
+ * as in qkv_attn. With Q rows R_q = qkv_cp_rows_of(Lq, P, rank, layout)
  * and K rows R_k = qkv_cp_rows_of(Lk, ...):
  *   o:   [Hq, R_q.total, D]   f32 output, this rank's rows in R_q order
  *   lse: [Hq, R_q.total]      f32 output, may be NULL
  *   q:   [Hq, R_q.total, D]   f32
  *   k:   [Hkv, R_k.total, D]  d->kv_dtype, dense (d->kv_head_stride 0)
  *   v:   [Hkv, R_k.total, D]  same layout
- * Equals qkv_attention on the whole arrays up to float rounding of the
+ * Equals qkv_attn on the whole arrays up to float rounding of the
  * merges. p may be NULL (contiguous, 60 s). Collective over comm.
  */
 qkv_status qkv_cp_attention(float *o, float *lse, const float *q, const void *k, const void *v,

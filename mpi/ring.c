@@ -26,12 +26,12 @@ static int rank_sees(const qkv_mask *mask, const qkv_cp_rows *rq, const qkv_cp_r
 
 static qkv_status local_check(const float *o, const float *q, const void *k, const void *v, const qkv_attn_desc *d,
                               int P, int r, qkv_cp_layout layout, qkv_cp_rows *mine_q, qkv_cp_rows *mine_k, qkv_error *err) {
-    if (!d) return qkv_fail(err, QKV_ERR_INVALID, "context parallel: descriptor is NULL");
+    if (!d) return util_fail(err, QKV_ERR_INVALID, "context parallel: descriptor is NULL");
     qkv_status st = qkv_attn_check(d, err);
     if (st) return st;
-    if (!o || !q || !k || !v) return qkv_fail(err, QKV_ERR_INVALID, "context parallel: o, q, k and v are required");
+    if (!o || !q || !k || !v) return util_fail(err, QKV_ERR_INVALID, "context parallel: o, q, k and v are required");
     if (d->kv_head_stride)
-        return qkv_fail(err, QKV_ERR_INVALID, "context parallel: k and v must be dense (kv_head_stride 0)");
+        return util_fail(err, QKV_ERR_INVALID, "context parallel: k and v must be dense (kv_head_stride 0)");
     if ((st = qkv_cp_rows_of(mine_q, d->q_len, P, r, layout, err))) return st;
     return qkv_cp_rows_of(mine_k, d->kv_len, P, r, layout, err);
 }
@@ -86,10 +86,10 @@ qkv_status qkv_cp_attention(float *o, float *lse, const float *q, const void *k,
     for (int i = 0; i < n_bufs; i++) buf[i][0] = malloc(nkv * es), buf[i][1] = malloc(nkv * es);
     qkv_error aerr = {0};
     qkv_status ast = QKV_OK;
-    if (nkv > INT_MAX) ast = qkv_fail(&aerr, QKV_ERR_TOO_LARGE, "context parallel: a K/V block of %zu elements exceeds one MPI message", nkv);
+    if (nkv > INT_MAX) ast = util_fail(&aerr, QKV_ERR_TOO_LARGE, "context parallel: a K/V block of %zu elements exceeds one MPI message", nkv);
     else if (!rq || !rk || !last || !need || !q_tmp || !o_tmp || !lse_tmp || (!lse && !lse_own) || !excl_tmp ||
              (n_bufs > 0 && (!buf[0][0] || !buf[0][1])) || (n_bufs > 1 && (!buf[1][0] || !buf[1][1])))
-        ast = qkv_fail(&aerr, QKV_ERR_NOMEM, "context parallel: rank %d: out of memory", r);
+        ast = util_fail(&aerr, QKV_ERR_NOMEM, "context parallel: rank %d: out of memory", r);
     else
         ast = qkv_attn_plan_init(&plan, &max_desc, QKV_KERNEL_AUTO, d->n_threads, &aerr);
     if ((st = cp_check_collective(ast, d, extra, 1, comm, tmo, &aerr))) {

@@ -21,13 +21,13 @@ qkv_status qkv_cp_wait(MPI_Request *reqs, int n, double timeout_s, MPI_Comm comm
         if (MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) {
             int rank;
             MPI_Comm_rank(comm, &rank);
-            return qkv_fail(err, QKV_ERR_IO, "rank %d: MPI error while waiting for %s", rank, what);
+            return util_fail(err, QKV_ERR_IO, "rank %d: MPI error while waiting for %s", rank, what);
         }
         if (done) return QKV_OK;
         if (MPI_Wtime() - t0 > timeout_s) {
             int rank;
             MPI_Comm_rank(comm, &rank);
-            return qkv_fail(err, QKV_ERR_IO, "rank %d: timed out after %g s waiting for %s (did a rank die?)",
+            return util_fail(err, QKV_ERR_IO, "rank %d: timed out after %g s waiting for %s (did a rank die?)",
                             rank, timeout_s, what);
         }
         if (polls > 1000) { /* spin first (a fast peer), then sleep 50 us per poll */

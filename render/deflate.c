@@ -212,7 +212,7 @@ qkv_status qkv_zlib_compress(uint8_t **out, size_t *out_len, const uint8_t *data
     if (!c || !t) {
         free(c);
         free(t);
-        return qkv_fail(err, QKV_ERR_NOMEM, "zlib: out of memory");
+        return util_fail(err, QKV_ERR_NOMEM, "zlib: out of memory");
     }
     for (size_t i = 0; i < (size_t)1 << HASH_BITS; i++) c->head[i] = -1;
     /* RFC 1950 header: CM 8 (deflate), CINFO 7 (32 KiB window); FLG: FLEVEL 0,
@@ -246,7 +246,7 @@ qkv_status qkv_zlib_compress(uint8_t **out, size_t *out_len, const uint8_t *data
     free(t);
     if (o.oom) {
         free(o.buf);
-        return qkv_fail(err, QKV_ERR_NOMEM, "zlib: out of memory for the compressed stream");
+        return util_fail(err, QKV_ERR_NOMEM, "zlib: out of memory for the compressed stream");
     }
     *out = o.buf;
     *out_len = o.len;

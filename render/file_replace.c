@@ -37,20 +37,20 @@ static int open_temporary(char *tmp, size_t cap, const char *path) {
 }
 
 qkv_status qkv_file_replace(const char *path, const void *data, size_t len, qkv_error *err) {
-    if (!path || !*path) return qkv_fail(err, QKV_ERR_INVALID, "an output file name is empty");
+    if (!path || !*path) return util_fail(err, QKV_ERR_INVALID, "an output file name is empty");
     struct stat sb;
     const int exists = lstat(path, &sb) == 0;
     if (exists && !S_ISREG(sb.st_mode))
-        return qkv_fail(err, QKV_ERR_IO, "%s: is not a regular file; qkv writes regular files only and will not replace it",
+        return util_fail(err, QKV_ERR_IO, "%s: is not a regular file; qkv writes regular files only and will not replace it",
                         path);
     const size_t cap = strlen(path) + sizeof ".qkv-XXXXXX";
     char *tmp = malloc(cap);
-    if (!tmp) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
+    if (!tmp) return util_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
     const int fd = open_temporary(tmp, cap, path);
     if (fd < 0) {
         const int e = errno;
         free(tmp);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot create a file there (%s)", path, strerror(e));
+        return util_fail(err, QKV_ERR_IO, "%s: cannot create a file there (%s)", path, strerror(e));
     }
     if (exists) fchmod(fd, sb.st_mode & 07777);
     const char *p = data;
@@ -72,6 +72,6 @@ qkv_status qkv_file_replace(const char *path, const void *data, size_t len, qkv_
     if (!e && rename(tmp, path) != 0) e = errno;
     if (e) unlink(tmp);
     free(tmp);
-    if (e) return qkv_fail(err, QKV_ERR_IO, "%s: cannot write (%s)", path, strerror(e));
+    if (e) return util_fail(err, QKV_ERR_IO, "%s: cannot write (%s)", path, strerror(e));
     return QKV_OK;
 }

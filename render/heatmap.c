@@ -107,11 +107,11 @@ static void put_map(FILE *f, const qkv_heatmap *m) {
 
 qkv_status qkv_heatmap_page(FILE *f, const char *title, const char *intro, const qkv_heatmap *maps, int n_maps,
                             qkv_error *err) {
-    if (!f || n_maps < 0 || (n_maps > 0 && !maps)) return qkv_fail(err, QKV_ERR_INVALID, "heatmap page: NULL argument");
+    if (!f || n_maps < 0 || (n_maps > 0 && !maps)) return util_fail(err, QKV_ERR_INVALID, "heatmap page: NULL argument");
     for (int k = 0; k < n_maps; k++) {
         const qkv_heatmap *m = &maps[k];
         if (m->rows < 1 || m->cols < 1 || !m->values || !m->row_labels || !m->col_labels)
-            return qkv_fail(err, QKV_ERR_INVALID, "heatmap page: map %d has no cells or labels", k);
+            return util_fail(err, QKV_ERR_INVALID, "heatmap page: map %d has no cells or labels", k);
     }
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>", f);
     qkv_html_text(f, title);
@@ -128,6 +128,6 @@ qkv_status qkv_heatmap_page(FILE *f, const char *title, const char *intro, const
     }
     for (int k = 0; k < n_maps; k++) put_map(f, &maps[k]);
     fputs("</body></html>\n", f);
-    if (ferror(f)) return qkv_fail(err, QKV_ERR_IO, "heatmap page: write error");
+    if (ferror(f)) return util_fail(err, QKV_ERR_IO, "heatmap page: write error");
     return QKV_OK;
 }

@@ -92,13 +92,13 @@ static void open_map(qkv_html_writer *h) {
 
 qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps_info *info, qkv_error *err) {
     if (!out || !path || !info || !info->labels || !info->layers || !info->heads)
-        return qkv_fail(err, QKV_ERR_INVALID, "html: NULL argument");
+        return util_fail(err, QKV_ERR_INVALID, "html: NULL argument");
     *out = NULL;
     const int n = info->n_tok, nl = info->n_layers, nh = info->n_heads;
-    if (n < 1 || nl < 1 || nh < 1) return qkv_fail(err, QKV_ERR_INVALID, "html: empty maps");
+    if (n < 1 || nl < 1 || nh < 1) return util_fail(err, QKV_ERR_INVALID, "html: empty maps");
     const int64_t weights = (int64_t)nl * nh * ((int64_t)n * (n + 1) / 2);
     if (weights > QKV_HTML_MAX_WEIGHTS)
-        return qkv_fail(err, QKV_ERR_TOO_LARGE,
+        return util_fail(err, QKV_ERR_TOO_LARGE,
                         "html: %d x %d maps of %d tokens hold %lld weights, more than a page takes (%lld); "
                         "choose fewer with --layers/--heads",
                         nl, nh, n, (long long)weights, (long long)QKV_HTML_MAX_WEIGHTS);
@@ -111,7 +111,7 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
     }
     if (!h || !h->path || !h->sink || !h->entropy) {
         qkv_html_abort(h);
-        return qkv_fail(err, QKV_ERR_NOMEM, "html: out of memory");
+        return util_fail(err, QKV_ERR_NOMEM, "html: out of memory");
     }
     memcpy(h->path, path, plen + 1);
     h->n = n;
@@ -119,7 +119,7 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
     h->nh = nh;
     h->f = fopen(h->path, "wb");
     if (!h->f) {
-        qkv_status st = qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        qkv_status st = util_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         qkv_html_abort(h);
         return st;
     }
@@ -161,7 +161,7 @@ qkv_status qkv_html_open(qkv_html_writer **out, const char *path, const qkv_maps
 
 qkv_status qkv_html_row(qkv_html_writer *h, int li, int hi, int row, const float *w, qkv_error *err) {
     if (!h->ok || li != h->li || hi != h->hi || row != h->row)
-        return qkv_fail(err, QKV_ERR_INVALID, "html: row (%d, %d, %d) out of order, expected (%d, %d, %d)", li, hi,
+        return util_fail(err, QKV_ERR_INVALID, "html: row (%d, %d, %d) out of order, expected (%d, %d, %d)", li, hi,
                         row, h->li, h->hi, h->row);
     unsigned char buf[2 * 256];
     for (int j0 = 0; j0 <= row; j0 += 256) {
@@ -211,7 +211,7 @@ qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err) {
     if (!h) return QKV_OK;
     qkv_status st = QKV_OK;
     if (h->li != h->nl) {
-        st = qkv_fail(err, QKV_ERR_INVALID, "%s: the page got %d of %d maps; not kept", h->path, h->li * h->nh + h->hi,
+        st = util_fail(err, QKV_ERR_INVALID, "%s: the page got %d of %d maps; not kept", h->path, h->li * h->nh + h->hi,
                       h->nl * h->nh);
         qkv_html_abort(h);
         return st;
@@ -229,7 +229,7 @@ qkv_status qkv_html_close(qkv_html_writer *h, qkv_error *err) {
     ok = fclose(f) == 0 && ok;
     h->f = NULL;
     if (!ok) {
-        st = qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", h->path, strerror(errno));
+        st = util_fail(err, QKV_ERR_IO, "%s: cannot write: %s", h->path, strerror(errno));
         unlink(h->path);
     }
     writer_free(h);

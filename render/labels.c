@@ -78,7 +78,7 @@ static const char ellipsis[] = "\xE2\x80\xA6"; /* … */
 qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size_t *lens, int n,
                             qkv_error *err) {
     if (n < 0 || (n > 0 && (!labels || !pieces || !lens)))
-        return qkv_fail(err, QKV_ERR_INVALID, "token labels: bad arguments");
+        return util_fail(err, QKV_ERR_INVALID, "token labels: bad arguments");
     size_t total = 0;
     for (int t = 0; t < n; t++) total += lens[t];
     unsigned char *text = malloc(total + 1);
@@ -86,7 +86,7 @@ qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size
     if (!text || !start) {
         free(text);
         free(start);
-        return qkv_fail(err, QKV_ERR_NOMEM, "token labels: out of memory");
+        return util_fail(err, QKV_ERR_NOMEM, "token labels: out of memory");
     }
     size_t off = 0;
     for (int t = 0; t < n; t++) {
@@ -116,7 +116,7 @@ qkv_status qkv_token_labels(char **labels, const char *const *pieces, const size
         }
         if (b.oom) {
             free(b.s);
-            st = qkv_fail(err, QKV_ERR_NOMEM, "token labels: out of memory");
+            st = util_fail(err, QKV_ERR_NOMEM, "token labels: out of memory");
         } else {
             labels[t] = b.s;
         }

@@ -156,19 +156,19 @@ static int text_width(const glyph *font, const char *s) {
 qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, const qkv_png_params *p,
                              qkv_error *err) {
     if (!out || !info || !info->layers || !info->heads || !info->labels)
-        return qkv_fail(err, QKV_ERR_INVALID, "png: NULL argument");
+        return util_fail(err, QKV_ERR_INVALID, "png: NULL argument");
     *out = NULL;
     const int n = info->n_tok, nl = info->n_layers, nh = info->n_heads, maps = nl * nh;
-    if (n < 1 || nl < 1 || nh < 1) return qkv_fail(err, QKV_ERR_INVALID, "png: empty maps");
+    if (n < 1 || nl < 1 || nh < 1) return util_fail(err, QKV_ERR_INVALID, "png: empty maps");
     qkv_png_params d = {0}; /* every field's zero is its default */
     if (p) d = *p;
     int max_panel = d.max_panel > 0 ? d.max_panel : maps == 1 ? 768 : 256;
     if (max_panel < 16 || max_panel > 8192)
-        return qkv_fail(err, QKV_ERR_INVALID, "png: panel size %d outside [16, 8192]", max_panel);
+        return util_fail(err, QKV_ERR_INVALID, "png: panel size %d outside [16, 8192]", max_panel);
     /* keep the whole figure under ~64 M pixels */
     while (max_panel > 16 && (int64_t)maps * max_panel * max_panel > ((int64_t)1 << 26)) max_panel /= 2;
     qkv_png_maps *pm = calloc(1, sizeof *pm);
-    if (!pm) return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory");
+    if (!pm) return util_fail(err, QKV_ERR_NOMEM, "png: out of memory");
     pm->n = n;
     pm->nl = nl;
     pm->nh = nh;
@@ -180,7 +180,7 @@ qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, cons
     if (!fp) fp = "/usr/share/unifont/unifont.hex";
     if (font_load(&pm->font, fp)) {
         qkv_png_maps_free(pm);
-        return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory for the font %s", fp);
+        return util_fail(err, QKV_ERR_NOMEM, "png: out of memory for the font %s", fp);
     }
     pm->labels = pm->font && pm->cell >= GLYPH_H;
     pm->acc = malloc((size_t)maps * pm->side * pm->side * sizeof(float));
@@ -191,13 +191,13 @@ qkv_status qkv_png_maps_init(qkv_png_maps **out, const qkv_maps_info *info, cons
     if (!pm->acc || !pm->label || !pm->layers || !pm->heads || !pm->title) {
         const int side = pm->side;
         qkv_png_maps_free(pm);
-        return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory for %d panels of %d pixels", maps, side);
+        return util_fail(err, QKV_ERR_NOMEM, "png: out of memory for %d panels of %d pixels", maps, side);
     }
     for (size_t i = 0; i < (size_t)maps * pm->side * pm->side; i++) pm->acc[i] = -1;
     for (int i = 0; i < n; i++)
         if (!(pm->label[i] = strdup(info->labels[i] ? info->labels[i] : ""))) {
             qkv_png_maps_free(pm);
-            return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory");
+            return util_fail(err, QKV_ERR_NOMEM, "png: out of memory");
         }
     memcpy(pm->layers, info->layers, (size_t)nl * sizeof(int));
     memcpy(pm->heads, info->heads, (size_t)nh * sizeof(int));
@@ -230,7 +230,7 @@ qkv_status qkv_png_maps_encode(const qkv_png_maps *pm, uint8_t **png, size_t *le
     c.w = left + pm->nh * (P + GAP) + MARGIN;
     c.h = top + pm->nl * (P + CAPTION_H + GAP) + (pm->font ? GLYPH_H + 16 : 12) + MARGIN;
     c.px = malloc((size_t)c.w * c.h * 3);
-    if (!c.px) return qkv_fail(err, QKV_ERR_NOMEM, "png: cannot allocate a %d x %d image", c.w, c.h);
+    if (!c.px) return util_fail(err, QKV_ERR_NOMEM, "png: cannot allocate a %d x %d image", c.w, c.h);
     fill(&c, 0, 0, c.w, c.h, white);
     if (pm->font) text(&c, pm->font, MARGIN, MARGIN, pm->title, c.w - 2 * MARGIN, 0, ink);
     for (int li = 0; li < pm->nl; li++)
@@ -291,7 +291,7 @@ qkv_status qkv_png_maps_save(const qkv_png_maps *pm, const char *path, qkv_error
     FILE *f = fopen(path, "wb");
     if (!f) {
         free(png);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        return util_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     }
     int ok = fwrite(png, 1, len, f) == len;
     free(png);
@@ -299,7 +299,7 @@ qkv_status qkv_png_maps_save(const qkv_png_maps *pm, const char *path, qkv_error
     ok = (fclose(f) == 0) && ok;
     if (!ok) {
         unlink(path);
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot write the PNG", path);
+        return util_fail(err, QKV_ERR_IO, "%s: cannot write the PNG", path);
     }
     return QKV_OK;
 }

@@ -87,13 +87,13 @@ static uint8_t *put_chunk(uint8_t *p, const char type[4], const uint8_t *data, s
 qkv_status qkv_png_encode_rgb(uint8_t **png, size_t *len, const uint8_t *rgb, int w, int h, qkv_error *err) {
     *png = NULL;
     *len = 0;
-    if (w < 1 || h < 1) return qkv_fail(err, QKV_ERR_INVALID, "png: image of %d x %d pixels", w, h);
+    if (w < 1 || h < 1) return util_fail(err, QKV_ERR_INVALID, "png: image of %d x %d pixels", w, h);
     const size_t nb = (size_t)w * BPP, stride = nb + 1; /* a filtered row: its filter type, then nb bytes */
     uint8_t *filtered = malloc(stride * (size_t)h), *trial = malloc(nb * 2);
     if (!filtered || !trial) {
         free(filtered);
         free(trial);
-        return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory for a %d x %d image", w, h);
+        return util_fail(err, QKV_ERR_NOMEM, "png: out of memory for a %d x %d image", w, h);
     }
     for (int y = 0; y < h; y++) {
         const uint8_t *x = rgb + (size_t)y * nb, *up = y ? x - nb : NULL;
@@ -125,7 +125,7 @@ qkv_status qkv_png_encode_rgb(uint8_t **png, size_t *len, const uint8_t *rgb, in
     uint8_t *out = malloc(total);
     if (!out) {
         free(z);
-        return qkv_fail(err, QKV_ERR_NOMEM, "png: out of memory for %zu bytes of PNG", total);
+        return util_fail(err, QKV_ERR_NOMEM, "png: out of memory for %zu bytes of PNG", total);
     }
     static const uint8_t signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
     memcpy(out, signature, 8);

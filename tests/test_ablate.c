@@ -67,8 +67,8 @@ TEST(ablate_masked_flash_equals_reference) {
         /* q rows j .. n-1 of each head, packed [Hq, lq, D] */
         float *qs = malloc((size_t)Hq * lq * D * 4);
         for (int h = 0; h < Hq; h++) memcpy(qs + (size_t)h * lq * D, q + ((size_t)h * n + j) * D, (size_t)lq * D * 4);
-        CHECK(qkv_attention(o1, l1, qs, k, v, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "flash: %s", err.msg);
-        CHECK(qkv_attention_reference(o2, l2, NULL, qs, k, v, &d, &err) == QKV_OK, "reference: %s", err.msg);
+        CHECK(qkv_attn(o1, l1, qs, k, v, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "flash: %s", err.msg);
+        CHECK(qkv_attn_reference(o2, l2, NULL, qs, k, v, &d, &err) == QKV_OK, "reference: %s", err.msg);
         char what[64];
         snprintf(what, sizeof what, "O with key %d hidden", j);
         CHECK_CLOSE(what, o1, o2, (size_t)Hq * lq * D, 1e-5, 1e-5);

@@ -67,9 +67,9 @@ static void check_shape(const shape *s, qkv_kernel kernel, test_rng *rng, float 
     float *o_ref = malloc(nq * 4), *o = malloc(nq * 4);
     float *lse_ref = malloc((size_t)s->hq * s->lq * 4), *lse = malloc((size_t)s->hq * s->lq * 4);
     qkv_error err = {0};
-    qkv_status st = qkv_attention_reference(o_ref, lse_ref, NULL, q, kd, vd, &d, &err);
+    qkv_status st = qkv_attn_reference(o_ref, lse_ref, NULL, q, kd, vd, &d, &err);
     CHECK(st == QKV_OK, "reference failed: %s", err.msg);
-    st = qkv_attention(o, lse, q, kd, vd, &d, kernel, &err);
+    st = qkv_attn(o, lse, q, kd, vd, &d, kernel, &err);
     CHECK(st == QKV_OK, "%s failed: %s", qkv_kernel_name(kernel), err.msg);
     if (st == QKV_OK) {
         char what[200];
@@ -177,7 +177,7 @@ static void check_bf16dot(const shape *s, test_rng *rng) {
                                 .n_exclude = s->n_exclude},
                        .kv_dtype = s->dtype, .n_threads = 2};
     qkv_error err = {0};
-    CHECK(qkv_attention(o, lse, q, kd, vd, &d, QKV_KERNEL_FLASH_BF16, &err) == QKV_OK, "flash-bf16: %s", err.msg);
+    CHECK(qkv_attn(o, lse, q, kd, vd, &d, QKV_KERNEL_FLASH_BF16, &err) == QKV_OK, "flash-bf16: %s", err.msg);
     const int rounded = attn_rows_bf16dot() != NULL && s->d % 2 == 0;
     float vmax = 0;
     if (rounded) {
@@ -193,9 +193,9 @@ static void check_bf16dot(const shape *s, test_rng *rng) {
         qkv_attn_desc d2 = d;
         d2.scale = 1;
         d2.kv_dtype = QKV_DTYPE_F32;
-        CHECK(qkv_attention_reference(o_ref, lse_ref, NULL, q2, k2, v2, &d2, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn_reference(o_ref, lse_ref, NULL, q2, k2, v2, &d2, &err) == QKV_OK, "%s", err.msg);
     } else {
-        CHECK(qkv_attention_reference(o_ref, lse_ref, NULL, q, kd, vd, &d, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn_reference(o_ref, lse_ref, NULL, q, kd, vd, &d, &err) == QKV_OK, "%s", err.msg);
     }
     char what[160];
     snprintf(what, sizeof what, "flash-bf16%s O hq=%d hkv=%d lq=%d lk=%d d=%d mask=%d ex=%d %s", rounded ? "" : " (exact)",
@@ -389,9 +389,9 @@ TEST(softcap_far_above_the_scores_changes_nothing) {
         d.q_len = kern == QKV_KERNEL_DECODE ? 8 : lq;
         d.softcap = 0;
         qkv_error err = {0};
-        CHECK(qkv_attention(a, NULL, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn(a, NULL, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
         d.softcap = 1e30f;
-        CHECK(qkv_attention(b, NULL, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn(b, NULL, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
         char what[64];
         snprintf(what, sizeof what, "%s softcap 1e30 vs 0", qkv_kernel_name((qkv_kernel)kern));
         CHECK_CLOSE(what, b, a, (size_t)hq * d.q_len * dd, 1e-6, 0);
@@ -436,7 +436,7 @@ TEST(fully_masked_rows_give_zero_and_minus_inf) {
     test_fill_normal(v, sizeof v / 4, &r, 1);
     for (int kern = 1; kern <= 3; kern++) {
         qkv_error err = {0};
-        CHECK(qkv_attention(o, lse, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn(o, lse, q, k, v, &d, (qkv_kernel)kern, &err) == QKV_OK, "%s", err.msg);
         for (int i = 0; i < 4 * 3 * 16; i++) CHECK(o[i] == 0, "kernel %d: O[%d] = %g, want 0", kern, i, o[i]);
         for (int i = 0; i < 12; i++) CHECK(isinf(lse[i]) && lse[i] < 0, "kernel %d: LSE[%d] = %g", kern, i, lse[i]);
     }
@@ -456,14 +456,14 @@ TEST(kv_storage_rounding_stays_within_its_bound) {
     test_fill_normal(v, nkv, &r, 1);
     qkv_attn_desc d = {.n_q_head = hq, .n_kv_head = hkv, .q_len = lq, .kv_len = lk, .head_dim = dd,
                        .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 2};
-    qkv_attention(o32, NULL, q, k, v, &d, QKV_KERNEL_FLASH, NULL);
+    qkv_attn(o32, NULL, q, k, v, &d, QKV_KERNEL_FLASH, NULL);
     const qkv_dtype types[2] = {QKV_DTYPE_BF16, QKV_DTYPE_F16};
     const double eps[2] = {1.0 / 256, 1.0 / 2048}; /* 2 ulps at bf16 / f16 precision */
     for (int t = 0; t < 2; t++) {
         qkv_convert_from_f32(k16, types[t], k, nkv);
         qkv_convert_from_f32(v16, types[t], v, nkv);
         d.kv_dtype = types[t];
-        qkv_attention(o, NULL, q, k16, v16, &d, QKV_KERNEL_FLASH, NULL);
+        qkv_attn(o, NULL, q, k16, v16, &d, QKV_KERNEL_FLASH, NULL);
         /* scores move by <= eps * |q||k| / sqrt(D) ~ eps * 1 (unit-variance inputs, 4 sd margin),
          * so weights move by a factor within exp(+-4 eps); V moves by eps relative. */
         double bound = 4 * eps[t] * max_abs(v, nkv);
@@ -477,8 +477,24 @@ TEST(kv_storage_rounding_stays_within_its_bound) {
 TEST(kernel_names_round_trip) {
     for (int k = 0; k <= 4; k++) {
         qkv_kernel back;
-        CHECK(qkv_kernel_parse(&back, qkv_kernel_name((qkv_kernel)k)) == QKV_OK && (int)back == k, "kernel %d", k);
+        CHECK(qkv_kernel_parse(&back, qkv_kernel_name((qkv_kernel)k), NULL) == QKV_OK && (int)back == k, "kernel %d", k);
     }
+}
+
+/* The parse functions say what was wrong through qkv_error, as qkv_hook_parse does. */
+TEST(kernel_and_dtype_parse_name_what_was_given) {
+    qkv_kernel k;
+    qkv_dtype t;
+    qkv_error err = {0};
+    CHECK(qkv_kernel_parse(&k, "flashy", &err) == QKV_ERR_INVALID && strstr(err.msg, "\"flashy\"") &&
+              strstr(err.msg, "flash-bf16"),
+          "kernel: %s", err.msg);
+    err.msg[0] = 0;
+    CHECK(qkv_dtype_parse(&t, "fp32", &err) == QKV_ERR_INVALID && strstr(err.msg, "\"fp32\"") && strstr(err.msg, "bf16"),
+          "dtype: %s", err.msg);
+    CHECK(qkv_dtype_parse(&t, NULL, NULL) == QKV_ERR_INVALID && qkv_kernel_parse(&k, NULL, NULL) == QKV_ERR_INVALID,
+          "NULL names");
+    CHECK(qkv_dtype_parse(&t, "f16", &err) == QKV_OK && t == QKV_DTYPE_F16, "f16");
 }
 
 TEST(auto_picks_decode_for_short_queries) {
@@ -507,13 +523,13 @@ TEST(bad_descriptors_are_refused_with_a_message) {
     bad[8].softcap = INFINITY;
     for (int i = 0; i < 9; i++) {
         qkv_error err = {0};
-        qkv_status st = qkv_attention(x, NULL, x, x, x, &bad[i], QKV_KERNEL_FLASH, &err);
+        qkv_status st = qkv_attn(x, NULL, x, x, x, &bad[i], QKV_KERNEL_FLASH, &err);
         CHECK(st == QKV_ERR_INVALID && err.msg[0], "case %d: status %d msg '%s'", i, st, err.msg);
         if (i >= 6) CHECK(strstr(err.msg, "softcap") != NULL, "case %d: '%s' does not name softcap", i, err.msg);
     }
     good.q_len = 9;
     qkv_error err = {0};
-    CHECK(qkv_attention(x, NULL, x, x, x, &good, QKV_KERNEL_DECODE, &err) == QKV_ERR_INVALID,
+    CHECK(qkv_attn(x, NULL, x, x, x, &good, QKV_KERNEL_DECODE, &err) == QKV_ERR_INVALID,
           "decode with Lq=9 must be refused");
 }
 
@@ -522,7 +538,7 @@ TEST(reference_refuses_a_huge_score_table) {
                        .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 1};
     float x[16] = {0};
     qkv_error err = {0};
-    qkv_status st = qkv_attention_reference(x, NULL, NULL, x, x, x, &d, &err);
+    qkv_status st = qkv_attn_reference(x, NULL, NULL, x, x, x, &d, &err);
     CHECK(st == QKV_ERR_TOO_LARGE, "status %d", st);
     CHECK(strstr(err.msg, "flash") != NULL, "message should point to the flash kernel: %s", err.msg);
 }
@@ -570,7 +586,7 @@ static void check_non_finite(const char *what, const float *q, const float *k, c
                              .mask = {.kind = QKV_MASK_CAUSAL, .exclude = excl, .n_exclude = n_excl}, .n_threads = 1};
     float o_ref[NF_HQ * NF_L * NF_D], lse_ref[NF_HQ * NF_L], o[NF_HQ * NF_L * NF_D], lse[NF_HQ * NF_L];
     qkv_error err = {0};
-    CHECK(qkv_attention_reference(o_ref, lse_ref, NULL, q, k, v, &d, &err) == QKV_OK, "%s", err.msg);
+    CHECK(qkv_attn_reference(o_ref, lse_ref, NULL, q, k, v, &d, &err) == QKV_OK, "%s", err.msg);
     qkv_kv_cache *c = NULL;
     CHECK(qkv_kv_cache_init(&c, NF_HKV, NF_D, NF_L, QKV_DTYPE_F32, &err) == QKV_OK &&
               qkv_kv_cache_append(c, k, v, NF_L, &err) == QKV_OK,
@@ -580,8 +596,8 @@ static void check_non_finite(const char *what, const float *q, const float *k, c
     for (int kc = 0; kc < 2 * 4; kc++) { /* each kernel on the arrays, then on the cache */
         const qkv_kernel kern = kernels[kc % 4];
         const int cached = kc >= 4;
-        qkv_status st = cached ? qkv_attention_cached(o, lse, q, c, &d, kern, &err)
-                               : qkv_attention(o, lse, q, k, v, &d, kern, &err);
+        qkv_status st = cached ? qkv_attn_cached(o, lse, q, c, &d, kern, &err)
+                               : qkv_attn(o, lse, q, k, v, &d, kern, &err);
         CHECK(st == QKV_OK, "%s %s: %s", what, qkv_kernel_name(kern), err.msg);
         if (st) continue;
         for (int h = 0; h < NF_HQ; h++)

@@ -1,5 +1,5 @@
 /*
- * test_attn_plan.c — the attention plan: qkv_attn_run gives qkv_attention's
+ * test_attn_plan.c — the attention plan: qkv_attn_run gives qkv_attn's
  * results bit for bit (it is the same kernel on the same rows; only where the
  * scratch lives differs) for every planned kernel, mask kind, exclusions and
  * KV dtype, from a plan larger than the call and from one in a misaligned
@@ -22,7 +22,7 @@ typedef struct {
 
 static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
 
-TEST(attn_plan_run_equals_qkv_attention_bit_for_bit) {
+TEST(attn_plan_run_equals_qkv_attn_bit_for_bit) {
     const qkv_kernel kernels[] = {QKV_KERNEL_FLASH, QKV_KERNEL_FLASH_BF16, QKV_KERNEL_DECODE, QKV_KERNEL_AUTO};
     const qkv_mask_kind masks[] = {QKV_MASK_NONE, QKV_MASK_CAUSAL, QKV_MASK_WINDOW, QKV_MASK_SINK_WINDOW};
     const qkv_dtype dtypes[] = {QKV_DTYPE_F32, QKV_DTYPE_BF16, QKV_DTYPE_F16};
@@ -66,8 +66,8 @@ TEST(attn_plan_run_equals_qkv_attention_bit_for_bit) {
                                                 .sinks = 4, .exclude = with_excl ? excl : NULL,
                                                 .n_exclude = with_excl ? 5 : 0}};
                     const size_t n_o = (size_t)s->hq * s->lq * s->d, n_l = (size_t)s->hq * s->lq;
-                    qkv_status a = qkv_attention(o1, l1, q, k, v, &d, kernels[ki], &err);
-                    CHECK(a == QKV_OK, "qkv_attention: %s", err.msg);
+                    qkv_status a = qkv_attn(o1, l1, q, k, v, &d, kernels[ki], &err);
+                    CHECK(a == QKV_OK, "qkv_attn: %s", err.msg);
                     for (int pi = 0; pi < 2 && a == QKV_OK; pi++) {
                         memset(o2, 0xff, n_o * 4);
                         qkv_status b = qkv_attn_run(pi ? in : own, o2, l2, q, k, v, &d, &err);
@@ -146,7 +146,7 @@ TEST(attn_plan_refuses_calls_larger_than_it) {
 
 /* A flash plan for bf16/f16 K/V keeps each thread's f32 copy of a KV head
  * between the blocks of a call (attn_kv_f32), never between calls: runs on
- * new K/V through one plan give qkv_attention's bits each time, with the
+ * new K/V through one plan give qkv_attn's bits each time, with the
  * copy (a bf16 plan) and without it (an f32 plan: each tile converted). */
 TEST(attn_plan_kv_copy_is_per_call) {
     const qkv_dtype dtypes[] = {QKV_DTYPE_BF16, QKV_DTYPE_F16};
@@ -187,7 +187,7 @@ TEST(attn_plan_kv_copy_is_per_call) {
             test_fill_normal(vf, nkv, &rng, 1);
             qkv_convert_from_f32(k, dtypes[ti], kf, nkv);
             qkv_convert_from_f32(v, dtypes[ti], vf, nkv);
-            CHECK(qkv_attention(o1, l1, q, k, v, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "%s", err.msg);
+            CHECK(qkv_attn(o1, l1, q, k, v, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "%s", err.msg);
             for (int pi = 0; pi < 2; pi++) {
                 memset(o2, 0xff, nq * 4);
                 CHECK(qkv_attn_run(pi ? without : with, o2, l2, q, k, v, &d, &err) == QKV_OK, "%s", err.msg);

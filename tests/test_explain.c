@@ -104,7 +104,7 @@ TEST(explain_text_walks_the_example) {
     check_aligned(out, "1. Q, K, V");
     check_aligned(out, "2. The 申请 row");
     check_aligned(out, "4. Every row");
-    CHECK(out && strstr(out, "qkv_attention_reference"), "does not name the kernel");
+    CHECK(out && strstr(out, "qkv_attn_reference"), "does not name the kernel");
     free(out);
 }
 

@@ -61,8 +61,8 @@ TEST(inspect_weights_match_reference) {
         qkv_attn_desc dref = d;
         dref.kv_dtype = QKV_DTYPE_F32;
         qkv_error err = {0};
-        CHECK(qkv_attention(o, lse, q, k, v, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "flash: %s", err.msg);
-        CHECK(qkv_attention_reference(o, NULL, ref, q, kf, v, &dref, &err) == QKV_OK, "reference: %s", err.msg);
+        CHECK(qkv_attn(o, lse, q, k, v, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "flash: %s", err.msg);
+        CHECK(qkv_attn_reference(o, NULL, ref, q, kf, v, &dref, &err) == QKV_OK, "reference: %s", err.msg);
         for (int h = 0; h < w->hq; h++) {
             CHECK(qkv_attn_weights(got, q, lse, k, &d, h, 0, w->lq, 0, w->lk, &err) == QKV_OK, "weights: %s", err.msg);
             char what[96];
@@ -148,7 +148,7 @@ TEST(inspect_hook_streams_requested_rows) {
         qkv_kv_cache_append(cache, k, v, n, &err);
         qkv_attn_desc d = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = n, .head_dim = D,
                            .mask = {.kind = QKV_MASK_CAUSAL}};
-        CHECK(qkv_attention_cached(o, lse, q, cache, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn_cached(o, lse, q, cache, &d, QKV_KERNEL_FLASH, &err) == QKV_OK, "%s", err.msg);
         d.kv_head_stride = (int64_t)(n + 5) * D; /* as the model hands it: the cache's capacity */
         qkv_activation a;
         qkv_attn_view view;
@@ -156,7 +156,7 @@ TEST(inspect_hook_streams_requested_rows) {
         CHECK(qkv_inspect_hook(in, &a, &err) == QKV_OK, "hook: %s", err.msg);
         qkv_attn_desc dr = d;
         dr.kv_head_stride = 0; /* k, v here are dense [Hkv, n, D] */
-        qkv_attention_reference(o, NULL, ref, q, k, v, &dr, &err);
+        qkv_attn_reference(o, NULL, ref, q, k, v, &dr, &err);
         for (int li = 0; li < 2; li++)
             if (layers[li] == l)
                 for (int hi = 0; hi < 3; hi++) {

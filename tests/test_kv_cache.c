@@ -98,8 +98,8 @@ TEST(decode_through_the_cache_equals_direct_attention) {
         CHECK(qkv_kv_cache_read(kr, vr, c, 0, N, &err) == QKV_OK, "%s", err.msg);
         qkv_attn_desc d = {.n_q_head = HQ, .n_kv_head = HKV, .q_len = 2, .kv_len = N, .head_dim = D,
                            .mask = {.kind = QKV_MASK_CAUSAL}, .n_threads = 2};
-        CHECK(qkv_attention_cached(o1, NULL, q, c, &d, QKV_KERNEL_DECODE, &err) == QKV_OK, "%s", err.msg);
-        CHECK(qkv_attention(o2, NULL, q, kr, vr, &d, QKV_KERNEL_REFERENCE, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn_cached(o1, NULL, q, c, &d, QKV_KERNEL_DECODE, &err) == QKV_OK, "%s", err.msg);
+        CHECK(qkv_attn(o2, NULL, q, kr, vr, &d, QKV_KERNEL_REFERENCE, &err) == QKV_OK, "%s", err.msg);
         CHECK_CLOSE(qkv_dtype_name(types[t]), o1, o2, HQ * 2 * D, 1e-5, 0);
         qkv_kv_cache_free(c);
     }

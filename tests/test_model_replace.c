@@ -23,7 +23,7 @@ static qkv_status same_as_model(void *user, int layer, float *att, float *lse, c
     (void)layer;
     (void)n;
     ++*(int *)user;
-    return qkv_attention_cached(att, lse, q, cache, desc, QKV_KERNEL_AUTO, err);
+    return qkv_attn_cached(att, lse, q, cache, desc, QKV_KERNEL_AUTO, err);
 }
 
 static qkv_status failing(void *user, int layer, float *att, float *lse, const float *q, int n,

@@ -135,7 +135,7 @@ static int run_kernel(qkv_kernel kernel, int n_threads) {
             for (int64_t i = 0; i < nl; i++) lse[i] = NAN;
             const qkv_attn_desc d = desc_of(c, n_threads);
             qkv_error err = {0};
-            qkv_status st = qkv_attention(o, lse, q, k, v, &d, kernel, &err);
+            qkv_status st = qkv_attn(o, lse, q, k, v, &d, kernel, &err);
             CHECK(st == QKV_OK, "%s [%s %s]: status %s: %s", c->name, qkv_kernel_name(kernel), qkv_attn_isa(),
                   qkv_status_str(st), err.msg);
             if (st == QKV_OK) {
@@ -209,7 +209,7 @@ TEST(oracle_attn_reference_weights) {
         if (q && k && v && o_want && lse_want && o && lse && w && w2) {
             const qkv_attn_desc d = desc_of(c, 1);
             qkv_error err = {0};
-            qkv_status st = qkv_attention_reference(o, lse, w, q, k, v, &d, &err);
+            qkv_status st = qkv_attn_reference(o, lse, w, q, k, v, &d, &err);
             CHECK(st == QKV_OK, "%s: %s", c->name, err.msg);
             if (st == QKV_OK) {
                 double worst = 0;

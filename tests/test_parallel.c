@@ -68,7 +68,7 @@ static int check_loop(int64_t n_items, int n_threads, int chunk, int alone) {
     memset(&t, 0, sizeof t);
     t.n_threads = n_threads;
     t.caller_last = -1;
-    qkv_parallel_for(n_items, n_threads, chunk, count_item, &t);
+    util_parallel_for(n_items, n_threads, chunk, count_item, &t);
     int bad = 0;
     for (int64_t i = 0; i < n_items; i++)
         if (atomic_load(&t.runs[i]) != 1) bad++;
@@ -104,7 +104,7 @@ static void inner_item(void *ctx, int64_t item, int thread) {
 static void outer_item(void *ctx, int64_t item, int thread) {
     (void)item;
     (void)thread;
-    qkv_parallel_for(10, 2, 0, inner_item, ctx);
+    util_parallel_for(10, 2, 0, inner_item, ctx);
 }
 
 /* A static loop whose worker stalls 300 ms on the first item it takes (a
@@ -118,7 +118,7 @@ TEST(parallel_for_static_run_of_a_stalled_worker_is_finished_by_the_caller) {
         t.n_threads = nt;
         t.caller_last = -1;
         t.stall_ms = 300;
-        qkv_parallel_for(MAX_ITEMS, nt, 0, count_item, &t);
+        util_parallel_for(MAX_ITEMS, nt, 0, count_item, &t);
         int by_workers = 0, bad = 0;
         for (int i = 0; i < MAX_ITEMS; i++) {
             bad += atomic_load(&t.runs[i]) != 1;
@@ -135,7 +135,7 @@ TEST(parallel_for_static_run_of_a_stalled_worker_is_finished_by_the_caller) {
 
 TEST(parallel_for_nested_call_runs_on_the_caller) {
     nest n = {0};
-    qkv_parallel_for(8, 2, 1, outer_item, &n);
+    util_parallel_for(8, 2, 1, outer_item, &n);
     CHECK(atomic_load(&n.inner_runs) == 80, "inner items ran %d times, want 80", atomic_load(&n.inner_runs));
     CHECK(!atomic_load(&n.inner_bad_thread), "an inner loop ran off its caller");
 }
@@ -171,7 +171,7 @@ static void busy_item(void *ctx, int64_t item, int thread) {
 
 TEST(parallel_for_idle_workers_sleep) {
     volatile double x[4] = {0};
-    qkv_parallel_for(4, 4, 0, busy_item, (void *)x); /* three workers, now idle */
+    util_parallel_for(4, 4, 0, busy_item, (void *)x); /* three workers, now idle */
     const struct timespec pause = {0, 200 * 1000 * 1000};
     const double c0 = cpu_seconds();
     nanosleep(&pause, NULL);

@@ -100,7 +100,7 @@ TEST(scaling_text_table_and_histogram) {
     CHECK(out && strstr(out, "largest weight at d = 128"), "no histogram heading");
     row = cli_find_line(out, "0.9-1.0");
     CHECK(row && strstr(row, "####"), "no bar in the 0.9-1.0 bin");
-    CHECK(out && strstr(out, "qkv_attention_reference"), "does not name the kernel");
+    CHECK(out && strstr(out, "qkv_attn_reference"), "does not name the kernel");
     free(out);
 }
 

@@ -42,7 +42,7 @@ TEST(sinks_hook_means) {
         qkv_kv_cache_append(cache, k, v, n, &err);
         qkv_attn_desc d = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = n, .head_dim = D,
                            .mask = {.kind = QKV_MASK_CAUSAL}};
-        qkv_attention_cached(o, lse, q, cache, &d, QKV_KERNEL_FLASH, &err);
+        qkv_attn_cached(o, lse, q, cache, &d, QKV_KERNEL_FLASH, &err);
         /* two forward calls: rows 0..24, then 25..39 (as a chunked prefill would) */
         qkv_attn_desc d1 = d;
         d1.q_len = 25;
@@ -67,7 +67,7 @@ TEST(sinks_hook_means) {
         test_pattern_activation(&a, &view, l, q2, lse2, 15, 25, cache, &d2);
         CHECK(qkv_sinks_hook(s, &a, &err) == QKV_OK, "hook: %s", err.msg);
         free(q1); free(q2); free(lse1); free(lse2);
-        qkv_attention_reference(o, NULL, ref, q, k, v, &d, &err);
+        qkv_attn_reference(o, NULL, ref, q, k, v, &d, &err);
         for (int h = 0; h < Hq; h++) {
             double sink = 0, first = 0, other = 0, top0 = 0;
             int rows = 0, sampled = 0;

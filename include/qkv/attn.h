@@ -53,8 +53,9 @@ typedef enum {
 } qkv_kernel;
 
 QKV_API const char *qkv_kernel_name(qkv_kernel k);
-/* Parses "ref" | "reference" | "flash" | "decode" | "flash-bf16" | "auto". */
-QKV_API qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name);
+/* Parses "ref" | "reference" | "flash" | "decode" | "flash-bf16" | "auto";
+ * QKV_ERR_INVALID otherwise, the message naming the choices and what was given. */
+QKV_API qkv_status qkv_kernel_parse(qkv_kernel *out, const char *name, qkv_error *err);
 
 #define QKV_HEAD_DIM_MIN 16
 #define QKV_HEAD_DIM_MAX 256
@@ -125,7 +126,7 @@ QKV_API qkv_kernel qkv_attn_pick(const qkv_attn_desc *d);
  *   v:   [Hkv, Lk, D]  kv_dtype, same layout as k
  * The decode kernel requires Lq <= QKV_DECODE_MAX_Q.
  */
-QKV_API qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
+QKV_API qkv_status qkv_attn(float *o, float *lse, const float *q, const void *k, const void *v,
                                  const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
 /* (One shot: a plan for this call is made, run and freed. A caller that
  * attends repeatedly keeps a plan instead, below.) */
@@ -133,7 +134,7 @@ QKV_API qkv_status qkv_attention(float *o, float *lse, const float *q, const voi
 /* The reference kernel with its weight matrix returned.
  *   weights: [Hq, Lq, Lk] f32 output (softmax probabilities; masked = 0); may be NULL
  * Refuses (QKV_ERR_TOO_LARGE) when Hq*Lq*Lk > QKV_REFERENCE_MAX_SCORES. */
-QKV_API qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
+QKV_API qkv_status qkv_attn_reference(float *o, float *lse, float *weights, const float *q,
                                            const void *k, const void *v, const qkv_attn_desc *d,
                                            qkv_error *err);
 
@@ -187,7 +188,7 @@ QKV_API qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, s
                                          qkv_error *err);
 QKV_API void qkv_attn_plan_free(qkv_attn_plan *plan);  /* NULL is fine */
 
-/* qkv_attention with the plan's kernel and memory (same o, lse, q, k, v
+/* qkv_attn with the plan's kernel and memory (same o, lse, q, k, v
  * shapes, same results bit for bit); never allocates unless the plan's
  * kernel is REFERENCE. */
 QKV_API qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k,
@@ -240,7 +241,7 @@ QKV_API qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *
 /* Memory for K/V arrays a decode step streams: 2 MiB aligned and, from 2 MiB
  * up, advised for transparent huge pages (Linux madvise), so the stream
  * crosses 512x fewer page boundaries (BENCHMARKS.md has the gain). Any size; NULL if out of memory. Release with qkv_kv_free. The KV
- * cache below allocates this way; callers of qkv_attention may too. */
+ * cache below allocates this way; callers of qkv_attn may too. */
 QKV_API void *qkv_kv_alloc(size_t bytes);
 QKV_API void qkv_kv_free(void *p);
 
@@ -287,7 +288,7 @@ QKV_API const void *qkv_kv_cache_v(const qkv_kv_cache *c);
 /* Attention of q against everything in the cache. d->kv_len, kv_dtype,
  * kv_head_stride, n_kv_head and head_dim are taken from the cache.
  *   o:   [Hq, Lq, D], lse: [Hq, Lq] or NULL, q: [Hq, Lq, D] */
-QKV_API qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
+QKV_API qkv_status qkv_attn_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
                                         const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err);
 /* The same through a plan (qkv_attn_run): d->kv_len becomes the cache's
  * length, so a plan for a cache has max kv_len = its capacity. */

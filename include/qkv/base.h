@@ -92,8 +92,9 @@ typedef enum {
 
 QKV_API size_t qkv_dtype_size(qkv_dtype t);          /* bytes per element */
 QKV_API const char *qkv_dtype_name(qkv_dtype t);     /* "f32", "bf16", "f16" */
-/* Parses "f32" | "bf16" | "f16"; returns QKV_ERR_INVALID otherwise. */
-QKV_API qkv_status qkv_dtype_parse(qkv_dtype *out, const char *name);
+/* Parses "f32" | "bf16" | "f16"; QKV_ERR_INVALID otherwise, the message
+ * naming the choices and what was given. */
+QKV_API qkv_status qkv_dtype_parse(qkv_dtype *out, const char *name, qkv_error *err);
 
 /* Round-to-nearest-even conversions, NaN preserved. */
 QKV_API uint16_t qkv_f32_to_bf16(float x);

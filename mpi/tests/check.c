@@ -1,6 +1,6 @@
 /*
  * check.c — qkv-mpi-check, run under `mpirun -np P`: qkv_cp_attention and
- * qkv_cp_decode against single-process qkv_attention on the whole arrays
+ * qkv_cp_decode against single-process qkv_attn on the whole arrays
  * (the computation `qkv attend` does), on every rank, for causal, window,
  * sinks + window, no mask, exclusions, GQA and MQA, lengths that do not
  * divide by P, Lq != Lk, bf16 K/V, both layouts; plus which blocks travel,
@@ -84,7 +84,7 @@ static void run_case(const cp_case *c) {
                                 .n_exclude = c->n_exclude},
                        .kv_dtype = c->dtype, .n_threads = 1};
     qkv_error err = {0};
-    int bad = qkv_attention(o_ref, lse_ref, q, kd, vd, &d, QKV_KERNEL_AUTO, &err) != QKV_OK;
+    int bad = qkv_attn(o_ref, lse_ref, q, kd, vd, &d, QKV_KERNEL_AUTO, &err) != QKV_OK;
     qkv_cp_rows rq, rk;
     qkv_cp_rows_of(&rq, c->lq, g_size, g_rank, c->layout, NULL);
     qkv_cp_rows_of(&rk, c->lk, g_size, g_rank, c->layout, NULL);
@@ -130,7 +130,7 @@ static void run_decode(const char *name, int hq, int hkv, int lq, int lk, int d,
     qkv_attn_desc dd = {.n_q_head = hq, .n_kv_head = hkv, .q_len = lq, .kv_len = lk, .head_dim = d,
                         .mask = {.kind = kind, .window = window, .sinks = sinks}, .n_threads = 1};
     qkv_error err = {0};
-    int bad = qkv_attention(o_ref, lse_ref, q, k, v, &dd, QKV_KERNEL_AUTO, &err) != QKV_OK;
+    int bad = qkv_attn(o_ref, lse_ref, q, k, v, &dd, QKV_KERNEL_AUTO, &err) != QKV_OK;
     /* shard x holds ~ 2x / (P (P - 1)) of the keys: uneven, the last one empty */
     const int parts = g_size > 1 ? g_size - 1 : 1;
     int start = 0, len = lk;

@@ -2,7 +2,7 @@
  * test_mpi.c — libqkv_mpi and qkv-mpi under mpirun (make mpi-test; the runner
  * is tests/main.c). Open MPI missing is a failure, never a skip.
  *   - qkv-mpi-check at -np 1, 2, 3, 4: qkv_cp_attention and qkv_cp_decode
- *     against single-process qkv_attention (mpi/tests/check.c says what).
+ *     against single-process qkv_attn (mpi/tests/check.c says what).
  *   - qkv-mpi attend at -np 1 .. 4 on the PyTorch fixtures of tests/fixtures/attn
  *     (causal, window, sinks + window, no mask, exclusions, GQA, MQA, lengths
  *     that do not divide by the rank count, Lq != Lk, rows and ranks that see
@@ -321,9 +321,9 @@ static void expect_dead_rank(const char *fault, const char *needle) {
     const char *argv[] = {"attend", "--q", FIX "gqa4_d16_causal_129.q.npy", "--k", FIX "gqa4_d16_causal_129.k.npy",
                           "--v", FIX "gqa4_d16_causal_129.v.npy", "--out", o, "--causal", "--timeout", "2", NULL};
     char *err = NULL;
-    const double t0 = qkv_now_s();
+    const double t0 = util_now_s();
     const int rc = mpi_run(3, fault, qkv_mpi(), argv, NULL, &err);
-    const double dt = qkv_now_s() - t0;
+    const double dt = util_now_s() - t0;
     CHECK(rc != 0 && rc != 124, "%s: exit %d (124: the job hung until timeout(1)): %s", fault, rc, err);
     CHECK(dt < 30, "%s: the job took %.1f s to end", fault, dt);
     CHECK(!test_file_exists(o), "%s: an output file was written", fault);

@@ -119,7 +119,7 @@ static PyObject *py_attention_reference(PyObject *self, PyObject *args, PyObject
     qkv_status st = QKV_OK;
     Py_BEGIN_ALLOW_THREADS
     for (int b = 0; b < c.batch && st == QKV_OK; b++)
-        st = qkv_attention_reference((float *)c.bo.buf + b * q_step,
+        st = qkv_attn_reference((float *)c.bo.buf + b * q_step,
                                      c.blse.obj ? (float *)c.blse.buf + b * l_step : NULL,
                                      c.bw.obj ? (float *)c.bw.buf + b * w_step : NULL,
                                      (const float *)c.bq.buf + b * q_step, (const char *)c.bk.buf + b * kv_step,

@@ -127,7 +127,7 @@ static PyObject *kv_attention(PyObject *self, PyObject *args, PyObject *kw) {
     if (pyq_enter(&o->busy, "KVCache") < 0) goto fail3;
     qkv_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = qkv_attention_cached(bo.buf, bl.obj ? bl.buf : NULL, bq.buf, o->c, &d, kern, &err);
+    st = qkv_attn_cached(bo.buf, bl.obj ? bl.buf : NULL, bq.buf, o->c, &d, kern, &err);
     Py_END_ALLOW_THREADS
     pyq_leave(&o->busy);
     if (bl.obj) PyBuffer_Release(&bl);

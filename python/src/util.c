@@ -61,15 +61,16 @@ qkv_dtype pyq_kv_dtype(pyq_elem e) {
 }
 
 int pyq_parse_dtype(qkv_dtype *out, const char *name) {
-    if (qkv_dtype_parse(out, name) == QKV_OK) return 0;
-    PyErr_Format(PyExc_ValueError, "dtype must be \"f32\", \"bf16\" or \"f16\", got \"%s\"", name);
+    qkv_error err = {0};
+    if (qkv_dtype_parse(out, name, &err) == QKV_OK) return 0;
+    PyErr_SetString(PyExc_ValueError, err.msg);
     return -1;
 }
 
 int pyq_parse_kernel(qkv_kernel *out, const char *name) {
-    if (qkv_kernel_parse(out, name) == QKV_OK) return 0;
-    PyErr_Format(PyExc_ValueError,
-                 "kernel must be \"auto\", \"flash\", \"decode\", \"flash-bf16\" or \"reference\", got \"%s\"", name);
+    qkv_error err = {0};
+    if (qkv_kernel_parse(out, name, &err) == QKV_OK) return 0;
+    PyErr_SetString(PyExc_ValueError, err.msg);
     return -1;
 }
 

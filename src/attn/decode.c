@@ -113,7 +113,7 @@ void attn_decode(float *o, float *lse, const attn_problem *P, int n_threads, att
     const int nh = L.nh, n_split = L.n_split, rows_max = L.rows_max;
     const size_t stride = (size_t)P->ld + 2;
     decode_call c = {.P = P, .L = &L, .isa = attn_isa_best(), .ws = ws, .part = part};
-    qkv_parallel_for((int64_t)L.n_groups * n_split, L.n_threads, 1, decode_item, &c);
+    util_parallel_for((int64_t)L.n_groups * n_split, L.n_threads, 1, decode_item, &c);
 
     /* merge the splits of every row by LSE */
     for (int g = 0; g < L.n_groups; g++) {

@@ -120,5 +120,5 @@ void attn_flash(float *o, float *lse, const attn_problem *P_in, int n_threads, a
     if (n_threads > n_items) n_threads = (int)n_items;
     if (n_threads > 1 && flops / n_threads < FLASH_MIN_FLOPS) n_threads = flops / FLASH_MIN_FLOPS > 1 ? (int)(flops / FLASH_MIN_FLOPS) : 1;
     for (int t = 0; t < n_threads; t++) ws[t].kvf.kvh = -1; /* K and V are this call's */
-    qkv_parallel_for(n_items, n_threads, 1, flash_item, &c);
+    util_parallel_for(n_items, n_threads, 1, flash_item, &c);
 }

@@ -181,8 +181,8 @@ float attn_tanhf(float x);
 #define ATTN_TANH_P3 0.0206390880048275f
 #define ATTN_TANH_P4 -0.005704987328499556f
 
-/* The one check of a call, made by its entry point (qkv_attention,
- * qkv_attn_run, qkv_attention_reference): o, then the descriptor
+/* The one check of a call, made by its entry point (qkv_attn,
+ * qkv_attn_run, qkv_attn_reference): o, then the descriptor
  * (qkv_attn_check), then q, k and v. */
 qkv_status attn_call_check(const float *o, const float *q, const void *k, const void *v, const qkv_attn_desc *d,
                            qkv_error *err);

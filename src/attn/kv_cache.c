@@ -57,21 +57,21 @@ struct qkv_kv_cache {
 
 qkv_status qkv_kv_cache_init(qkv_kv_cache **out, int n_kv_head, int head_dim, int capacity,
                              qkv_dtype dtype, qkv_error *err) {
-    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "kv cache: out is NULL");
+    if (!out) return util_fail(err, QKV_ERR_INVALID, "kv cache: out is NULL");
     *out = NULL;
     if (n_kv_head < 1 || head_dim < 1 || capacity < 1)
-        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: n_kv_head %d, head_dim %d, capacity %d must be >= 1",
+        return util_fail(err, QKV_ERR_INVALID, "kv cache: n_kv_head %d, head_dim %d, capacity %d must be >= 1",
                         n_kv_head, head_dim, capacity);
     if (dtype != QKV_DTYPE_F32 && dtype != QKV_DTYPE_BF16 && dtype != QKV_DTYPE_F16)
-        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: unknown dtype %d", (int)dtype);
+        return util_fail(err, QKV_ERR_INVALID, "kv cache: unknown dtype %d", (int)dtype);
     size_t bytes = (size_t)n_kv_head * (size_t)capacity * (size_t)head_dim * qkv_dtype_size(dtype);
     qkv_kv_cache *c = calloc(1, sizeof *c);
-    if (!c) return qkv_fail(err, QKV_ERR_NOMEM, "kv cache: out of memory");
+    if (!c) return util_fail(err, QKV_ERR_NOMEM, "kv cache: out of memory");
     c->k = qkv_kv_alloc(bytes);
     c->v = qkv_kv_alloc(bytes);
     if (!c->k || !c->v) {
         qkv_kv_cache_free(c);
-        return qkv_fail(err, QKV_ERR_NOMEM, "kv cache: cannot allocate 2 x %zu bytes", bytes);
+        return util_fail(err, QKV_ERR_NOMEM, "kv cache: cannot allocate 2 x %zu bytes", bytes);
     }
     kv_commit(c->k, bytes);
     kv_commit(c->v, bytes);
@@ -98,7 +98,7 @@ const void *qkv_kv_cache_v(const qkv_kv_cache *c) { return c->v; }
 
 qkv_status qkv_kv_cache_truncate(qkv_kv_cache *c, int len, qkv_error *err) {
     if (len < 0 || len > c->len)
-        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: cannot truncate length %d to %d", c->len, len);
+        return util_fail(err, QKV_ERR_INVALID, "kv cache: cannot truncate length %d to %d", c->len, len);
     c->len = len;
     return QKV_OK;
 }
@@ -109,9 +109,9 @@ static size_t offset(const qkv_kv_cache *c, int head, int pos) {
 
 qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, int n_new,
                                qkv_error *err) {
-    if (n_new < 0 || !k || !v) return qkv_fail(err, QKV_ERR_INVALID, "kv cache: bad append arguments");
+    if (n_new < 0 || !k || !v) return util_fail(err, QKV_ERR_INVALID, "kv cache: bad append arguments");
     if (n_new > c->capacity - c->len)
-        return qkv_fail(err, QKV_ERR_FULL, "kv cache: full (%d of %d positions used, %d more requested)",
+        return util_fail(err, QKV_ERR_FULL, "kv cache: full (%d of %d positions used, %d more requested)",
                         c->len, c->capacity, n_new);
     const size_t row = (size_t)n_new * c->head_dim;
     for (int h = 0; h < c->n_kv_head; h++) {
@@ -125,7 +125,7 @@ qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, 
 qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,
                              qkv_error *err) {
     if (start < 0 || n < 0 || start + n > c->len)
-        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: read [%d, %d) outside [0, %d)", start, start + n,
+        return util_fail(err, QKV_ERR_INVALID, "kv cache: read [%d, %d) outside [0, %d)", start, start + n,
                         c->len);
     const size_t row = (size_t)n * c->head_dim;
     for (int h = 0; h < c->n_kv_head; h++) {
@@ -139,9 +139,9 @@ qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int star
 
 qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err) {
     if (from < 0 || n < 0 || n > c->len - from)
-        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: cannot evict [%d, %d) of length %d", from, from + n, c->len);
+        return util_fail(err, QKV_ERR_INVALID, "kv cache: cannot evict [%d, %d) of length %d", from, from + n, c->len);
     if (rope && c->head_dim > QKV_HEAD_DIM_MAX)
-        return qkv_fail(err, QKV_ERR_INVALID, "kv cache: head_dim %d > %d", c->head_dim, QKV_HEAD_DIM_MAX);
+        return util_fail(err, QKV_ERR_INVALID, "kv cache: head_dim %d > %d", c->head_dim, QKV_HEAD_DIM_MAX);
     const int moved = c->len - from - n, D = c->head_dim;
     const size_t es = qkv_dtype_size(c->dtype);
     const int64_t back = -(int64_t)n; /* R(p) then R(-n) is R(p - n) */
@@ -167,8 +167,8 @@ qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *
 
 /* d with the KV fields taken from the cache. */
 static qkv_status cached_desc(qkv_attn_desc *dd, const qkv_kv_cache *c, const qkv_attn_desc *d, qkv_error *err) {
-    if (!c || !d) return qkv_fail(err, QKV_ERR_INVALID, "attention: cache or descriptor is NULL");
-    if (c->len < 1) return qkv_fail(err, QKV_ERR_INVALID, "attention: the kv cache is empty");
+    if (!c || !d) return util_fail(err, QKV_ERR_INVALID, "attention: cache or descriptor is NULL");
+    if (c->len < 1) return util_fail(err, QKV_ERR_INVALID, "attention: the kv cache is empty");
     *dd = *d;
     dd->n_kv_head = c->n_kv_head;
     dd->head_dim = c->head_dim;
@@ -178,11 +178,11 @@ static qkv_status cached_desc(qkv_attn_desc *dd, const qkv_kv_cache *c, const qk
     return QKV_OK;
 }
 
-qkv_status qkv_attention_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
+qkv_status qkv_attn_cached(float *o, float *lse, const float *q, const qkv_kv_cache *c,
                                 const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
     qkv_attn_desc dd;
     qkv_status st = cached_desc(&dd, c, d, err);
-    return st ? st : qkv_attention(o, lse, q, c->k, c->v, &dd, kernel, err);
+    return st ? st : qkv_attn(o, lse, q, c->k, c->v, &dd, kernel, err);
 }
 
 qkv_status qkv_attn_run_cached(qkv_attn_plan *plan, float *o, float *lse, const float *q, const qkv_kv_cache *c,

@@ -1,5 +1,5 @@
 /*
- * plan.c — the top of src/attn, where every call comes in: qkv_attention (a
+ * plan.c — the top of src/attn, where every call comes in: qkv_attn (a
  * plan made for the call, run, freed), qkv_attn_run and the plan itself:
  * every buffer the flash and decode kernels need (per-thread tile scratch
  * and f32 copies of bf16/f16 K/V, decode split partials, the exclusion
@@ -15,7 +15,7 @@
 
 #include <string.h>
 
-#define PLAN_ALIGN QKV_BUFFER_ALIGN
+#define PLAN_ALIGN UTIL_BUFFER_ALIGN
 
 static size_t round_up(size_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN; }
 
@@ -24,9 +24,9 @@ static size_t round_up(size_t n) { return (n + PLAN_ALIGN - 1) / PLAN_ALIGN * PL
  * bytes are the rows' sum (shapes in internal.h's attn_scratch; acc has
  * q's floats, more than its [ATTN_MAX_ROWS, ld], as it always had). */
 #define SCRATCH_ROWS 11
-static void scratch_table(qkv_buffer rows[SCRATCH_ROWS], attn_scratch *ws, int ld) {
+static void scratch_table(util_buffer rows[SCRATCH_ROWS], attn_scratch *ws, int ld) {
     const size_t n_q = (size_t)ATTN_MAX_STRIDE * ld, n_tile = (size_t)ATTN_BK * ld, f = sizeof(float);
-    const qkv_buffer table[SCRATCH_ROWS] = {
+    const util_buffer table[SCRATCH_ROWS] = {
         {&ws->q, n_q, f},           {&ws->s, ATTN_MAX_STRIDE * ATTN_BK, f},
         {&ws->kt, n_tile, f},       {&ws->vt, n_tile, f},
         {&ws->acc, n_q, f},         {&ws->m, ATTN_MAX_ROWS, f},
@@ -64,7 +64,7 @@ static size_t kv_f32_floats(const qkv_attn_desc *max, qkv_kernel kernel) {
  * kernel or n_threads. */
 static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel kernel, int n_threads,
                             qkv_error *err) {
-    if (n_threads < 0) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: n_threads %d < 0", n_threads);
+    if (n_threads < 0) return util_fail(err, QKV_ERR_INVALID, "attention plan: n_threads %d < 0", n_threads);
     switch (kernel) {
     case QKV_KERNEL_AUTO:
     case QKV_KERNEL_REFERENCE:
@@ -72,10 +72,10 @@ static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel
     case QKV_KERNEL_FLASH_BF16: break;
     case QKV_KERNEL_DECODE:
         if (max->q_len > QKV_DECODE_MAX_Q)
-            return qkv_fail(err, QKV_ERR_INVALID, "attention: the decode kernel takes q_len <= %d, got %d",
+            return util_fail(err, QKV_ERR_INVALID, "attention: the decode kernel takes q_len <= %d, got %d",
                             QKV_DECODE_MAX_Q, max->q_len);
         break;
-    default: return qkv_fail(err, QKV_ERR_INVALID, "attention: unknown kernel %d", (int)kernel);
+    default: return util_fail(err, QKV_ERR_INVALID, "attention: unknown kernel %d", (int)kernel);
     }
     memset(L, 0, sizeof *L);
     L->n_threads = attn_threads(n_threads);
@@ -85,9 +85,9 @@ static qkv_status layout_of(plan_layout *L, const qkv_attn_desc *max, qkv_kernel
     if (kernel != QKV_KERNEL_REFERENCE) {
         L->scratch = round_up(end + (size_t)L->n_threads * sizeof(attn_scratch));
         attn_scratch one;
-        qkv_buffer rows[SCRATCH_ROWS];
+        util_buffer rows[SCRATCH_ROWS];
         scratch_table(rows, &one, L->ld);
-        L->scratch_bytes = qkv_buffers_bytes(rows, SCRATCH_ROWS); /* a multiple of 64: every thread's starts aligned */
+        L->scratch_bytes = util_buffers_bytes(rows, SCRATCH_ROWS); /* a multiple of 64: every thread's starts aligned */
         end = L->scratch + (size_t)L->n_threads * L->scratch_bytes;
         if (kernel == QKV_KERNEL_AUTO || kernel == QKV_KERNEL_DECODE)
             L->n_part = attn_decode_part_bound(max->n_q_head, max->q_len, max->kv_len, L->ld, L->n_threads);
@@ -120,9 +120,9 @@ static qkv_attn_plan *plan_place(void *workspace, const plan_layout *L, const qk
         p->ws = (attn_scratch *)(void *)(base + L->ws);
         for (int t = 0; t < L->n_threads; t++) {
             attn_scratch *ws = &p->ws[t];
-            qkv_buffer rows[SCRATCH_ROWS];
+            util_buffer rows[SCRATCH_ROWS];
             scratch_table(rows, ws, L->ld);
-            qkv_buffers_place(base + L->scratch + (size_t)t * L->scratch_bytes, rows, SCRATCH_ROWS);
+            util_buffers_place(base + L->scratch + (size_t)t * L->scratch_bytes, rows, SCRATCH_ROWS);
             float *kvf = (float *)(void *)(base + L->kvf) + (size_t)t * 2 * L->kvf_cap;
             ws->kvf = (attn_kv_f32){.k = L->kvf_cap ? kvf : NULL, .v = L->kvf_cap ? kvf + L->kvf_cap : NULL,
                                     .cap = L->kvf_cap, .kvh = -1};
@@ -141,10 +141,10 @@ static qkv_status plan_alloc(qkv_attn_plan **out, const qkv_attn_desc *max, qkv_
     qkv_status st = layout_of(&L, max, kernel, n_threads, err);
     if (st) return st;
     void *mem = malloc(L.bytes);
-    if (!mem) return qkv_fail(err, QKV_ERR_NOMEM, "attention plan: cannot allocate %zu bytes", L.bytes);
+    if (!mem) return util_fail(err, QKV_ERR_NOMEM, "attention plan: cannot allocate %zu bytes", L.bytes);
     *out = plan_place(mem, &L, max, kernel);
     (*out)->owned = mem;
-    qkv_parallel_start(L.n_threads); /* a run never starts a thread: it could allocate */
+    util_parallel_start(L.n_threads); /* a run never starts a thread: it could allocate */
     return QKV_OK;
 }
 
@@ -155,23 +155,23 @@ size_t qkv_attn_workspace_size(const qkv_attn_desc *max_desc, qkv_kernel kernel,
 
 qkv_status qkv_attn_plan_init_in(qkv_attn_plan **out, void *workspace, size_t bytes, const qkv_attn_desc *max_desc,
                                  qkv_kernel kernel, int n_threads, qkv_error *err) {
-    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
+    if (!out) return util_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
     *out = NULL;
     plan_layout L;
     qkv_status st = qkv_attn_check(max_desc, err);
     if (st || (st = layout_of(&L, max_desc, kernel, n_threads, err))) return st;
-    if (!workspace) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: workspace is NULL");
+    if (!workspace) return util_fail(err, QKV_ERR_INVALID, "attention plan: workspace is NULL");
     if (bytes < L.bytes)
-        return qkv_fail(err, QKV_ERR_INVALID, "attention plan: workspace of %zu bytes, this plan needs %zu", bytes,
+        return util_fail(err, QKV_ERR_INVALID, "attention plan: workspace of %zu bytes, this plan needs %zu", bytes,
                         L.bytes);
     *out = plan_place(workspace, &L, max_desc, kernel);
-    qkv_parallel_start(L.n_threads); /* a run never starts a thread: it could allocate */
+    util_parallel_start(L.n_threads); /* a run never starts a thread: it could allocate */
     return QKV_OK;
 }
 
 qkv_status qkv_attn_plan_init(qkv_attn_plan **out, const qkv_attn_desc *max_desc, qkv_kernel kernel, int n_threads,
                               qkv_error *err) {
-    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
+    if (!out) return util_fail(err, QKV_ERR_INVALID, "attention plan: out is NULL");
     *out = NULL;
     qkv_status st = qkv_attn_check(max_desc, err);
     return st ? st : plan_alloc(out, max_desc, kernel, n_threads, err);
@@ -193,7 +193,7 @@ static qkv_status check_fits(const qkv_attn_plan *p, const qkv_attn_desc *d, qkv
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].got > f[i].max)
-            return qkv_fail(err, QKV_ERR_INVALID, "attention: %s %d exceeds the plan's %d", f[i].field, f[i].got,
+            return util_fail(err, QKV_ERR_INVALID, "attention: %s %d exceeds the plan's %d", f[i].field, f[i].got,
                             f[i].max);
     return QKV_OK;
 }
@@ -209,7 +209,7 @@ static qkv_status run_checked(qkv_attn_plan *plan, float *o, float *lse, const f
     case QKV_KERNEL_REFERENCE: return attn_reference(o, lse, NULL, &P, threads, err);
     case QKV_KERNEL_DECODE:
         if (attn_decode_part_floats(&P, threads) > plan->n_part) /* attn_decode_part_bound is wrong */
-            return qkv_fail(err, QKV_ERR_INVALID, "attention plan: decode partials beyond the bound (a bug)");
+            return util_fail(err, QKV_ERR_INVALID, "attention plan: decode partials beyond the bound (a bug)");
         attn_decode(o, lse, &P, threads, plan->ws, plan->part);
         break;
     case QKV_KERNEL_FLASH_BF16: attn_flash(o, lse, &P, threads, attn_rows_bf16dot(), plan->ws); break;
@@ -220,14 +220,14 @@ static qkv_status run_checked(qkv_attn_plan *plan, float *o, float *lse, const f
 
 qkv_status qkv_attn_run(qkv_attn_plan *plan, float *o, float *lse, const float *q, const void *k, const void *v,
                         const qkv_attn_desc *d, qkv_error *err) {
-    if (!plan) return qkv_fail(err, QKV_ERR_INVALID, "attention: plan is NULL");
+    if (!plan) return util_fail(err, QKV_ERR_INVALID, "attention: plan is NULL");
     qkv_status st = attn_call_check(o, q, k, v, d, err);
     /* a reference plan holds nothing a call could outgrow */
     if (st || (plan->kernel != QKV_KERNEL_REFERENCE && (st = check_fits(plan, d, err)))) return st;
     return run_checked(plan, o, lse, q, k, v, d, err);
 }
 
-qkv_status qkv_attention(float *o, float *lse, const float *q, const void *k, const void *v,
+qkv_status qkv_attn(float *o, float *lse, const float *q, const void *k, const void *v,
                          const qkv_attn_desc *d, qkv_kernel kernel, qkv_error *err) {
     qkv_status st = attn_call_check(o, q, k, v, d, err);
     if (st) return st;

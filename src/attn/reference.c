@@ -9,7 +9,7 @@
  * No tiling, no SIMD, no tricks. It refuses tables of more than
  * QKV_REFERENCE_MAX_SCORES entries instead of trying to allocate them.
  * attn_reference is the kernel, on a resolved problem (a reference plan's
- * runs, plan.c); qkv_attention_reference checks a call and runs it.
+ * runs, plan.c); qkv_attn_reference checks a call and runs it.
  */
 #include "attn/internal.h"
 
@@ -104,20 +104,20 @@ qkv_status attn_reference(float *o, float *lse, float *weights, const attn_probl
     const int Hq = P->n_q_head, Lq = P->q_len, Lk = P->kv_len;
     int64_t n_scores = (int64_t)Hq * Lq * Lk;
     if (n_scores > QKV_REFERENCE_MAX_SCORES)
-        return qkv_fail(err, QKV_ERR_TOO_LARGE,
+        return util_fail(err, QKV_ERR_TOO_LARGE,
                         "reference attention: the score table [%d, %d, %d] would need %.1f GiB "
                         "(limit %.0f GiB); use the flash kernel",
                         Hq, Lq, Lk, (double)n_scores * 8 / (1 << 30),
                         (double)QKV_REFERENCE_MAX_SCORES * 8 / (1 << 30));
     double *scores = malloc((size_t)n_scores * sizeof(double)); /* [Hq, Lq, Lk] */
-    if (!scores) return qkv_fail(err, QKV_ERR_NOMEM, "reference attention: cannot allocate the score table");
+    if (!scores) return util_fail(err, QKV_ERR_NOMEM, "reference attention: cannot allocate the score table");
     const reference_call c = {.o = o, .lse = lse, .weights = weights, .P = P, .scores = scores};
-    qkv_parallel_for(Hq, n_threads, 1, reference_head, (void *)&c);
+    util_parallel_for(Hq, n_threads, 1, reference_head, (void *)&c);
     free(scores);
     return QKV_OK;
 }
 
-qkv_status qkv_attention_reference(float *o, float *lse, float *weights, const float *q,
+qkv_status qkv_attn_reference(float *o, float *lse, float *weights, const float *q,
                                    const void *k, const void *v, const qkv_attn_desc *d,
                                    qkv_error *err) {
     qkv_status st = attn_call_check(o, q, k, v, d, err);

@@ -20,20 +20,20 @@ qkv_rope qkv_rope_default(void) {
 }
 
 static qkv_status rope_check(const qkv_rope *r, int head_dim, qkv_error *err) {
-    if (!r) return qkv_fail(err, QKV_ERR_INVALID, "rope: parameters are NULL");
+    if (!r) return util_fail(err, QKV_ERR_INVALID, "rope: parameters are NULL");
     if (head_dim < 2 || head_dim % 2)
-        return qkv_fail(err, QKV_ERR_INVALID, "rope: head_dim %d must be even and >= 2", head_dim);
+        return util_fail(err, QKV_ERR_INVALID, "rope: head_dim %d must be even and >= 2", head_dim);
     if (!(r->theta > 1.0f) || !isfinite(r->theta))
-        return qkv_fail(err, QKV_ERR_INVALID, "rope: theta must be > 1");
+        return util_fail(err, QKV_ERR_INVALID, "rope: theta must be > 1");
     if (r->pairing != QKV_ROPE_HALF && r->pairing != QKV_ROPE_INTERLEAVED)
-        return qkv_fail(err, QKV_ERR_INVALID, "rope: unknown pairing %d", (int)r->pairing);
+        return util_fail(err, QKV_ERR_INVALID, "rope: unknown pairing %d", (int)r->pairing);
     if (r->scaling == QKV_ROPE_SCALING_LLAMA3) {
         if (!(r->factor > 0) || !(r->low_freq_factor > 0) || !(r->high_freq_factor > r->low_freq_factor) ||
             r->original_max_position < 1)
-            return qkv_fail(err, QKV_ERR_INVALID,
+            return util_fail(err, QKV_ERR_INVALID,
                             "rope: llama3 scaling needs factor > 0, 0 < low < high, orig >= 1");
     } else if (r->scaling != QKV_ROPE_SCALING_NONE) {
-        return qkv_fail(err, QKV_ERR_INVALID, "rope: unknown scaling %d", (int)r->scaling);
+        return util_fail(err, QKV_ERR_INVALID, "rope: unknown scaling %d", (int)r->scaling);
     }
     return QKV_OK;
 }
@@ -77,8 +77,8 @@ qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n
     qkv_status st = rope_check(r, head_dim, err);
     if (st) return st;
     if (head_dim > QKV_HEAD_DIM_MAX)
-        return qkv_fail(err, QKV_ERR_INVALID, "rope: head_dim %d > %d", head_dim, QKV_HEAD_DIM_MAX);
-    if (n_head < 1 || n_tok < 0) return qkv_fail(err, QKV_ERR_INVALID, "rope: bad n_head/n_tok");
+        return util_fail(err, QKV_ERR_INVALID, "rope: head_dim %d > %d", head_dim, QKV_HEAD_DIM_MAX);
+    if (n_head < 1 || n_tok < 0) return util_fail(err, QKV_ERR_INVALID, "rope: bad n_head/n_tok");
     float inv_freq[QKV_HEAD_DIM_MAX / 2];
     qkv_rope_inv_freq(inv_freq, r, head_dim, NULL);
     const int half = head_dim / 2;

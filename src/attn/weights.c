@@ -84,15 +84,15 @@ qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const vo
                             int n_keys, qkv_error *err) {
     qkv_status st = qkv_attn_check(d, err);
     if (st) return st;
-    if (!w || !q || !lse || !k) return qkv_fail(err, QKV_ERR_INVALID, "attention weights: a NULL array");
+    if (!w || !q || !lse || !k) return util_fail(err, QKV_ERR_INVALID, "attention weights: a NULL array");
     const int Hq = d->n_q_head, Lq = d->q_len, Lk = d->kv_len, D = d->head_dim;
     if (head < 0 || head >= Hq)
-        return qkv_fail(err, QKV_ERR_INVALID, "attention weights: head %d outside [0, %d)", head, Hq);
+        return util_fail(err, QKV_ERR_INVALID, "attention weights: head %d outside [0, %d)", head, Hq);
     if (row0 < 0 || n_rows < 0 || row0 + n_rows > Lq)
-        return qkv_fail(err, QKV_ERR_INVALID, "attention weights: rows [%d, %d) outside [0, %d)", row0,
+        return util_fail(err, QKV_ERR_INVALID, "attention weights: rows [%d, %d) outside [0, %d)", row0,
                         row0 + n_rows, Lq);
     if (key0 < 0 || n_keys < 0 || key0 + n_keys > Lk)
-        return qkv_fail(err, QKV_ERR_INVALID, "attention weights: keys [%d, %d) outside [0, %d)", key0,
+        return util_fail(err, QKV_ERR_INVALID, "attention weights: keys [%d, %d) outside [0, %d)", key0,
                         key0 + n_keys, Lk);
     weights_call c = {.w = w, .q = q, .lse = lse, .k = k, .d = d, .head = head,
                       .kvh = head / (Hq / d->n_kv_head), .row0 = row0, .key0 = key0, .n_keys = n_keys,
@@ -104,6 +104,6 @@ qkv_status qkv_attn_weights(float *w, const float *q, const float *lse, const vo
     const int64_t work = (int64_t)n_rows * n_keys * D;
     int nt = d->n_threads > 0 ? d->n_threads : qkv_cpu_count();
     if (work < (1 << 18)) nt = 1;
-    qkv_parallel_for(n_rows, nt, 4, weights_row, &c);
+    util_parallel_for(n_rows, nt, 4, weights_row, &c);
     return QKV_OK;
 }

@@ -73,7 +73,7 @@ qkv_status qkv_cost_preset(qkv_model_config *out, const char **name, const char 
         size_t len = strlen(list);
         snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", presets[i].id);
     }
-    return qkv_fail(err, QKV_ERR_INVALID, "unknown preset '%s' (known: %s)", id ? id : "(null)",
+    return util_fail(err, QKV_ERR_INVALID, "unknown preset '%s' (known: %s)", id ? id : "(null)",
                     list);
 }
 
@@ -85,14 +85,14 @@ qkv_status qkv_cost_check(const qkv_model_config *c, qkv_error *err) {
              {"kv-heads", c->n_kv_head}, {"head-dim", c->head_dim}, {"ffn", c->n_ff},
              {"vocab", c->n_vocab}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (f[i].v < 1) return qkv_fail(err, QKV_ERR_INVALID, "%s must be >= 1, got %d", f[i].name, f[i].v);
+        if (f[i].v < 1) return util_fail(err, QKV_ERR_INVALID, "%s must be >= 1, got %d", f[i].name, f[i].v);
     if (c->n_head % c->n_kv_head)
-        return qkv_fail(err, QKV_ERR_INVALID, "heads (%d) must be a multiple of kv-heads (%d)",
+        return util_fail(err, QKV_ERR_INVALID, "heads (%d) must be a multiple of kv-heads (%d)",
                         c->n_head, c->n_kv_head);
-    if (c->window < 0) return qkv_fail(err, QKV_ERR_INVALID, "window must be >= 0 (0: no sliding layer), got %d", c->window);
-    if (c->swa_period < 0) return qkv_fail(err, QKV_ERR_INVALID, "swa-period must be >= 0, got %d", c->swa_period);
+    if (c->window < 0) return util_fail(err, QKV_ERR_INVALID, "window must be >= 0 (0: no sliding layer), got %d", c->window);
+    if (c->swa_period < 0) return util_fail(err, QKV_ERR_INVALID, "swa-period must be >= 0, got %d", c->swa_period);
     if (c->window > 0 && c->swa_period < 2)
-        return qkv_fail(err, QKV_ERR_INVALID,
+        return util_fail(err, QKV_ERR_INVALID,
                         "window %d needs swa-period >= 2 (a global layer every period), got %d", c->window,
                         c->swa_period);
     return QKV_OK;
@@ -138,10 +138,10 @@ qkv_status qkv_cost_eval(qkv_cost *out, const qkv_model_config *c, int chunk, in
     qkv_status s = qkv_cost_check(c, err);
     if (s) return s;
     if (chunk < 0)
-        return qkv_fail(err, QKV_ERR_INVALID, "chunk must be >= 0 (0: %d), got %d", QKV_COST_DEFAULT_CHUNK, chunk);
-    if (ctx < 1) return qkv_fail(err, QKV_ERR_INVALID, "context must be >= 1 token, got %lld", (long long)ctx);
+        return util_fail(err, QKV_ERR_INVALID, "chunk must be >= 0 (0: %d), got %d", QKV_COST_DEFAULT_CHUNK, chunk);
+    if (ctx < 1) return util_fail(err, QKV_ERR_INVALID, "context must be >= 1 token, got %lld", (long long)ctx);
     if (elem_bytes < 1 || elem_bytes > 8)
-        return qkv_fail(err, QKV_ERR_INVALID, "element size must be 1..8 bytes, got %zu", elem_bytes);
+        return util_fail(err, QKV_ERR_INVALID, "element size must be 1..8 bytes, got %zu", elem_bytes);
     memset(out, 0, sizeof *out);
     const int Ls = sliding_layers(c);
     const double n = (double)ctx, L = c->n_layer, h = c->n_embd, e = (double)elem_bytes, D = c->head_dim;
@@ -193,11 +193,11 @@ qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_model_config *c, int64_t 
     qkv_cost one;
     qkv_status s = qkv_cost_eval(&one, c, 0, ctx, elem_bytes, err);
     if (s) return s;
-    if (!p || p->ranks < 1) return qkv_fail(err, QKV_ERR_INVALID, "ranks must be >= 1, got %d", p ? p->ranks : 0);
+    if (!p || p->ranks < 1) return util_fail(err, QKV_ERR_INVALID, "ranks must be >= 1, got %d", p ? p->ranks : 0);
     if (ctx < p->ranks)
-        return qkv_fail(err, QKV_ERR_INVALID, "%d ranks exceed the context's %lld tokens", p->ranks, (long long)ctx);
+        return util_fail(err, QKV_ERR_INVALID, "%d ranks exceed the context's %lld tokens", p->ranks, (long long)ctx);
     if (!(p->link_gbs > 0) || !(p->rank_gflops > 0))
-        return qkv_fail(err, QKV_ERR_INVALID, "link GB/s (%g) and rank GFLOP/s (%g) must be > 0", p->link_gbs,
+        return util_fail(err, QKV_ERR_INVALID, "link GB/s (%g) and rank GFLOP/s (%g) must be > 0", p->link_gbs,
                         p->rank_gflops);
     memset(out, 0, sizeof *out);
     const double P = p->ranks, n = (double)ctx, t = n / P, e = (double)elem_bytes, L = c->n_layer;

@@ -231,11 +231,11 @@ int qkv_dequantize_supported(qkv_ggml_type t) {
 /* The refusals qkv_dequantize and qkv_dequantize_check share. */
 static qkv_status check_args(qkv_ggml_type t, int64_t n, qkv_error *err) {
     if (!qkv_dequantize_supported(t))
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "tensor type %s (id %d) cannot be dequantised",
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "tensor type %s (id %d) cannot be dequantised",
                         qkv_ggml_type_name(t), (int)t);
     int64_t bs = qkv_ggml_block_elems(t);
     if (n < 0 || n % bs)
-        return qkv_fail(err, QKV_ERR_INVALID,
+        return util_fail(err, QKV_ERR_INVALID,
                         "dequantize: %lld elements is not a whole number of %s blocks (%lld)",
                         (long long)n, qkv_ggml_type_name(t), (long long)bs);
     return QKV_OK;
@@ -245,7 +245,7 @@ qkv_status qkv_dequantize(float *out, const void *src, qkv_ggml_type t, int64_t 
                           qkv_error *err) {
     qkv_status st = check_args(t, n, err);
     if (st || n == 0) return st;
-    if (!out || !src) return qkv_fail(err, QKV_ERR_INVALID, "dequantize: NULL buffer");
+    if (!out || !src) return util_fail(err, QKV_ERR_INVALID, "dequantize: NULL buffer");
     const uint8_t *x = src;
     int64_t nb = n / qkv_ggml_block_elems(t);
     switch (t) {
@@ -315,7 +315,7 @@ qkv_status qkv_dequantize_check(int64_t *index, float *value, const void *src, q
                                 qkv_error *err) {
     qkv_status st = check_args(t, n, err);
     if (st) return st;
-    if (!index || !value || (n && !src)) return qkv_fail(err, QKV_ERR_INVALID, "dequantize_check: NULL pointer");
+    if (!index || !value || (n && !src)) return util_fail(err, QKV_ERR_INVALID, "dequantize_check: NULL pointer");
     *index = n ? first_nonfinite(src, t, n) : -1;
     *value = 0;
     if (*index >= 0) { /* its value: the block that holds it, decoded */

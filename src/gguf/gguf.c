@@ -181,7 +181,7 @@ typedef struct {
 static uint64_t remaining(const cursor *c) { return c->g->size - c->pos; }
 
 static qkv_status truncated(cursor *c, uint64_t need, const char *what) {
-    return qkv_fail(c->err, QKV_ERR_FORMAT,
+    return util_fail(c->err, QKV_ERR_FORMAT,
                     "%s: truncated: %s at offset %llu needs %llu bytes, only %llu left",
                     c->g->path, what, (unsigned long long)c->pos, (unsigned long long)need,
                     (unsigned long long)remaining(c));
@@ -213,7 +213,7 @@ static qkv_status read_string(str_ref *out, cursor *c, const char *what) {
         uint64_t cap = g->arena_cap ? g->arena_cap : 4096;
         while (cap < g->arena_len + len + 1) cap *= 2;
         char *a = realloc(g->arena, (size_t)cap);
-        if (!a) return qkv_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for strings", g->path);
+        if (!a) return util_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for strings", g->path);
         g->arena = a;
         g->arena_cap = cap;
     }
@@ -240,7 +240,7 @@ static const char *arena_str(const qkv_gguf *g, str_ref r) { return g->arena + r
 /* ---------------------------------------------------------------- values */
 
 static qkv_status bad_value_type(cursor *c, uint32_t t, const char *key) {
-    return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: key '%s' has unknown value type id %u", c->g->path,
+    return util_fail(c->err, QKV_ERR_FORMAT, "%s: key '%s' has unknown value type id %u", c->g->path,
                     key, t);
 }
 
@@ -248,7 +248,7 @@ static qkv_status bad_value_type(cursor *c, uint32_t t, const char *key) {
  * needs at least min_bytes. */
 static qkv_status check_count(cursor *c, uint64_t n, uint64_t min_bytes, const char *key) {
     if (min_bytes && n > remaining(c) / min_bytes)
-        return qkv_fail(c->err, QKV_ERR_FORMAT,
+        return util_fail(c->err, QKV_ERR_FORMAT,
                         "%s: key '%s': array of %llu elements cannot fit in the %llu bytes left",
                         c->g->path, key, (unsigned long long)n, (unsigned long long)remaining(c));
     return QKV_OK;
@@ -258,7 +258,7 @@ static qkv_status check_count(cursor *c, uint64_t n, uint64_t min_bytes, const c
  * contents are not kept: the elements of a nested array. */
 static qkv_status skip_array(cursor *c, const char *key, int depth) {
     if (depth > GGUF_MAX_NESTING)
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: key '%s': arrays nested deeper than %d",
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: key '%s': arrays nested deeper than %d",
                         c->g->path, key, GGUF_MAX_NESTING);
     uint32_t et = 0;
     uint64_t n = 0;
@@ -295,7 +295,7 @@ static qkv_status read_array(gguf_kv *kv, cursor *c, const char *key) {
         if ((s = check_count(c, n, 8, key))) return s;
         kv->arr_strs = malloc((size_t)(n ? n : 1) * sizeof *kv->arr_strs);
         if (!kv->arr_strs)
-            return qkv_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for array '%s'", c->g->path,
+            return util_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for array '%s'", c->g->path,
                             key);
         for (uint64_t i = 0; i < n; i++)
             if ((s = read_string(&kv->arr_strs[i], c, "array string"))) return s;
@@ -311,7 +311,7 @@ static qkv_status read_array(gguf_kv *kv, cursor *c, const char *key) {
     if ((s = check_count(c, n, esz, key))) return s;
     kv->arr_data = malloc((size_t)(n ? n * esz : 1));
     if (!kv->arr_data)
-        return qkv_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for array '%s'", c->g->path, key);
+        return util_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for array '%s'", c->g->path, key);
     memcpy(kv->arr_data, c->g->map + c->pos, (size_t)(n * esz));
     if (et == QKV_GGUF_TYPE_BOOL)
         for (uint64_t i = 0; i < n; i++) ((uint8_t *)kv->arr_data)[i] = ((uint8_t *)kv->arr_data)[i] != 0;
@@ -379,9 +379,9 @@ static qkv_status parse_header(cursor *c) {
     uint8_t magic[4];
     if (g->size < 4 || memcmp(g->map, "GGUF", 4) != 0) {
         if (g->size < 4)
-            return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: not a GGUF file (%llu bytes, too short)",
+            return util_fail(c->err, QKV_ERR_FORMAT, "%s: not a GGUF file (%llu bytes, too short)",
                             g->path, (unsigned long long)g->size);
-        return qkv_fail(c->err, QKV_ERR_FORMAT,
+        return util_fail(c->err, QKV_ERR_FORMAT,
                         "%s: not a GGUF file (magic %02x %02x %02x %02x, want \"GGUF\")", g->path,
                         g->map[0], g->map[1], g->map[2], g->map[3]);
     }
@@ -389,15 +389,15 @@ static qkv_status parse_header(cursor *c) {
     if (!s) s = read_u32(&g->version, c, "version");
     if (s) return s;
     if (g->version == 1)
-        return qkv_fail(c->err, QKV_ERR_FORMAT,
+        return util_fail(c->err, QKV_ERR_FORMAT,
                         "%s: GGUF version 1 is not supported (only 2 and 3; re-convert the model)",
                         g->path);
     if (g->version != 2 && g->version != 3) {
         if ((g->version & 0xFFFFu) == 0 && (g->version >> 16) != 0)
-            return qkv_fail(c->err, QKV_ERR_FORMAT,
+            return util_fail(c->err, QKV_ERR_FORMAT,
                             "%s: big-endian GGUF is not supported (version field %08x)", g->path,
                             g->version);
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: GGUF version %u is not supported (only 2 and 3)",
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: GGUF version %u is not supported (only 2 and 3)",
                         g->path, g->version);
     }
     return QKV_OK;
@@ -406,7 +406,7 @@ static qkv_status parse_header(cursor *c) {
 static qkv_status parse_kvs(cursor *c, uint64_t n_kv) {
     qkv_gguf *g = c->g;
     g->kv = calloc((size_t)(n_kv ? n_kv : 1), sizeof *g->kv);
-    if (!g->kv) return qkv_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for metadata", g->path);
+    if (!g->kv) return util_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for metadata", g->path);
     for (uint64_t i = 0; i < n_kv; i++) {
         gguf_kv *kv = &g->kv[i];
         uint32_t type = 0;
@@ -425,12 +425,12 @@ static qkv_status parse_kvs(cursor *c, uint64_t n_kv) {
 static qkv_status index_kvs(cursor *c) {
     qkv_gguf *g = c->g;
     g->kv_sorted = malloc((size_t)(g->n_kv ? g->n_kv : 1) * sizeof *g->kv_sorted);
-    if (!g->kv_sorted) return qkv_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory", g->path);
+    if (!g->kv_sorted) return util_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory", g->path);
     for (int64_t i = 0; i < g->n_kv; i++)
         g->kv_sorted[i] = (name_index){arena_str(g, g->kv[i].key), g->kv[i].key.len, i};
     int64_t dup = sort_names(g->kv_sorted, g->n_kv);
     if (dup >= 0)
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: duplicate metadata key '%s'", g->path,
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: duplicate metadata key '%s'", g->path,
                         arena_str(g, g->kv[dup].key));
 
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -438,10 +438,10 @@ static qkv_status index_kvs(cursor *c) {
     if (a >= 0) {
         const gguf_kv *kv = &g->kv[a];
         if (kv->type != QKV_GGUF_TYPE_U32)
-            return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: general.alignment is %s, expected u32",
+            return util_fail(c->err, QKV_ERR_FORMAT, "%s: general.alignment is %s, expected u32",
                             g->path, qkv_gguf_type_name(kv->type));
         if (kv->v.u == 0 || (kv->v.u & (kv->v.u - 1)))
-            return qkv_fail(c->err, QKV_ERR_FORMAT,
+            return util_fail(c->err, QKV_ERR_FORMAT,
                             "%s: general.alignment %llu is not a power of two", g->path,
                             (unsigned long long)kv->v.u);
         g->alignment = (uint32_t)kv->v.u;
@@ -458,7 +458,7 @@ static qkv_status parse_tensor_info(cursor *c, int64_t id) {
     if (s) return s;
     const char *name = arena_str(g, g->tensor_names[id]);
     if (n_dims < 1 || n_dims > QKV_GGUF_MAX_DIMS)
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1 .. %d allowed)",
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1 .. %d allowed)",
                         g->path, name, n_dims, QKV_GGUF_MAX_DIMS);
     uint64_t ne[QKV_GGUF_MAX_DIMS];
     if ((s = read_bytes(ne, c, 8ull * n_dims, "tensor dimensions"))) return s;
@@ -467,7 +467,7 @@ static qkv_status parse_tensor_info(cursor *c, int64_t id) {
 
     const ggml_type_traits *tr = ggml_traits((qkv_ggml_type)type);
     if (!tr)
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s' has unknown ggml type id %u",
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s' has unknown ggml type id %u",
                         g->path, name, type);
     t->type = (qkv_ggml_type)type;
     t->n_dims = (int)n_dims;
@@ -478,10 +478,10 @@ static qkv_status parse_tensor_info(cursor *c, int64_t id) {
     uint64_t n_el = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
         if (ne[d] > (uint64_t)INT64_MAX)
-            return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s' has negative dimension ne[%u]",
+            return util_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s' has negative dimension ne[%u]",
                             g->path, name, d);
         if (ne[d] && n_el > (uint64_t)INT64_MAX / ne[d])
-            return qkv_fail(c->err, QKV_ERR_FORMAT,
+            return util_fail(c->err, QKV_ERR_FORMAT,
                             "%s: tensor '%s': element count overflows (ne[%u] = %llu)", g->path,
                             name, d, (unsigned long long)ne[d]);
         n_el *= ne[d];
@@ -491,14 +491,14 @@ static qkv_status parse_tensor_info(cursor *c, int64_t id) {
     t->n_elements = (int64_t)n_el;
 
     if (ne[0] % (uint64_t)tr->block_elems)
-        return qkv_fail(c->err, QKV_ERR_FORMAT,
+        return util_fail(c->err, QKV_ERR_FORMAT,
                         "%s: tensor '%s': row of %llu elements is not a whole number of %s blocks "
                         "(%lld)",
                         g->path, name, (unsigned long long)ne[0], tr->name,
                         (long long)tr->block_elems);
     uint64_t n_blocks = n_el / (uint64_t)tr->block_elems;
     if (n_blocks > SIZE_MAX / tr->block_bytes)
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s': byte size overflows", g->path,
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: tensor '%s': byte size overflows", g->path,
                         name);
     t->nbytes = (size_t)(n_blocks * tr->block_bytes);
     return QKV_OK;
@@ -517,7 +517,7 @@ static qkv_status parse_tensor_infos(cursor *c, uint64_t n) {
     g->tensor_names = calloc(cnt, sizeof *g->tensor_names);
     g->tensor_sorted = calloc(cnt, sizeof *g->tensor_sorted);
     if (!g->tensors || !g->tensor_names || !g->tensor_sorted)
-        return qkv_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for %llu tensor infos", g->path,
+        return util_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory for %llu tensor infos", g->path,
                         (unsigned long long)n);
     for (uint64_t i = 0; i < n; i++) {
         qkv_status s = parse_tensor_info(c, (int64_t)i);
@@ -538,25 +538,25 @@ static qkv_status index_tensors(cursor *c) {
     }
     int64_t dup = sort_names(g->tensor_sorted, g->n_tensors);
     if (dup >= 0)
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: duplicate tensor name '%s'", g->path,
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: duplicate tensor name '%s'", g->path,
                         g->tensors[dup].name);
 
     /* The data section starts at the next multiple of the alignment. A file
      * without tensors may end before that padding. */
     uint64_t a = g->alignment;
     if (c->pos > UINT64_MAX - (a - 1))
-        return qkv_fail(c->err, QKV_ERR_FORMAT, "%s: data offset overflows", g->path);
+        return util_fail(c->err, QKV_ERR_FORMAT, "%s: data offset overflows", g->path);
     g->data_offset = (c->pos + a - 1) / a * a;
     uint64_t data_size = g->data_offset <= g->size ? g->size - g->data_offset : 0;
 
     for (int64_t i = 0; i < g->n_tensors; i++) {
         qkv_gguf_tensor *t = &g->tensors[i];
         if (t->offset % a)
-            return qkv_fail(c->err, QKV_ERR_FORMAT,
+            return util_fail(c->err, QKV_ERR_FORMAT,
                             "%s: tensor '%s': offset %llu is not a multiple of the alignment %llu",
                             g->path, t->name, (unsigned long long)t->offset, (unsigned long long)a);
         if (t->offset > data_size || t->nbytes > data_size - t->offset)
-            return qkv_fail(c->err, QKV_ERR_FORMAT,
+            return util_fail(c->err, QKV_ERR_FORMAT,
                             "%s: tensor '%s': data [%llu, +%llu) runs past the end of the file "
                             "(data section %llu bytes from offset %llu)",
                             g->path, t->name, (unsigned long long)t->offset,
@@ -568,7 +568,7 @@ static qkv_status index_tensors(cursor *c) {
     /* No two tensors may share bytes. */
     if (g->n_tensors > 1) {
         const qkv_gguf_tensor **by_off = malloc((size_t)g->n_tensors * sizeof *by_off);
-        if (!by_off) return qkv_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory", g->path);
+        if (!by_off) return util_fail(c->err, QKV_ERR_NOMEM, "%s: out of memory", g->path);
         for (int64_t i = 0; i < g->n_tensors; i++) by_off[i] = &g->tensors[i];
         qsort(by_off, (size_t)g->n_tensors, sizeof *by_off, offset_cmp);
         uint64_t end = 0;
@@ -577,7 +577,7 @@ static qkv_status index_tensors(cursor *c) {
             const qkv_gguf_tensor *t = by_off[i];
             if (!t->nbytes) continue;
             if (prev && t->offset < end) {
-                qkv_status s = qkv_fail(c->err, QKV_ERR_FORMAT,
+                qkv_status s = util_fail(c->err, QKV_ERR_FORMAT,
                                         "%s: tensors '%s' and '%s' overlap in the data section",
                                         g->path, prev->name, t->name);
                 free(by_off);
@@ -601,11 +601,11 @@ static qkv_status parse(cursor *c) {
     /* A key needs >= 13 bytes (length, type, a u8); a tensor info >= 32
      * (name length, n_dims, one ne, type, offset). */
     if (n_kv > remaining(c) / 13)
-        return qkv_fail(c->err, QKV_ERR_FORMAT,
+        return util_fail(c->err, QKV_ERR_FORMAT,
                         "%s: metadata count %llu cannot fit in a %llu-byte file", g->path,
                         (unsigned long long)n_kv, (unsigned long long)g->size);
     if (n_tensors > remaining(c) / 32)
-        return qkv_fail(c->err, QKV_ERR_FORMAT,
+        return util_fail(c->err, QKV_ERR_FORMAT,
                         "%s: tensor count %llu cannot fit in a %llu-byte file", g->path,
                         (unsigned long long)n_tensors, (unsigned long long)g->size);
     if ((s = parse_kvs(c, n_kv))) return s;
@@ -617,22 +617,22 @@ static qkv_status parse(cursor *c) {
 /* ------------------------------------------------------------ open, close */
 
 qkv_status qkv_gguf_open(qkv_gguf **out, const char *path, qkv_error *err) {
-    if (!out || !path) return qkv_fail(err, QKV_ERR_INVALID, "qkv_gguf_open: NULL argument");
+    if (!out || !path) return util_fail(err, QKV_ERR_INVALID, "qkv_gguf_open: NULL argument");
     *out = NULL;
     qkv_gguf *g = calloc(1, sizeof *g);
     if (!g || !(g->path = strdup(path))) {
         free(g);
-        return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
+        return util_fail(err, QKV_ERR_NOMEM, "%s: out of memory", path);
     }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        qkv_status s = qkv_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+        qkv_status s = util_fail(err, QKV_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
         qkv_gguf_close(g);
         return s;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        qkv_status s = qkv_fail(err, QKV_ERR_IO, "%s: not a regular file", path);
+        qkv_status s = util_fail(err, QKV_ERR_IO, "%s: not a regular file", path);
         close(fd);
         qkv_gguf_close(g);
         return s;
@@ -640,7 +640,7 @@ qkv_status qkv_gguf_open(qkv_gguf **out, const char *path, qkv_error *err) {
     g->size = (uint64_t)st.st_size;
     if (g->size < 24) {   /* magic, version, two counts */
         close(fd);
-        qkv_status s = qkv_fail(err, QKV_ERR_FORMAT,
+        qkv_status s = util_fail(err, QKV_ERR_FORMAT,
                                 "%s: not a GGUF file (%llu bytes, shorter than a GGUF header)",
                                 path, (unsigned long long)g->size);
         qkv_gguf_close(g);
@@ -650,7 +650,7 @@ qkv_status qkv_gguf_open(qkv_gguf **out, const char *path, qkv_error *err) {
     int map_errno = errno;
     close(fd);
     if (m == MAP_FAILED) {
-        qkv_status s = qkv_fail(err, QKV_ERR_IO, "%s: cannot map: %s", path, strerror(map_errno));
+        qkv_status s = util_fail(err, QKV_ERR_IO, "%s: cannot map: %s", path, strerror(map_errno));
         qkv_gguf_close(g);
         return s;
     }
@@ -711,12 +711,12 @@ static const gguf_kv *get_kv(const qkv_gguf *g, const char *key, unsigned accept
                              const char *want, qkv_error *err) {
     int64_t id = qkv_gguf_find_key(g, key);
     if (id < 0) {
-        qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata key '%s' missing", g->path, key ? key : "(null)");
+        util_fail(err, QKV_ERR_FORMAT, "%s: metadata key '%s' missing", g->path, key ? key : "(null)");
         return NULL;
     }
     const gguf_kv *kv = &g->kv[id];
     if (!(accept & (1u << kv->type))) {
-        qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata key '%s' is %s, expected %s", g->path, key,
+        util_fail(err, QKV_ERR_FORMAT, "%s: metadata key '%s' is %s, expected %s", g->path, key,
                  qkv_gguf_type_name(kv->type), want);
         return NULL;
     }
@@ -753,7 +753,7 @@ qkv_status qkv_gguf_get_int(int64_t *out, const qkv_gguf *g, const char *key, qk
     if (!kv) return QKV_ERR_FORMAT;
     if (uns & (1u << kv->type)) {
         if (kv->v.u > (uint64_t)INT64_MAX)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: metadata key '%s' = %llu is out of range",
+            return util_fail(err, QKV_ERR_FORMAT, "%s: metadata key '%s' = %llu is out of range",
                             g->path, key, (unsigned long long)kv->v.u);
         *out = (int64_t)kv->v.u;
     } else {

@@ -23,18 +23,18 @@ struct qkv_npy_writer {
 
 qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim, const int64_t *shape,
                                qkv_error *err) {
-    if (!out || !path || (ndim > 0 && !shape)) return qkv_fail(err, QKV_ERR_INVALID, "npy writer: NULL argument");
+    if (!out || !path || (ndim > 0 && !shape)) return util_fail(err, QKV_ERR_INVALID, "npy writer: NULL argument");
     *out = NULL;
     if (ndim < 0 || ndim > QKV_NPY_MAX_DIMS)
-        return qkv_fail(err, QKV_ERR_INVALID, "%s: cannot write %d dimensions", path, ndim);
+        return util_fail(err, QKV_ERR_INVALID, "%s: cannot write %d dimensions", path, ndim);
     char dict[512];
     int len = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
     int64_t count = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return qkv_fail(err, QKV_ERR_INVALID, "%s: dimension %d is negative (%lld)", path, i, (long long)shape[i]);
+            return util_fail(err, QKV_ERR_INVALID, "%s: dimension %d is negative (%lld)", path, i, (long long)shape[i]);
         if (shape[i] && count > INT64_MAX / 4 / shape[i])
-            return qkv_fail(err, QKV_ERR_INVALID, "%s: shape holds more elements than a file can", path);
+            return util_fail(err, QKV_ERR_INVALID, "%s: shape holds more elements than a file can", path);
         len += snprintf(dict + len, sizeof dict - (size_t)len, "%lld,%s", (long long)shape[i],
                         (i + 1 < ndim) ? " " : "");
         count *= shape[i];
@@ -47,13 +47,13 @@ qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim,
     if (w) w->path = malloc(plen + 1);
     if (!w || !w->path) {
         qkv_npy_writer_abort(w);
-        return qkv_fail(err, QKV_ERR_NOMEM, "npy writer: out of memory");
+        return util_fail(err, QKV_ERR_NOMEM, "npy writer: out of memory");
     }
     memcpy(w->path, path, plen + 1);
     w->count = count;
     w->f = fopen(w->path, "wb");
     if (!w->f) {
-        qkv_status st = qkv_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        qkv_status st = util_fail(err, QKV_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         qkv_npy_writer_abort(w);
         return st;
     }
@@ -63,7 +63,7 @@ qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim,
     for (int i = 0; ok && i < pad; i++) ok = fputc(' ', w->f) != EOF;
     ok = ok && fputc('\n', w->f) != EOF;
     if (!ok) {
-        qkv_status st = qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+        qkv_status st = util_fail(err, QKV_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
         qkv_npy_writer_abort(w);
         return st;
     }
@@ -73,10 +73,10 @@ qkv_status qkv_npy_writer_open(qkv_npy_writer **out, const char *path, int ndim,
 
 qkv_status qkv_npy_writer_put(qkv_npy_writer *w, const float *data, int64_t n, qkv_error *err) {
     if (n < 0 || w->written + n > w->count)
-        return qkv_fail(err, QKV_ERR_INVALID, "%s: %lld more elements than the shape holds", w->path,
+        return util_fail(err, QKV_ERR_INVALID, "%s: %lld more elements than the shape holds", w->path,
                         (long long)(w->written + n - w->count));
     if (fwrite(data, sizeof(float), (size_t)n, w->f) != (size_t)n)
-        return qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", w->path, strerror(errno));
+        return util_fail(err, QKV_ERR_IO, "%s: cannot write: %s", w->path, strerror(errno));
     w->written += n;
     return QKV_OK;
 }
@@ -85,14 +85,14 @@ qkv_status qkv_npy_writer_close(qkv_npy_writer *w, qkv_error *err) {
     if (!w) return QKV_OK;
     qkv_status st = QKV_OK;
     if (w->written != w->count)
-        st = qkv_fail(err, QKV_ERR_INVALID, "%s: %lld of %lld elements written; file not kept", w->path,
+        st = util_fail(err, QKV_ERR_INVALID, "%s: %lld of %lld elements written; file not kept", w->path,
                       (long long)w->written, (long long)w->count);
     const int flushed = fflush(w->f) == 0 && !ferror(w->f);
     const int e = errno;
     const int closed = fclose(w->f) == 0;
     w->f = NULL;
     if (!st && (!flushed || !closed))
-        st = qkv_fail(err, QKV_ERR_IO, "%s: cannot write: %s", w->path, strerror(flushed ? errno : e));
+        st = util_fail(err, QKV_ERR_IO, "%s: cannot write: %s", w->path, strerror(flushed ? errno : e));
     if (st) unlink(w->path);
     free(w->path);
     free(w);

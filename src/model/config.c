@@ -21,7 +21,7 @@ static qkv_status meta_int(int *out, const qkv_gguf *g, const char *arch, const 
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (qkv_gguf_find_key(g, key) < 0) {
-        if (required) return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing metadata key %s", qkv_gguf_path(g), key);
+        if (required) return util_fail(err, QKV_ERR_FORMAT, "%s: missing metadata key %s", qkv_gguf_path(g), key);
         *out = dflt;
         return QKV_OK;
     }
@@ -29,7 +29,7 @@ static qkv_status meta_int(int *out, const qkv_gguf *g, const char *arch, const 
     qkv_status st = qkv_gguf_get_int(&v, g, key, err);
     if (st) return st;
     if (v < 1 || v > max)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld is out of range [1, %lld]", qkv_gguf_path(g), key,
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld is out of range [1, %lld]", qkv_gguf_path(g), key,
                         (long long)v, (long long)max);
     *out = (int)v;
     return QKV_OK;
@@ -47,7 +47,7 @@ static qkv_status meta_float(float *out, const qkv_gguf *g, const char *arch, co
     qkv_status st = qkv_gguf_get_f32(out, g, key, err);
     if (st) return st;
     if (!(*out > lo && *out < hi))
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s = %g is outside (%g, %g)", qkv_gguf_path(g), key, (double)*out,
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %s = %g is outside (%g, %g)", qkv_gguf_path(g), key, (double)*out,
                         lo, hi);
     return QKV_OK;
 }
@@ -118,7 +118,7 @@ void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c, int la
 }
 
 qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_error *err) {
-    if (!c || !g) return qkv_fail(err, QKV_ERR_INVALID, "model config: NULL argument");
+    if (!c || !g) return util_fail(err, QKV_ERR_INVALID, "model config: NULL argument");
     memset(c, 0, sizeof *c);
     const char *arch;
     qkv_status st = qkv_gguf_get_string(&arch, NULL, g, "general.architecture", err);
@@ -130,7 +130,7 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         char names[128] = "";
         for (int f = 0; f < N_FAMILIES; f++)
             snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", f ? ", " : "", FAMILIES[f].name);
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: general.architecture '%.40s' is not supported (%s)",
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: general.architecture '%.40s' is not supported (%s)",
                         qkv_gguf_path(g), arch, names);
     }
     snprintf(c->arch, sizeof c->arch, "%s", arch);
@@ -146,22 +146,22 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         return st;
     /* every product of sizes the forward pass allocates stays far below 2^31 per dimension */
     if ((int64_t)c->n_head * c->head_dim > QKV_MODEL_MAX_EMBD)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %d heads x head_dim %d exceeds %d", qkv_gguf_path(g), c->n_head,
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %d heads x head_dim %d exceeds %d", qkv_gguf_path(g), c->n_head,
                         c->head_dim, QKV_MODEL_MAX_EMBD);
     if (c->n_head % c->n_kv_head)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %d heads is not a multiple of %d KV heads", qkv_gguf_path(g),
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %d heads is not a multiple of %d KV heads", qkv_gguf_path(g),
                         c->n_head, c->n_kv_head);
     if (c->head_dim < QKV_HEAD_DIM_MIN || c->head_dim > QKV_HEAD_DIM_MAX || c->head_dim % 2)
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: head_dim %d is not supported", qkv_gguf_path(g), c->head_dim);
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: head_dim %d is not supported", qkv_gguf_path(g), c->head_dim);
     int value_dim;
     if ((st = meta_int(&value_dim, g, arch, "attention.value_length", 0, c->head_dim, QKV_HEAD_DIM_MAX, err))) return st;
     if (value_dim != c->head_dim)
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: %s.attention.value_length %d differs from key_length %d",
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: %s.attention.value_length %d differs from key_length %d",
                         qkv_gguf_path(g), arch, value_dim, c->head_dim);
     int rope_dims;
     if ((st = meta_int(&rope_dims, g, arch, "rope.dimension_count", 0, c->head_dim, QKV_HEAD_DIM_MAX, err))) return st;
     if (rope_dims != c->head_dim)
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported",
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported",
                         qkv_gguf_path(g), rope_dims, c->head_dim);
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
@@ -169,7 +169,7 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         const char *type;
         if ((st = qkv_gguf_get_string(&type, NULL, g, key, err))) return st;
         if (strcmp(type, "none"))
-            return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: rope scaling '%s' is not supported", qkv_gguf_path(g), type);
+            return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: rope scaling '%s' is not supported", qkv_gguf_path(g), type);
     }
     c->rope = qkv_rope_default();
     family_defaults(c, fam);
@@ -195,13 +195,13 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", arch);
         const int said = qkv_gguf_find_key(g, key) >= 0;
         if (c->swa_period < 2)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s %d names no sliding layer for the window of %d",
+            return util_fail(err, QKV_ERR_FORMAT, "%s: %s %d names no sliding layer for the window of %d",
                             qkv_gguf_path(g), key, c->swa_period, c->window);
         if (c->swa_period > c->n_layer && said)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s %d names no global layer among %d layers", qkv_gguf_path(g),
+            return util_fail(err, QKV_ERR_FORMAT, "%s: %s %d names no global layer among %d layers", qkv_gguf_path(g),
                             key, c->swa_period, c->n_layer);
         if (c->swa_period > c->n_layer)
-            return qkv_fail(err, QKV_ERR_FORMAT,
+            return util_fail(err, QKV_ERR_FORMAT,
                             "%s: %s's sliding pattern %d (there is no %s) names no global layer among %d layers",
                             qkv_gguf_path(g), arch, c->swa_period, key, c->n_layer);
     }
@@ -212,23 +212,23 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
     if (tid >= 0) {
         const qkv_gguf_tensor *te = qkv_gguf_tensor_info(g, tid);
         if (te->n_dims != 2 || te->shape[1] != c->n_embd)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: token_embd.weight is not [vocab, %d]", qkv_gguf_path(g),
+            return util_fail(err, QKV_ERR_FORMAT, "%s: token_embd.weight is not [vocab, %d]", qkv_gguf_path(g),
                             c->n_embd);
         n_vocab = te->shape[0];
         /* the tokenizer's ids index these rows: a shorter list would let the
          * model produce ids the tokenizer cannot spell */
         if (tok >= 0 && qkv_gguf_arr_len(g, tok) != (uint64_t)n_vocab)
-            return qkv_fail(err, QKV_ERR_FORMAT,
+            return util_fail(err, QKV_ERR_FORMAT,
                             "%s: tokenizer.ggml.tokens has %llu entries, token_embd.weight has %lld rows: they must agree",
                             qkv_gguf_path(g), (unsigned long long)qkv_gguf_arr_len(g, tok), (long long)n_vocab);
     } else if (tok >= 0) {
         n_vocab = (int64_t)(qkv_gguf_arr_len(g, tok) > INT64_MAX ? INT64_MAX : qkv_gguf_arr_len(g, tok));
     } else {
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: no token_embd.weight and no tokenizer.ggml.tokens: vocabulary size unknown",
+        return util_fail(err, QKV_ERR_FORMAT, "%s: no token_embd.weight and no tokenizer.ggml.tokens: vocabulary size unknown",
                         qkv_gguf_path(g));
     }
     if (n_vocab < 1 || n_vocab > QKV_MAX_VOCAB)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: a vocabulary of %lld tokens is out of range [1, %d]", qkv_gguf_path(g),
+        return util_fail(err, QKV_ERR_FORMAT, "%s: a vocabulary of %lld tokens is out of range [1, %d]", qkv_gguf_path(g),
                         (long long)n_vocab, QKV_MAX_VOCAB);
     c->n_vocab = (int)n_vocab;
     snprintf(key, sizeof key, "%s.vocab_size", arch);
@@ -236,7 +236,7 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         int64_t v;
         if ((st = qkv_gguf_get_int(&v, g, key, err))) return st;
         if (v != c->n_vocab)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld, the vocabulary has %d tokens: they must agree",
+            return util_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld, the vocabulary has %d tokens: they must agree",
                             qkv_gguf_path(g), key, (long long)v, c->n_vocab);
     }
     c->tied_embeddings = qkv_gguf_find_tensor(g, "output.weight") < 0;

@@ -281,16 +281,16 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
                              const qkv_forward_opts *opts, qkv_error *err) {
     const qkv_forward_opts plain = {0}; /* zero is the plain forward */
     const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = n, .pos0 = qkv_model_pos(m)};
-    if (n < 1 || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "forward: no tokens");
+    if (n < 1 || !tokens) return util_fail(err, QKV_ERR_INVALID, "forward: no tokens");
     if (n > m->n_ctx - f.pos0)
-        return qkv_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
+        return util_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
                         m->n_ctx);
     if (n > m->n_batch)
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: %d tokens in one call exceed the model's n_batch of %d "
+        return util_fail(err, QKV_ERR_INVALID, "forward: %d tokens in one call exceed the model's n_batch of %d "
                         "(its run state: pass them in calls of at most %d)", n, m->n_batch, m->n_batch);
     for (int t = 0; t < n; t++)
         if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
+            return util_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
     qkv_status st = forward_opts_check(f.o, &m->cfg, err);
     if (st) return st;
     /* a failed call, and every resumed one, leaves the caches as they were */

@@ -50,7 +50,7 @@ int qkv_hook_format(char *buf, size_t size, qkv_hook_point point, int layer) {
 }
 
 qkv_status qkv_hook_parse(qkv_hook_point *point, int *layer, const char *name, qkv_error *err) {
-    if (!point || !layer || !name) return qkv_fail(err, QKV_ERR_INVALID, "hook name: a NULL argument");
+    if (!point || !layer || !name) return util_fail(err, QKV_ERR_INVALID, "hook name: a NULL argument");
     for (int p = 0; p < QKV_HOOK_COUNT; p++)
         if (!qkv_hook_point_per_layer((qkv_hook_point)p) && !strcmp(name, point_names[p])) {
             *point = (qkv_hook_point)p;
@@ -75,7 +75,7 @@ qkv_status qkv_hook_parse(qkv_hook_point *point, int *layer, const char *name, q
                     return QKV_OK;
                 }
     }
-    return qkv_fail(err, QKV_ERR_INVALID,
+    return util_fail(err, QKV_ERR_INVALID,
                     "hook name '%.80s' is not hook_embed, ln_final.hook_normalized or blocks.<L|*>.<point> "
                     "(hook_resid_pre, attn.hook_q/k/v, attn.hook_rot_q/k, attn.hook_pattern, attn.hook_z, "
                     "hook_attn_out, hook_resid_mid, hook_mlp_out, hook_resid_post)",
@@ -88,51 +88,51 @@ qkv_status forward_opts_check(const qkv_forward_opts *o, const qkv_model_config 
     const int L = c->n_layer, H = c->n_head;
     if (o->mask != QKV_MASK_NONE && o->mask != QKV_MASK_CAUSAL && o->mask != QKV_MASK_WINDOW &&
         o->mask != QKV_MASK_SINK_WINDOW)
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: mask kind %d is not causal, window or sink-window", (int)o->mask);
+        return util_fail(err, QKV_ERR_INVALID, "forward: mask kind %d is not causal, window or sink-window", (int)o->mask);
     if ((o->mask == QKV_MASK_WINDOW || o->mask == QKV_MASK_SINK_WINDOW) && (o->window < 1 || o->sinks < 0))
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: mask window %d must be >= 1 and sinks %d >= 0", o->window,
+        return util_fail(err, QKV_ERR_INVALID, "forward: mask window %d must be >= 1 and sinks %d >= 0", o->window,
                         o->sinks);
     if (o->n_exclude < 0 || o->n_zero_heads < 0 || o->n_hooks < 0 || o->rope_offset < 0)
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: a negative count or RoPE offset in the options");
+        return util_fail(err, QKV_ERR_INVALID, "forward: a negative count or RoPE offset in the options");
     if ((o->n_exclude && !o->exclude) || (o->n_zero_heads && !o->zero_heads) || (o->n_hooks && !o->hooks))
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: an options list is NULL with a nonzero count");
+        return util_fail(err, QKV_ERR_INVALID, "forward: an options list is NULL with a nonzero count");
     for (int i = 0; i < o->n_exclude; i++) {
         const qkv_exclusion *e = &o->exclude[i];
         if (e->layer < QKV_ALL || e->layer >= L || e->head < QKV_ALL || e->head >= H)
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: exclusion %d's layer %d head %d outside [-1, %d) x [-1, %d)",
+            return util_fail(err, QKV_ERR_INVALID, "forward: exclusion %d's layer %d head %d outside [-1, %d) x [-1, %d)",
                             i, e->layer, e->head, L, H);
         if (e->n < 0 || (e->n && !e->positions))
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: exclusion %d has %d positions at %p", i, e->n,
+            return util_fail(err, QKV_ERR_INVALID, "forward: exclusion %d has %d positions at %p", i, e->n,
                             (const void *)e->positions);
         for (int j = 0; j < e->n; j++)
             if (e->positions[j] < 0)
-                return qkv_fail(err, QKV_ERR_INVALID, "forward: exclusion %d's position %d is negative", i,
+                return util_fail(err, QKV_ERR_INVALID, "forward: exclusion %d's position %d is negative", i,
                                 e->positions[j]);
     }
     for (int i = 0; i < o->n_zero_heads; i++)
         if (o->zero_heads[i].layer < 0 || o->zero_heads[i].layer >= L || o->zero_heads[i].head < 0 ||
             o->zero_heads[i].head >= H)
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: zeroed head (%d, %d) outside [0, %d) x [0, %d)",
+            return util_fail(err, QKV_ERR_INVALID, "forward: zeroed head (%d, %d) outside [0, %d) x [0, %d)",
                             o->zero_heads[i].layer, o->zero_heads[i].head, L, H);
     for (int i = 0; i < o->n_hooks; i++) {
         const qkv_hook *h = &o->hooks[i];
         if (!qkv_hook_point_name(h->point) || !h->fn)
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: hook %d has point %d and function %s", i, (int)h->point,
+            return util_fail(err, QKV_ERR_INVALID, "forward: hook %d has point %d and function %s", i, (int)h->point,
                             h->fn ? "set" : "NULL");
         if (qkv_hook_point_per_layer(h->point) && (h->layer < QKV_ALL || h->layer >= L))
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: hook %d's layer %d outside [-1, %d)", i, h->layer, L);
+            return util_fail(err, QKV_ERR_INVALID, "forward: hook %d's layer %d outside [-1, %d)", i, h->layer, L);
         if (o->replace && h->point == QKV_HOOK_PATTERN)
-            return qkv_fail(err, QKV_ERR_INVALID, "forward: hook_pattern needs the model's own attention, not a replacement");
+            return util_fail(err, QKV_ERR_INVALID, "forward: hook_pattern needs the model's own attention, not a replacement");
     }
     if (o->start_layer < 0 || o->start_layer > L)
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: start layer %d outside [0, %d]", o->start_layer, L);
+        return util_fail(err, QKV_ERR_INVALID, "forward: start layer %d outside [0, %d]", o->start_layer, L);
     if (o->start_layer > 0 && !o->start_resid)
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: start layer %d without the residual entering it (start_resid)",
+        return util_fail(err, QKV_ERR_INVALID, "forward: start layer %d without the residual entering it (start_resid)",
                         o->start_layer);
     if (o->replace && (o->n_exclude || (o->mask != QKV_MASK_NONE && o->mask != QKV_MASK_CAUSAL)))
-        return qkv_fail(err, QKV_ERR_INVALID, "forward: exclusions and masks need the model's own attention, not a replacement");
+        return util_fail(err, QKV_ERR_INVALID, "forward: exclusions and masks need the model's own attention, not a replacement");
     if (o->replace && (c->window || c->attn_softcap > 0))
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED,
+        return util_fail(err, QKV_ERR_UNSUPPORTED,
                         "forward: a %s model's sliding-window or soft-capped layers need the model's own attention, "
                         "not a replacement (context parallelism runs causal, uncapped layers only)", c->arch);
     return QKV_OK;
@@ -194,8 +194,8 @@ qkv_status forward_opts_call(const qkv_forward_opts *o, const qkv_activation *a,
         if (st == QKV_OK) continue;
         char name[64];
         qkv_hook_format(name, sizeof name, a->point, a->layer);
-        if (e.msg[0]) return qkv_fail(err, st, "%s", e.msg);
-        return qkv_fail(err, st, "forward: the hook at %s stopped the call (%s)", name, qkv_status_str(st));
+        if (e.msg[0]) return util_fail(err, st, "%s", e.msg);
+        return util_fail(err, st, "forward: the hook at %s stopped the call (%s)", name, qkv_status_str(st));
     }
     return QKV_OK;
 }
@@ -211,11 +211,11 @@ int qkv_attn_view_key0(const qkv_attn_view *v) { return v->key0; }
 qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int row0, int n_rows, int key0,
                                int n_keys, qkv_error *err) {
     if (!w || !a || a->point != QKV_HOOK_PATTERN || !a->attn)
-        return qkv_fail(err, QKV_ERR_INVALID, "pattern: not a hook_pattern activation");
+        return util_fail(err, QKV_ERR_INVALID, "pattern: not a hook_pattern activation");
     const qkv_attn_view *v = a->attn;
     if (head < 0 || head >= a->shape[0] || row0 < 0 || n_rows < 0 || row0 + (int64_t)n_rows > a->shape[1] ||
         key0 < 0 || n_keys < 0 || key0 + (int64_t)n_keys > a->shape[2])
-        return qkv_fail(err, QKV_ERR_INVALID, "pattern: head %d rows [%d, %d) keys [%d, %d) outside [%lld, %lld, %lld]",
+        return util_fail(err, QKV_ERR_INVALID, "pattern: head %d rows [%d, %d) keys [%d, %d) outside [%lld, %lld, %lld]",
                         head, row0, row0 + n_rows, key0, key0 + n_keys, (long long)a->shape[0],
                         (long long)a->shape[1], (long long)a->shape[2]);
     qkv_attn_desc d = v->desc;

@@ -19,12 +19,12 @@
 
 qkv_status qkv_model_head_result(float *out, qkv_model *m, int layer, const float *z, int n, qkv_error *err) {
     if (!m || !out || !z || n < 1)
-        return qkv_fail(err, QKV_ERR_INVALID, "head_result: need a model, z, out and n >= 1 (n = %d)", n);
+        return util_fail(err, QKV_ERR_INVALID, "head_result: need a model, z, out and n >= 1 (n = %d)", n);
     const qkv_model_config *c = &m->cfg;
     if (layer < 0 || layer >= c->n_layer)
-        return qkv_fail(err, QKV_ERR_INVALID, "head_result: layer %d outside [0, %d)", layer, c->n_layer);
+        return util_fail(err, QKV_ERR_INVALID, "head_result: layer %d outside [0, %d)", layer, c->n_layer);
     if (n > m->n_ctx)
-        return qkv_fail(err, QKV_ERR_INVALID, "head_result: %d rows exceed the context of %d", n, m->n_ctx);
+        return util_fail(err, QKV_ERR_INVALID, "head_result: %d rows exceed the context of %d", n, m->n_ctx);
     const int E = c->n_embd, Hq = c->n_head, D = c->head_dim, QD = Hq * D;
     const size_t per_pos = (size_t)Hq * QD;
     /* positions per matmul, the chunks balanced so that none is a small remainder
@@ -32,7 +32,7 @@ qkv_status qkv_model_head_result(float *out, qkv_model *m, int layer, const floa
     const int most = per_pos >= HEAD_RESULT_CHUNK_FLOATS ? 1 : (int)(HEAD_RESULT_CHUNK_FLOATS / per_pos);
     const int n_chunks = (n + most - 1) / most, rows = (n + n_chunks - 1) / n_chunks;
     float *zmask = calloc((size_t)rows * per_pos, sizeof *zmask); /* [rows, Hq, QD]: row (t, h) holds z[t, h] at h */
-    if (!zmask) return qkv_fail(err, QKV_ERR_NOMEM, "head_result: out of memory for %d rows", rows);
+    if (!zmask) return util_fail(err, QKV_ERR_NOMEM, "head_result: out of memory for %d rows", rows);
     for (int t0 = 0; t0 < n; t0 += rows) {
         const int nt = n - t0 < rows ? n - t0 : rows;
         for (int t = 0; t < nt; t++)

@@ -70,7 +70,7 @@ void model_matmul_reference(float *out, const float *x, const qkv_gguf_tensor *w
                             int n_threads) {
     const int64_t rows = w->shape[0];
     matmul_call c = {.out = out, .x = x, .w = w, .n = n, .scratch = scratch};
-    qkv_parallel_for((rows + MATMUL_ROWS - 1) / MATMUL_ROWS, n_threads, 0, matmul_block_reference, &c);
+    util_parallel_for((rows + MATMUL_ROWS - 1) / MATMUL_ROWS, n_threads, 0, matmul_block_reference, &c);
 }
 
 /* ------------------------------------------------------------- dispatch */
@@ -125,7 +125,7 @@ void model_matmul_group_isa(const model_mm_isa *isa, const model_mm_out *outs, i
         c.outs[k] = outs[k];
         c.first[k + 1] = c.first[k] + (outs[k].w->shape[0] + MATMUL_ROWS - 1) / MATMUL_ROWS;
     }
-    qkv_parallel_for(c.first[n_outs], n_threads, 0, matmul_group_block, &c);
+    util_parallel_for(c.first[n_outs], n_threads, 0, matmul_group_block, &c);
 }
 
 void model_matmul_group(const model_mm_out *outs, int n_outs, const float *x, int n, float *scratch,

@@ -26,20 +26,20 @@ static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, co
     *out = NULL;
     if (id < 0) {
         if (optional) return QKV_OK;
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: missing tensor %s", qkv_gguf_path(g), name);
+        return util_fail(err, QKV_ERR_FORMAT, "%s: missing tensor %s", qkv_gguf_path(g), name);
     }
     const qkv_gguf_tensor *t = qkv_gguf_tensor_info(g, id);
     int ok = d1 ? (t->n_dims == 2 && t->shape[0] == d0 && t->shape[1] == d1) : (t->n_elements == d0);
     if (!ok) {
         if (d1)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]",
+            return util_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has shape [%lld, %lld], expected [%lld, %lld]",
                             qkv_gguf_path(g), name, (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 1),
                             (long long)d0, (long long)d1);
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has %lld elements, expected %lld", qkv_gguf_path(g), name,
+        return util_fail(err, QKV_ERR_FORMAT, "%s: tensor %s has %lld elements, expected %lld", qkv_gguf_path(g), name,
                         (long long)t->n_elements, (long long)d0);
     }
     if (!qkv_dequantize_supported(t->type))
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: tensor %s has unsupported type %s", qkv_gguf_path(g), name,
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: tensor %s has unsupported type %s", qkv_gguf_path(g), name,
                         qkv_ggml_type_name(t->type));
     /* a NaN or inf weight (a block's scale, in the quantised types) would turn every logit NaN, silently */
     int64_t bad;
@@ -47,7 +47,7 @@ static qkv_status find_weight(const qkv_gguf_tensor **out, const qkv_gguf *g, co
     qkv_status st = qkv_dequantize_check(&bad, &value, t->data, t->type, t->n_elements, err);
     if (st) return st;
     if (bad >= 0)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s[%lld] = %g is not finite", qkv_gguf_path(g), name, (long long)bad,
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %s[%lld] = %g is not finite", qkv_gguf_path(g), name, (long long)bad,
                         (double)value);
     *out = t;
     return QKV_OK;
@@ -60,7 +60,7 @@ static qkv_status load_checked(float *dst, const qkv_gguf *g, const char *name, 
     if (st || (st = qkv_dequantize(dst, t->data, t->type, n, err))) return st;
     for (int i = 0; i < n; i++)
         if (!isfinite(dst[i]) || (positive && !(dst[i] > 0)))
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s[%d] = %g is not %s", qkv_gguf_path(g), name, i,
+            return util_fail(err, QKV_ERR_FORMAT, "%s: %s[%d] = %g is not %s", qkv_gguf_path(g), name, i,
                             (double)dst[i], positive ? "finite and > 0" : "finite");
     return QKV_OK;
 }
@@ -91,7 +91,7 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
     if (!m->output) m->output = m->tok_embd;
     m->layers = calloc((size_t)L, sizeof *m->layers);
     m->attn = calloc((size_t)L, sizeof *m->attn);
-    if (!m->layers || !m->attn) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    if (!m->layers || !m->attn) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     /* every matrix is found before the small tensors' buffers are sized from the metadata */
     for (int l = 0; l < L; l++) {
         layer_weights *w = &m->layers[l];
@@ -110,21 +110,21 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
 #undef WEIGHT
     }
     m->norm_w = malloc((size_t)(2 * L + 1) * E * sizeof(float));
-    if (!m->norm_w) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    if (!m->norm_w) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     if ((st = load_per_layer(m->norm_w, 2 * (size_t)E, g, "attn_norm.weight", E, L, err)) ||
         (st = load_per_layer(m->norm_w + E, 2 * (size_t)E, g, "ffn_norm.weight", E, L, err)) ||
         (st = load_norm(m->norm_w + (size_t)(2 * L) * E, g, "output_norm.weight", E, err)))
         return st;
     if (c->post_norms) {
         if (!(m->post_norm_w = malloc((size_t)2 * L * E * sizeof(float))))
-            return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+            return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
         if ((st = load_per_layer(m->post_norm_w, 2 * (size_t)E, g, "post_attention_norm.weight", E, L, err)) ||
             (st = load_per_layer(m->post_norm_w + E, 2 * (size_t)E, g, "post_ffw_norm.weight", E, L, err)))
             return st;
     }
     if (c->qk_norm) {
         if (!(m->qk_norm_w = malloc((size_t)2 * L * D * sizeof(float))))
-            return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+            return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
         if ((st = load_per_layer(m->qk_norm_w, 2 * (size_t)D, g, "attn_q_norm.weight", D, L, err)) ||
             (st = load_per_layer(m->qk_norm_w + D, 2 * (size_t)D, g, "attn_k_norm.weight", D, L, err)))
             return st;
@@ -132,7 +132,7 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
     if (c->qkv_bias) {
         const size_t row = (size_t)QD + 2 * KD;
         if (!(m->bias = malloc((size_t)L * row * sizeof(float))))
-            return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+            return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
         if ((st = load_per_layer(m->bias, row, g, "attn_q.bias", QD, L, err)) ||
             (st = load_per_layer(m->bias + QD, row, g, "attn_k.bias", KD, L, err)) ||
             (st = load_per_layer(m->bias + QD + KD, row, g, "attn_v.bias", KD, L, err)))
@@ -141,7 +141,7 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
     /* Llama-3.1 scaling: each frequency is divided by its factor */
     if (qkv_gguf_find_tensor(g, "rope_freqs.weight") >= 0) {
         m->rope_factors = malloc((size_t)(D / 2) * sizeof(float));
-        if (!m->rope_factors) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+        if (!m->rope_factors) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
         if ((st = load_checked(m->rope_factors, g, "rope_freqs.weight", D / 2, 1, err))) return st;
         m->cfg.rope.freq_factors = m->rope_factors;
         for (int l = 0; l < L; l++) m->attn[l].rope.freq_factors = m->rope_factors;
@@ -172,7 +172,7 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
     if (F > max_cols) max_cols = F;
     /* the run state, a row per buffer (shapes in state.h): its bytes are the
      * rows' sum, allocated at once, the pointers set by one walk */
-    const qkv_buffer rows[] = {
+    const util_buffer rows[] = {
         {&m->x, B * E, 4},        {&m->h, B * E, 4},
         {&m->q, B * QD, 4},       {&m->k, B * KD, 4},
         {&m->v, B * KD, 4},       {&m->qt, QD * B, 4},
@@ -185,7 +185,7 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
         {&m->excl_head, N, sizeof *m->excl_head},
         {&m->excl_mark, N, sizeof *m->excl_mark},
     };
-    const size_t n_rows = sizeof rows / sizeof rows[0], bytes = qkv_buffers_bytes(rows, n_rows);
+    const size_t n_rows = sizeof rows / sizeof rows[0], bytes = util_buffers_bytes(rows, n_rows);
     /* what the run state and the KV caches take, checked before either is
      * allocated (the caches' in doubles: no size_t product can wrap there) */
     double kv_rows = 0;
@@ -193,13 +193,13 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
     const double need = (bytes == SIZE_MAX ? INFINITY : (double)bytes) + 2.0 * kv_rows * KD * qkv_dtype_size(p->kv_dtype);
     const double have = memory_bytes((double)qkv_gguf_file_size(m->gguf));
     if (need > have)
-        return qkv_fail(err, QKV_ERR_TOO_LARGE,
+        return util_fail(err, QKV_ERR_TOO_LARGE,
                         "model: a context of %d positions needs %.0f bytes (%.1f GiB) of run state and KV cache, "
                         "more than the %.1f GiB of memory there is",
                         m->n_ctx, need, need / (1 << 30), have / (1 << 30));
-    if (!(m->state_mem = aligned_alloc(QKV_BUFFER_ALIGN, bytes)))
-        return qkv_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_batch);
-    qkv_buffers_place(m->state_mem, rows, n_rows);
+    if (!(m->state_mem = aligned_alloc(UTIL_BUFFER_ALIGN, bytes)))
+        return util_fail(err, QKV_ERR_NOMEM, "model: cannot allocate the run state for %d positions", m->n_batch);
+    util_buffers_place(m->state_mem, rows, n_rows);
     memset(m->excl_mark, 0, N); /* zeros between unions */
     qkv_status st = model_kv_init(m, p->swa_cache, p->kv_dtype, err);
     if (st) return st;
@@ -210,14 +210,14 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
 }
 
 qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err) {
-    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "model: out is NULL");
+    if (!out) return util_fail(err, QKV_ERR_INVALID, "model: out is NULL");
     *out = NULL;
     const qkv_model_params defaults = {0}; /* zero is every field's default */
     if (!p) p = &defaults;
     if (p->n_ctx < 0 || p->n_threads < 0 || p->n_batch < 0)
-        return qkv_fail(err, QKV_ERR_INVALID, "model: negative n_ctx, n_threads or n_batch");
+        return util_fail(err, QKV_ERR_INVALID, "model: negative n_ctx, n_threads or n_batch");
     qkv_model *m = calloc(1, sizeof *m);
-    if (!m) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    if (!m) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     qkv_status st = qkv_gguf_open(&m->gguf, path, err);
     if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
     if (!st) st = load_weights(m, err);

@@ -65,19 +65,19 @@ static void sort_candidates(cand *c, size_t n) {
 }
 
 qkv_status qkv_sampler_init(qkv_sampler **out, int n_vocab, const qkv_sampler_params *p, qkv_error *err) {
-    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "sampler: out is NULL");
+    if (!out) return util_fail(err, QKV_ERR_INVALID, "sampler: out is NULL");
     *out = NULL;
     const qkv_sampler_params greedy = {0};
     if (!p) p = &greedy;
-    if (n_vocab < 1) return qkv_fail(err, QKV_ERR_INVALID, "sampler: n_vocab %d < 1", n_vocab);
+    if (n_vocab < 1) return util_fail(err, QKV_ERR_INVALID, "sampler: n_vocab %d < 1", n_vocab);
     if (!(p->temperature >= 0) || p->top_k < 0 || !(p->top_p >= 0))
-        return qkv_fail(err, QKV_ERR_INVALID, "sampler: temperature %g, top_k %d and top_p %g must be >= 0",
+        return util_fail(err, QKV_ERR_INVALID, "sampler: temperature %g, top_k %d and top_p %g must be >= 0",
                         (double)p->temperature, p->top_k, (double)p->top_p);
     qkv_sampler *s = calloc(1, sizeof *s);
     if (s) s->c = malloc((size_t)n_vocab * sizeof *s->c);
     if (!s || !s->c) {
         qkv_sampler_free(s);
-        return qkv_fail(err, QKV_ERR_NOMEM, "sampler: cannot allocate %d candidates", n_vocab);
+        return util_fail(err, QKV_ERR_NOMEM, "sampler: cannot allocate %d candidates", n_vocab);
     }
     s->params = *p;
     s->n_vocab = n_vocab;

@@ -29,7 +29,7 @@ qkv_status model_kv_init(qkv_model *m, int swa_cache, qkv_dtype dtype, qkv_error
     const qkv_model_config *c = &m->cfg;
     m->cache = calloc((size_t)c->n_layer, sizeof *m->cache);
     m->key0 = calloc((size_t)c->n_layer, sizeof *m->key0);
-    if (!m->cache || !m->key0) return qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    if (!m->cache || !m->key0) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     for (int l = 0; l < c->n_layer; l++) {
         qkv_status st = qkv_kv_cache_init(&m->cache[l], c->n_kv_head, c->head_dim, model_kv_capacity(m, l, swa_cache),
                                           dtype, err);
@@ -86,12 +86,12 @@ size_t qkv_model_kv_bytes(const qkv_model *m) {
 
 qkv_status qkv_model_rewind(qkv_model *m, int pos, qkv_error *err) {
     if (pos < 0 || pos > qkv_model_pos(m))
-        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot rewind to %d (at %d)", pos, qkv_model_pos(m));
+        return util_fail(err, QKV_ERR_INVALID, "model: cannot rewind to %d (at %d)", pos, qkv_model_pos(m));
     /* the next token at pos sees the W - 1 positions before it */
     for (int l = 0; l < m->cfg.n_layer && pos > 0; l++) {
         const int W = window_cache(m, l);
         if (W && m->key0[l] > 0 && pos < m->key0[l] + W - 1)
-            return qkv_fail(err, QKV_ERR_INVALID,
+            return util_fail(err, QKV_ERR_INVALID,
                             "model: cannot rewind to %d: layer %d's sliding-window cache (swa_cache) holds positions "
                             "from %d on, and its window needs the %d before; rewind to 0 or to %d or later",
                             pos, l, m->key0[l], W - 1, m->key0[l] + W - 1);
@@ -109,7 +109,7 @@ static qkv_status rotate_back(qkv_kv_cache *c, int from, int n, const qkv_rope *
     if (rows <= 0 || n == 0) return QKV_OK;
     float *k = malloc((size_t)Hkv * rows * D * sizeof(float)), *v = malloc((size_t)Hkv * rows * D * sizeof(float));
     int64_t *back = malloc((size_t)rows * sizeof *back);
-    qkv_status st = k && v && back ? QKV_OK : qkv_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+    qkv_status st = k && v && back ? QKV_OK : util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     for (int r = 0; r < rows && back; r++) back[r] = -(int64_t)n;
     if (!st) st = qkv_kv_cache_read(k, v, c, from, rows, err); /* k, v: [Hkv, rows, D] */
     if (!st) st = qkv_rope_apply(k, back, rope, Hkv, rows, D, err);
@@ -124,7 +124,7 @@ static qkv_status rotate_back(qkv_kv_cache *c, int from, int n, const qkv_rope *
 qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *err) {
     const int len = qkv_model_pos(m), L = m->cfg.n_layer;
     if (from < 0 || n < 0 || n > len - from)
-        return qkv_fail(err, QKV_ERR_INVALID, "model: cannot evict [%d, %d) of %d cached positions", from, from + n, len);
+        return util_fail(err, QKV_ERR_INVALID, "model: cannot evict [%d, %d) of %d cached positions", from, from + n, len);
     /* a window cache loses its rows inside the range; it must keep the keys
      * its window reaches from the new end */
     for (int l = 0; l < L; l++) {
@@ -132,7 +132,7 @@ qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *
         const int lo = from > k0 ? from : k0, hi = from + n < k0 + held ? from + n : k0 + held;
         const int left = held - (hi > lo ? hi - lo : 0), need = W - 1 < len - n ? W - 1 : len - n;
         if (W && left < need)
-            return qkv_fail(err, QKV_ERR_INVALID,
+            return util_fail(err, QKV_ERR_INVALID,
                             "model: cannot evict [%d, %d): layer %d's sliding-window cache (swa_cache) holds positions "
                             "[%d, %d) and would keep %d, fewer than the %d its window reaches",
                             from, from + n, l, k0, k0 + held, left, need);

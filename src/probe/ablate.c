@@ -96,7 +96,7 @@ static qkv_status last_row_hook(void *user, const qkv_activation *a, qkv_error *
 
 static qkv_status check_target(int32_t target, const qkv_model_config *c, qkv_error *err) {
     if (target < -1 || target >= c->n_vocab)
-        return qkv_fail(err, QKV_ERR_INVALID, "ablate: target %d outside [0, %d)", target, c->n_vocab);
+        return util_fail(err, QKV_ERR_INVALID, "ablate: target %d outside [0, %d)", target, c->n_vocab);
     return QKV_OK;
 }
 
@@ -123,18 +123,18 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
                                 const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err) {
     const qkv_ablate_params defaults = {.scope = QKV_ABLATE_ALL, .layer = -1, .head = -1, .target = -1};
     if (!p) p = &defaults;
-    if (!rows || !sum || !m || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "ablate: a NULL argument");
+    if (!rows || !sum || !m || !tokens) return util_fail(err, QKV_ERR_INVALID, "ablate: a NULL argument");
     const qkv_model_config *c = qkv_model_get_config(m);
     const int V = c->n_vocab, split = p->scope == QKV_ABLATE_LAST;
-    if (n < 2) return qkv_fail(err, QKV_ERR_INVALID, "ablate: needs at least 2 tokens, got %d", n);
+    if (n < 2) return util_fail(err, QKV_ERR_INVALID, "ablate: needs at least 2 tokens, got %d", n);
     if (n > qkv_model_n_ctx(m))
-        return qkv_fail(err, QKV_ERR_INVALID, "ablate: %d tokens exceed the model's %d positions", n, qkv_model_n_ctx(m));
+        return util_fail(err, QKV_ERR_INVALID, "ablate: %d tokens exceed the model's %d positions", n, qkv_model_n_ctx(m));
     if (p->scope != QKV_ABLATE_ALL && p->scope != QKV_ABLATE_LAST)
-        return qkv_fail(err, QKV_ERR_INVALID, "ablate: unknown scope %d", (int)p->scope);
+        return util_fail(err, QKV_ERR_INVALID, "ablate: unknown scope %d", (int)p->scope);
     if (p->layer < -1 || p->layer >= c->n_layer)
-        return qkv_fail(err, QKV_ERR_INVALID, "ablate: layer %d outside [0, %d)", p->layer, c->n_layer);
+        return util_fail(err, QKV_ERR_INVALID, "ablate: layer %d outside [0, %d)", p->layer, c->n_layer);
     if (p->head < -1 || p->head >= c->n_head)
-        return qkv_fail(err, QKV_ERR_INVALID, "ablate: head %d outside [0, %d)", p->head, c->n_head);
+        return util_fail(err, QKV_ERR_INVALID, "ablate: head %d outside [0, %d)", p->head, c->n_head);
     qkv_status st = check_target(p->target, c, err);
     if (st) return st;
 
@@ -144,7 +144,7 @@ qkv_status qkv_ablate_positions(qkv_ablate_row *rows, qkv_ablate_summary *sum, q
                    .mean = calloc((size_t)n, sizeof(double)), .max = calloc((size_t)n, sizeof(double)),
                    .w = malloc((size_t)n * sizeof(float))};
     if (!full || !abl || !kl || !lr.mean || !lr.max || !lr.w) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "ablate: out of memory");
+        st = util_fail(err, QKV_ERR_NOMEM, "ablate: out of memory");
         goto done;
     }
     /* tokens run: the full run (n), then per j the rows from j on (ALL) or
@@ -190,18 +190,18 @@ qkv_status qkv_ablate_heads(qkv_ablate_effect *effects, qkv_ablate_summary *sum,
                             const int32_t *tokens, const qkv_ablate_params *p, int n, qkv_error *err) {
     const qkv_ablate_params defaults = {.layer = -1, .head = -1, .target = -1};
     if (!p) p = &defaults;
-    if (!effects || !sum || !m || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "ablate: a NULL argument");
+    if (!effects || !sum || !m || !tokens) return util_fail(err, QKV_ERR_INVALID, "ablate: a NULL argument");
     const qkv_model_config *c = qkv_model_get_config(m);
     const int V = c->n_vocab;
     const int32_t target = p->target;
     if (n < 1 || n > qkv_model_n_ctx(m))
-        return qkv_fail(err, QKV_ERR_INVALID, "ablate: %d tokens outside [1, %d]", n, qkv_model_n_ctx(m));
+        return util_fail(err, QKV_ERR_INVALID, "ablate: %d tokens outside [1, %d]", n, qkv_model_n_ctx(m));
     qkv_status st = check_target(target, c, err);
     if (st) return st;
     const int64_t total = (1 + (int64_t)c->n_layer * c->n_head) * n; /* tokens run: the full forward, then one per head */
     float *full = malloc((size_t)V * sizeof(float)), *abl = malloc((size_t)V * sizeof(float));
     if (!full || !abl) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "ablate: out of memory");
+        st = util_fail(err, QKV_ERR_NOMEM, "ablate: out of memory");
         goto done;
     }
     if ((st = run_full(m, full, tokens, n, 0, NULL, err)) ||

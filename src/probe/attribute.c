@@ -90,13 +90,13 @@ static qkv_status head_parts(float *heads, const last_rows *r, qkv_model *m, con
 
 qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens, int n, int32_t answer,
                          int32_t wrong, qkv_error *err) {
-    if (!a || !a->attn || !a->mlp || !m || !tokens) return qkv_fail(err, QKV_ERR_INVALID, "attribute: a NULL argument");
+    if (!a || !a->attn || !a->mlp || !m || !tokens) return util_fail(err, QKV_ERR_INVALID, "attribute: a NULL argument");
     const qkv_model_config *c = qkv_model_get_config(m);
     const int L = c->n_layer, Hq = c->n_head, E = c->n_embd, V = c->n_vocab, QD = Hq * c->head_dim;
     const int n_ctx = qkv_model_n_ctx(m);
-    if (n < 1 || n > n_ctx) return qkv_fail(err, QKV_ERR_INVALID, "attribute: %d tokens outside [1, %d]", n, n_ctx);
+    if (n < 1 || n > n_ctx) return util_fail(err, QKV_ERR_INVALID, "attribute: %d tokens outside [1, %d]", n, n_ctx);
     if (answer < -1 || answer >= V || wrong < -1 || wrong >= V || (answer >= 0 && answer == wrong))
-        return qkv_fail(err, QKV_ERR_INVALID, "attribute: answer %d and wrong %d: two different ids in [0, %d) or -1",
+        return util_fail(err, QKV_ERR_INVALID, "attribute: answer %d and wrong %d: two different ids in [0, %d) or -1",
                         answer, wrong, V);
     const int linear = !c->post_norms, want_heads = linear && a->heads;
     last_rows r = {.last = n - 1, .E = E, .QD = QD, .n_layer = L, .embed = malloc((size_t)E * sizeof(float)),
@@ -108,7 +108,7 @@ qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t *tokens
     float *hc = want_heads ? malloc((size_t)Hq * E * sizeof(float)) : NULL;
     qkv_status st = QKV_OK;
     if (!r.embed || (want_heads && (!r.z || !hc)) || !r.attn || !r.mlp || !r.x || !r.normed || !logits || !row || !w) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "attribute: out of memory");
+        st = util_fail(err, QKV_ERR_NOMEM, "attribute: out of memory");
         goto done;
     }
     const qkv_hook hooks[6] = {{.point = QKV_HOOK_EMBED, .fn = keep_last, .user = &r},

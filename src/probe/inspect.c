@@ -32,35 +32,35 @@ struct qkv_inspect {
 static qkv_status check_list(const int *v, int n, int limit, const char *what, qkv_error *err) {
     for (int i = 0; i < n; i++) {
         if (v[i] < 0 || v[i] >= limit)
-            return qkv_fail(err, QKV_ERR_INVALID, "inspect: %s %d outside [0, %d)", what, v[i], limit);
+            return util_fail(err, QKV_ERR_INVALID, "inspect: %s %d outside [0, %d)", what, v[i], limit);
         for (int j = 0; j < i; j++)
-            if (v[j] == v[i]) return qkv_fail(err, QKV_ERR_INVALID, "inspect: %s %d requested twice", what, v[i]);
+            if (v[j] == v[i]) return util_fail(err, QKV_ERR_INVALID, "inspect: %s %d requested twice", what, v[i]);
     }
     return QKV_OK;
 }
 
 qkv_status qkv_inspect_init(qkv_inspect **out, const qkv_model_config *cfg, const qkv_inspect_params *p,
                             qkv_error *err) {
-    if (!out || !cfg || !p || !p->row) return qkv_fail(err, QKV_ERR_INVALID, "inspect: NULL argument");
+    if (!out || !cfg || !p || !p->row) return util_fail(err, QKV_ERR_INVALID, "inspect: NULL argument");
     *out = NULL;
     const int nl = p->layers ? p->n_layers : cfg->n_layer, nh = p->heads ? p->n_heads : cfg->n_head;
-    if (nl < 1 || nh < 1) return qkv_fail(err, QKV_ERR_INVALID, "inspect: no layer or no head requested");
+    if (nl < 1 || nh < 1) return util_fail(err, QKV_ERR_INVALID, "inspect: no layer or no head requested");
     qkv_status st;
     if (p->layers && (st = check_list(p->layers, nl, cfg->n_layer, "layer", err))) return st;
     if (p->heads && (st = check_list(p->heads, nh, cfg->n_head, "head", err))) return st;
     if (p->layers)
         for (int i = 1; i < nl; i++)
             if (p->layers[i] < p->layers[i - 1])
-                return qkv_fail(err, QKV_ERR_INVALID, "inspect: layers must be in increasing order");
+                return util_fail(err, QKV_ERR_INVALID, "inspect: layers must be in increasing order");
     qkv_inspect *in = calloc(1, sizeof *in);
-    if (!in) return qkv_fail(err, QKV_ERR_NOMEM, "inspect: out of memory");
+    if (!in) return util_fail(err, QKV_ERR_NOMEM, "inspect: out of memory");
     in->n_layer = cfg->n_layer;
     in->n_head = cfg->n_head;
     in->layer_index = malloc((size_t)cfg->n_layer * sizeof(int));
     in->heads = malloc((size_t)nh * sizeof(int));
     if (!in->layer_index || !in->heads) {
         qkv_inspect_free(in);
-        return qkv_fail(err, QKV_ERR_NOMEM, "inspect: out of memory");
+        return util_fail(err, QKV_ERR_NOMEM, "inspect: out of memory");
     }
     for (int l = 0; l < cfg->n_layer; l++) in->layer_index[l] = p->layers ? -1 : l;
     if (p->layers)
@@ -89,7 +89,7 @@ qkv_status qkv_inspect_hook(void *user, const qkv_activation *a, qkv_error *err)
     const int li = in->layer_index[layer], n = (int)a->shape[1], Lk = (int)a->shape[2];
     if (Lk > in->cap) {
         float *b = realloc(in->block, (size_t)INSPECT_BLOCK * Lk * sizeof(float));
-        if (!b) return qkv_fail(err, QKV_ERR_NOMEM, "inspect: cannot allocate %d rows of %d keys", INSPECT_BLOCK, Lk);
+        if (!b) return util_fail(err, QKV_ERR_NOMEM, "inspect: cannot allocate %d rows of %d keys", INSPECT_BLOCK, Lk);
         in->block = b;
         in->cap = Lk;
     }
@@ -103,7 +103,7 @@ qkv_status qkv_inspect_hook(void *user, const qkv_activation *a, qkv_error *err)
                 qkv_row_stats s;
                 qkv_row_stats_of(&s, w, Lk, in->n_first);
                 if (in->row(in->user, li, hi, Lk - n + r0 + r, w, Lk, &s))
-                    return qkv_fail(err, QKV_ERR_INVALID, "inspect: the row callback stopped at layer %d head %d",
+                    return util_fail(err, QKV_ERR_INVALID, "inspect: the row callback stopped at layer %d head %d",
                                     layer, in->heads[hi]);
             }
         }

@@ -83,21 +83,21 @@ qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int 
     const qkv_lens_params defaults = {.k = 1, .target = -1};
     if (!p) p = &defaults;
     if (!out || !out->top_ids || !out->top_probs || !m || !tokens)
-        return qkv_fail(err, QKV_ERR_INVALID, "lens: a NULL argument");
+        return util_fail(err, QKV_ERR_INVALID, "lens: a NULL argument");
     const qkv_model_config *c = qkv_model_get_config(m);
     const int L = c->n_layer, E = c->n_embd, V = c->n_vocab, k = p->k;
     if (n < 1 || n > qkv_model_n_ctx(m))
-        return qkv_fail(err, QKV_ERR_INVALID, "lens: %d tokens outside [1, %d]", n, qkv_model_n_ctx(m));
-    if (k < 1 || k > V) return qkv_fail(err, QKV_ERR_INVALID, "lens: k %d outside [1, %d]", k, V);
+        return util_fail(err, QKV_ERR_INVALID, "lens: %d tokens outside [1, %d]", n, qkv_model_n_ctx(m));
+    if (k < 1 || k > V) return util_fail(err, QKV_ERR_INVALID, "lens: k %d outside [1, %d]", k, V);
     if (p->target < -1 || p->target >= V || (p->target >= 0 && !out->target_prob))
-        return qkv_fail(err, QKV_ERR_INVALID, "lens: target %d outside [-1, %d) or without target_prob", p->target, V);
+        return util_fail(err, QKV_ERR_INVALID, "lens: target %d outside [-1, %d) or without target_prob", p->target, V);
     const int64_t fit = QKV_LENS_LOGIT_FLOATS / V;
     const int chunk = fit < 1 ? 1 : fit < n ? (int)fit : n;
     float *resid = malloc((size_t)L * n * E * sizeof(float)), *logits = malloc((size_t)chunk * V * sizeof(float));
     top_heap heap = {.val = malloc((size_t)k * sizeof(float)), .id = malloc((size_t)k * sizeof(int32_t)), .k = k};
     qkv_status st = QKV_OK;
     if (!resid || !logits || !heap.val || !heap.id) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "lens: out of memory for %d tokens", n);
+        st = util_fail(err, QKV_ERR_NOMEM, "lens: out of memory for %d tokens", n);
         goto done;
     }
     probe_layer_store keep = {resid, (size_t)n * E};

@@ -53,15 +53,15 @@ static qkv_status needle_hook(void *user, const qkv_activation *a, qkv_error *er
 qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenizer *t, const qkv_needle_prompt *p,
                           int max_answer, qkv_error *err) {
     if (!r || !m || !t || !p || !p->ids || !r->answer || !r->mass_max || !r->mass_mean || !r->retrieval)
-        return qkv_fail(err, QKV_ERR_INVALID, "needle: a NULL argument");
+        return util_fail(err, QKV_ERR_INVALID, "needle: a NULL argument");
     const qkv_model_config *c = qkv_model_get_config(m);
     const int L = c->n_layer, H = c->n_head, V = c->n_vocab;
-    if (max_answer < 1) return qkv_fail(err, QKV_ERR_INVALID, "needle: max_answer %d < 1", max_answer);
+    if (max_answer < 1) return util_fail(err, QKV_ERR_INVALID, "needle: max_answer %d < 1", max_answer);
     if (p->needle_pos < 0 || p->needle_len < 1 || p->needle_pos + p->needle_len > p->n)
-        return qkv_fail(err, QKV_ERR_INVALID, "needle: needle tokens [%d, %d) outside the prompt's %d", p->needle_pos,
+        return util_fail(err, QKV_ERR_INVALID, "needle: needle tokens [%d, %d) outside the prompt's %d", p->needle_pos,
                         p->needle_pos + p->needle_len, p->n);
     if ((int64_t)p->n + max_answer > qkv_model_n_ctx(m))
-        return qkv_fail(err, QKV_ERR_INVALID, "needle: %d prompt and %d answer tokens exceed the model's %d positions",
+        return util_fail(err, QKV_ERR_INVALID, "needle: %d prompt and %d answer tokens exceed the model's %d positions",
                         p->n, max_answer, qkv_model_n_ctx(m));
     needle_hook_state s = {.n_layer = L, .n_head = H, .needle_pos = p->needle_pos, .needle_len = p->needle_len,
                            .mass_max = r->mass_max, .mass_mean = r->mass_mean,
@@ -74,7 +74,7 @@ qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenize
     qkv_status st = QKV_OK;
     r->n_answer = 0;
     if (!s.top || !s.w || !logits || !copied) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
+        st = util_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
         goto done;
     }
     const qkv_hook telemetry = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = needle_hook, .user = &s};

@@ -83,7 +83,7 @@ static char *user_turn(size_t *needle_at, const qkv_tokenizer *t, const int32_t 
     free(hs);
     return user;
 nomem:
-    qkv_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
+    util_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
 fail:
     free(ids);
     free(hs);
@@ -98,7 +98,7 @@ static qkv_status build(qkv_needle_prompt *out, const qkv_gguf *g, const qkv_tok
     char *chat = NULL, *user = user_turn(&needle_at, t, hay, n_hay, nt, b, depth, err);
     if (!user) return err ? err->status : QKV_ERR_NOMEM;
     qkv_status st = nt->plain ? QKV_OK : qkv_chat_format(&chat, g, nt->system, user, err);
-    if (!st && nt->plain && !(chat = strdup(user))) st = qkv_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
+    if (!st && nt->plain && !(chat = strdup(user))) st = util_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
     if (st) {
         free(user);
         return st;
@@ -110,12 +110,12 @@ static qkv_status build(qkv_needle_prompt *out, const qkv_gguf *g, const qkv_tok
     free(user);
     if (!u) {
         free(chat);
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "needle: the chat template changed the user's text");
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "needle: the chat template changed the user's text");
     }
     const int64_t bound = qkv_tokenize_bound(len);
     int64_t n = 0;
     int32_t *ids = malloc((size_t)bound * sizeof *ids);
-    if (!ids) st = qkv_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
+    if (!ids) st = util_fail(err, QKV_ERR_NOMEM, "needle: out of memory");
     else st = qkv_chat_tokenize(t, chat, len, 1, ids, bound, &n, err);
     free(chat);
     if (st) {
@@ -124,7 +124,7 @@ static qkv_status build(qkv_needle_prompt *out, const qkv_gguf *g, const qkv_tok
     }
     if (n > 0x7fffffff) {
         free(ids);
-        return qkv_fail(err, QKV_ERR_TOO_LARGE, "needle: a prompt of %lld tokens", (long long)n);
+        return util_fail(err, QKV_ERR_TOO_LARGE, "needle: a prompt of %lld tokens", (long long)n);
     }
     /* Token i covers bytes [off, off + piece length) of the text the pieces
      * spell; that text is the chat text, less a BOS the tokenizer added in
@@ -158,13 +158,13 @@ qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, co
                                    double depth, qkv_error *err) {
     memset(out, 0, sizeof *out);
     if (!g || !t || !hay || !nt || !nt->needle || !nt->question)
-        return qkv_fail(err, QKV_ERR_INVALID, "needle: a NULL argument");
-    if (n_hay < 1) return qkv_fail(err, QKV_ERR_INVALID, "needle: the haystack has no tokens");
-    if (!(depth >= 0 && depth <= 100)) return qkv_fail(err, QKV_ERR_INVALID, "needle: depth %g outside [0, 100]", depth);
-    if (nt->max_answer < 1) return qkv_fail(err, QKV_ERR_INVALID, "needle: max_answer %d < 1", nt->max_answer);
-    if (!nt->needle[0]) return qkv_fail(err, QKV_ERR_INVALID, "needle: the needle is empty");
+        return util_fail(err, QKV_ERR_INVALID, "needle: a NULL argument");
+    if (n_hay < 1) return util_fail(err, QKV_ERR_INVALID, "needle: the haystack has no tokens");
+    if (!(depth >= 0 && depth <= 100)) return util_fail(err, QKV_ERR_INVALID, "needle: depth %g outside [0, 100]", depth);
+    if (nt->max_answer < 1) return util_fail(err, QKV_ERR_INVALID, "needle: max_answer %d < 1", nt->max_answer);
+    if (!nt->needle[0]) return util_fail(err, QKV_ERR_INVALID, "needle: the needle is empty");
     if (nt->plain && nt->system)
-        return qkv_fail(err, QKV_ERR_INVALID, "needle: a system turn needs the chat template (plain is set)");
+        return util_fail(err, QKV_ERR_INVALID, "needle: a system turn needs the chat template (plain is set)");
     /* the template, needle and question alone fix the overhead; then as many
      * haystack tokens as fit, a few fewer when tokens merge differently */
     qkv_needle_prompt p;
@@ -173,7 +173,7 @@ qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, co
     const int64_t least = (int64_t)p.n + nt->max_answer;
     qkv_needle_prompt_free(&p);
     if (least > length)
-        return qkv_fail(err, QKV_ERR_INVALID,
+        return util_fail(err, QKV_ERR_INVALID,
                         "needle: a length of %d tokens cannot hold the %sneedle, question and %d answer tokens "
                         "(needs %lld)",
                         length, nt->plain ? "" : "template, ", nt->max_answer, (long long)least);
@@ -184,7 +184,7 @@ qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, co
         if (over <= 0) {
             if (p.needle_pos < 0) {
                 qkv_needle_prompt_free(&p);
-                return qkv_fail(err, QKV_ERR_INVALID, "needle: the needle's tokens were not found in the prompt");
+                return util_fail(err, QKV_ERR_INVALID, "needle: the needle's tokens were not found in the prompt");
             }
             *out = p;
             return QKV_OK;
@@ -192,7 +192,7 @@ qkv_status qkv_needle_prompt_build(qkv_needle_prompt *out, const qkv_gguf *g, co
         qkv_needle_prompt_free(&p);
         b = b > over ? b - over : 0;
     }
-    return qkv_fail(err, QKV_ERR_INVALID, "needle: no haystack cut fits %d tokens", length);
+    return util_fail(err, QKV_ERR_INVALID, "needle: no haystack cut fits %d tokens", length);
 }
 
 void qkv_needle_prompt_free(qkv_needle_prompt *p) {

@@ -136,22 +136,22 @@ int64_t qkv_patch_bytes(const qkv_model *m, int n, const qkv_patch_out *which) {
 static qkv_status check_args(const qkv_patch_summary *sum, const qkv_model *m, const int32_t *clean,
                              const int32_t *corrupt, int n, const qkv_patch_params *p, const qkv_patch_out *out,
                              qkv_error *err) {
-    if (!out || !sum || !m || !clean || !corrupt) return qkv_fail(err, QKV_ERR_INVALID, "patch: a NULL argument");
+    if (!out || !sum || !m || !clean || !corrupt) return util_fail(err, QKV_ERR_INVALID, "patch: a NULL argument");
     const int V = qkv_model_get_config(m)->n_vocab;
     if (n < 1 || n > qkv_model_n_ctx(m))
-        return qkv_fail(err, QKV_ERR_INVALID, "patch: %d tokens outside [1, %d]", n, qkv_model_n_ctx(m));
+        return util_fail(err, QKV_ERR_INVALID, "patch: %d tokens outside [1, %d]", n, qkv_model_n_ctx(m));
     const qkv_metric *mt = &p->metric;
     if (mt->kind != QKV_METRIC_KL && mt->kind != QKV_METRIC_LOGIT_DIFF)
-        return qkv_fail(err, QKV_ERR_INVALID, "patch: unknown metric %d", (int)mt->kind);
+        return util_fail(err, QKV_ERR_INVALID, "patch: unknown metric %d", (int)mt->kind);
     if (mt->kind == QKV_METRIC_LOGIT_DIFF &&
         (mt->answer < 0 || mt->answer >= V || mt->wrong < 0 || mt->wrong >= V || mt->answer == mt->wrong))
-        return qkv_fail(err, QKV_ERR_INVALID,
+        return util_fail(err, QKV_ERR_INVALID,
                         "patch: logit difference of answer %d and wrong %d: two different ids in [0, %d)", mt->answer,
                         mt->wrong, V);
-    if (p->max_bytes < 0) return qkv_fail(err, QKV_ERR_INVALID, "patch: max_bytes %lld < 0", (long long)p->max_bytes);
+    if (p->max_bytes < 0) return util_fail(err, QKV_ERR_INVALID, "patch: max_bytes %lld < 0", (long long)p->max_bytes);
     const int64_t limit = p->max_bytes ? p->max_bytes : QKV_PATCH_DEFAULT_MAX_BYTES, need = qkv_patch_bytes(m, n, out);
     if (need > limit)
-        return qkv_fail(err, QKV_ERR_TOO_LARGE,
+        return util_fail(err, QKV_ERR_TOO_LARGE,
                         "patch: the sweeps would cache %lld bytes of activations for %d tokens, more than the limit of "
                         "%lld bytes",
                         (long long)need, n, (long long)limit);
@@ -197,7 +197,7 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
     float *clean_logits = malloc((size_t)V * sizeof(float)), *corrupt_logits = malloc((size_t)V * sizeof(float)),
           *logits = malloc((size_t)V * sizeof(float));
     if (short_of_memory || !clean_logits || !corrupt_logits || !logits) {
-        st = qkv_fail(err, QKV_ERR_NOMEM, "patch: out of memory for %lld bytes of caches",
+        st = util_fail(err, QKV_ERR_NOMEM, "patch: out of memory for %lld bytes of caches",
                       (long long)qkv_patch_bytes(m, n, out));
         goto done;
     }
@@ -211,7 +211,7 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
                                .corrupt = probe_patch_metric(mt, clean_logits, corrupt_logits, V),
                                .layer_token_steps = 2 * (int64_t)L * n};
     if (sum->clean == sum->corrupt) {
-        st = qkv_fail(err, QKV_ERR_INVALID,
+        st = util_fail(err, QKV_ERR_INVALID,
                       "patch: the clean and corrupt runs give the same metric (%g): recovery is undefined", sum->clean);
         goto done;
     }

@@ -10,6 +10,6 @@
 qkv_status probe_progress(qkv_progress_fn fn, void *user, int64_t done, int64_t total, const char *probe,
                           const char *unit, qkv_error *err) {
     if (!fn || !fn(user, done, total)) return QKV_OK;
-    return qkv_fail(err, QKV_ERR_CANCELLED, "%s: cancelled by the progress callback after %lld of %lld %s", probe,
+    return util_fail(err, QKV_ERR_CANCELLED, "%s: cancelled by the progress callback after %lld of %lld %s", probe,
                     (long long)done, (long long)total, unit);
 }

@@ -42,14 +42,14 @@ qkv_sinks_params qkv_sinks_params_default(void) {
 
 qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qkv_sinks_params *p,
                           qkv_error *err) {
-    if (!out || !cfg) return qkv_fail(err, QKV_ERR_INVALID, "sinks: NULL argument");
+    if (!out || !cfg) return util_fail(err, QKV_ERR_INVALID, "sinks: NULL argument");
     *out = NULL;
     const qkv_sinks_params d = p ? *p : qkv_sinks_params_default();
     if (d.n_first < 1 || d.skip < 0 || d.every < 1 || d.n_threads < 0)
-        return qkv_fail(err, QKV_ERR_INVALID, "sinks: n_first %d, skip %d, every %d, n_threads %d out of range",
+        return util_fail(err, QKV_ERR_INVALID, "sinks: n_first %d, skip %d, every %d, n_threads %d out of range",
                         d.n_first, d.skip, d.every, d.n_threads);
     qkv_sinks *s = calloc(1, sizeof *s);
-    if (!s) return qkv_fail(err, QKV_ERR_NOMEM, "sinks: out of memory");
+    if (!s) return util_fail(err, QKV_ERR_NOMEM, "sinks: out of memory");
     s->n_layer = cfg->n_layer;
     s->n_head = cfg->n_head;
     s->n_first = d.n_first;
@@ -60,7 +60,7 @@ qkv_status qkv_sinks_init(qkv_sinks **out, const qkv_model_config *cfg, const qk
     s->out = calloc((size_t)s->n_layer * s->n_head, sizeof *s->out);
     if (!s->acc || !s->out) {
         qkv_sinks_free(s);
-        return qkv_fail(err, QKV_ERR_NOMEM, "sinks: out of memory");
+        return util_fail(err, QKV_ERR_NOMEM, "sinks: out of memory");
     }
     *out = s;
     return QKV_OK;
@@ -147,20 +147,20 @@ qkv_status qkv_sinks_hook(void *user, const qkv_activation *a, qkv_error *err) {
     qkv_sinks *s = user;
     const int layer = a->layer;
     if (a->point != QKV_HOOK_PATTERN || !a->attn)
-        return qkv_fail(err, QKV_ERR_INVALID, "sinks: a hook on hook_pattern only");
+        return util_fail(err, QKV_ERR_INVALID, "sinks: a hook on hook_pattern only");
     if (layer < 0 || layer >= s->n_layer) return QKV_OK;
     const qkv_attn_desc *desc = qkv_attn_view_desc(a->attn);
     const int n = (int)a->shape[1], Lk = desc->kv_len, Hq = desc->n_q_head, k = s->n_first < Lk ? s->n_first : Lk;
-    if (Hq != s->n_head) return qkv_fail(err, QKV_ERR_INVALID, "sinks: %d heads, expected %d", Hq, s->n_head);
-    if (grow(s, n, Lk)) return qkv_fail(err, QKV_ERR_NOMEM, "sinks: cannot allocate rows of %d keys", Lk);
+    if (Hq != s->n_head) return util_fail(err, QKV_ERR_INVALID, "sinks: %d heads, expected %d", Hq, s->n_head);
+    if (grow(s, n, Lk)) return util_fail(err, QKV_ERR_NOMEM, "sinks: cannot allocate rows of %d keys", Lk);
     qkv_attn_desc d1 = *desc;
     d1.n_threads = 1; /* parallel over heads here */
     sinks_call c = {.s = s, .q = qkv_attn_view_q(a->attn), .lse = qkv_attn_view_lse(a->attn),
                     .kc = qkv_kv_cache_k(qkv_attn_view_cache(a->attn)), .d1 = &d1, .layer = layer, .n = n,
                     .pos0 = a->pos0, .k = k, .Lk = Lk};
-    qkv_parallel_for(Hq, s->n_threads, 1, sinks_head, &c);
+    util_parallel_for(Hq, s->n_threads, 1, sinks_head, &c);
     if (atomic_load(&c.failed))
-        return qkv_fail(err, QKV_ERR_INVALID, "sinks: recomputing weights failed at layer %d", layer);
+        return util_fail(err, QKV_ERR_INVALID, "sinks: recomputing weights failed at layer %d", layer);
     return QKV_OK;
 }
 

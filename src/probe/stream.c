@@ -35,13 +35,13 @@ int64_t qkv_stream_steps(const qkv_stream_params *p, int n) {
 
 static qkv_status check_params(const qkv_stream_params *p, qkv_error *err) {
     if (p->policy < QKV_STREAM_FULL || p->policy > QKV_STREAM_RECOMPUTE)
-        return qkv_fail(err, QKV_ERR_INVALID, "stream: unknown policy %d", (int)p->policy);
+        return util_fail(err, QKV_ERR_INVALID, "stream: unknown policy %d", (int)p->policy);
     if (p->cache < QKV_STREAM_MASK || p->cache > QKV_STREAM_SHIFT)
-        return qkv_fail(err, QKV_ERR_INVALID, "stream: unknown cache mode %d", (int)p->cache);
+        return util_fail(err, QKV_ERR_INVALID, "stream: unknown cache mode %d", (int)p->cache);
     if (p->window < 1 || p->chunk < 1)
-        return qkv_fail(err, QKV_ERR_INVALID, "stream: window %d and chunk %d must be >= 1", p->window, p->chunk);
+        return util_fail(err, QKV_ERR_INVALID, "stream: window %d and chunk %d must be >= 1", p->window, p->chunk);
     if (p->policy == QKV_STREAM_SINKS && (p->sinks < 0 || p->sinks >= p->window))
-        return qkv_fail(err, QKV_ERR_INVALID, "stream: sinks %d must be in [0, window %d)", p->sinks, p->window);
+        return util_fail(err, QKV_ERR_INVALID, "stream: sinks %d must be in [0, window %d)", p->sinks, p->window);
     return QKV_OK;
 }
 
@@ -82,14 +82,14 @@ qkv_status qkv_stream_score(float *nll, int *max_rows, qkv_model *m, const int32
                             const qkv_stream_params *p, qkv_error *err) {
     qkv_status st = check_params(p, err);
     if (st) return st;
-    if (n < 2 || !tokens || !nll) return qkv_fail(err, QKV_ERR_INVALID, "stream: need at least 2 tokens");
+    if (n < 2 || !tokens || !nll) return util_fail(err, QKV_ERR_INVALID, "stream: need at least 2 tokens");
     if (qkv_model_n_ctx(m) < qkv_stream_rows(p, n))
-        return qkv_fail(err, QKV_ERR_INVALID, "stream: the model's context %d is below the %d rows needed",
+        return util_fail(err, QKV_ERR_INVALID, "stream: the model's context %d is below the %d rows needed",
                         qkv_model_n_ctx(m), qkv_stream_rows(p, n));
     const int V = qkv_model_get_config(m)->n_vocab;
     const int C = p->chunk < n ? p->chunk : n;
     float *logits = malloc((size_t)C * V * sizeof(float)); /* [C, V] */
-    if (!logits) return qkv_fail(err, QKV_ERR_NOMEM, "stream: out of memory");
+    if (!logits) return util_fail(err, QKV_ERR_NOMEM, "stream: out of memory");
     if ((st = qkv_model_rewind(m, 0, err))) goto done;
     qkv_forward_opts o = {0}; /* FULL: the causal mask */
     if (p->policy == QKV_STREAM_WINDOW || p->policy == QKV_STREAM_RECOMPUTE)

@@ -62,12 +62,12 @@ static int chatml_default_system(char **out, const char *tmpl) {
 
 qkv_status tokenizer_chat_template(const char **out, const qkv_gguf *g, qkv_error *err) {
     static const char key[] = "tokenizer.chat_template";
-    if (qkv_gguf_find_key(g, key) < 0) return qkv_fail(err, QKV_ERR_FORMAT, "%s: no %s", qkv_gguf_path(g), key);
+    if (qkv_gguf_find_key(g, key) < 0) return util_fail(err, QKV_ERR_FORMAT, "%s: no %s", qkv_gguf_path(g), key);
     size_t len;
     qkv_status st = qkv_gguf_get_string(out, &len, g, key, err);
     if (st) return st;
     if (len > QKV_CHAT_TEMPLATE_MAX)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s is %zu bytes, more than the limit of %d", qkv_gguf_path(g), key,
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %s is %zu bytes, more than the limit of %d", qkv_gguf_path(g), key,
                         len, QKV_CHAT_TEMPLATE_MAX);
     return QKV_OK;
 }
@@ -75,7 +75,7 @@ qkv_status tokenizer_chat_template(const char **out, const qkv_gguf *g, qkv_erro
 qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, const char *user,
                            qkv_error *err) {
     *out = NULL;
-    if (!user) return qkv_fail(err, QKV_ERR_INVALID, "chat: no user text");
+    if (!user) return util_fail(err, QKV_ERR_INVALID, "chat: no user text");
     const char *tmpl;
     qkv_status st = tokenizer_chat_template(&tmpl, g, err);
     if (st) return st;
@@ -84,7 +84,7 @@ qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, co
     int bad = 0;
     if (strstr(tmpl, "<|im_start|>")) {
         char *dflt = NULL;
-        if (!system && chatml_default_system(&dflt, tmpl)) return qkv_fail(err, QKV_ERR_NOMEM, "chat: out of memory");
+        if (!system && chatml_default_system(&dflt, tmpl)) return util_fail(err, QKV_ERR_NOMEM, "chat: out of memory");
         const char *sys = system ? system : dflt;
         if (sys) bad |= append(&buf, &len, &cap, "<|im_start|>system\n", sys, "<|im_end|>\n");
         bad |= append(&buf, &len, &cap, "<|im_start|>user\n", user, "<|im_end|>\n");
@@ -99,12 +99,12 @@ qkv_status qkv_chat_format(char **out, const qkv_gguf *g, const char *system, co
         bad |= append(&buf, &len, &cap, "<start_of_turn>user\n", system, system ? "\n\n" : NULL);
         bad |= append(&buf, &len, &cap, user, "<end_of_turn>\n", "<start_of_turn>model\n");
     } else {
-        return qkv_fail(err, QKV_ERR_UNSUPPORTED, "%s: chat template not recognised (ChatML, Llama-3 and Gemma are)",
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: chat template not recognised (ChatML, Llama-3 and Gemma are)",
                         qkv_gguf_path(g));
     }
     if (bad) {
         free(buf);
-        return qkv_fail(err, QKV_ERR_NOMEM, "chat: out of memory");
+        return util_fail(err, QKV_ERR_NOMEM, "chat: out of memory");
     }
     *out = buf;
     return QKV_OK;

@@ -22,7 +22,7 @@
 
 /* ------------------------------------------------------------------ UTF-8 */
 
-int qkv_utf8_decode(uint32_t *cp, const unsigned char *s, size_t n) {
+int tokenizer_utf8_decode(uint32_t *cp, const unsigned char *s, size_t n) {
     unsigned c = s[0];
     int len;
     uint32_t v, min;
@@ -51,7 +51,7 @@ invalid:
     return 1;
 }
 
-int qkv_utf8_encode(unsigned char *out, uint32_t cp) {
+int tokenizer_utf8_encode(unsigned char *out, uint32_t cp) {
     if (cp < 0x80) {
         out[0] = (unsigned char)cp;
         return 1;
@@ -84,7 +84,7 @@ static int is_white_space(uint32_t cp) {
            cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
-int qkv_ucd_class(uint32_t cp) {
+int tokenizer_ucd_class(uint32_t cp) {
     if (is_white_space(cp)) return QKV_UCD_SPACE;
     /* binary search for the last range with lo <= cp */
     int lo = 0, hi = qkv_ucd_n_ranges - 1;
@@ -230,11 +230,11 @@ const char *qkv_pretok_name(qkv_pretok p) {
 qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t *ends,
                            int64_t max_pieces, int64_t *n, qkv_error *err) {
     if (n) *n = 0;
-    if (!text && len) return qkv_fail(err, QKV_ERR_INVALID, "pretokenize: text is NULL");
+    if (!text && len) return util_fail(err, QKV_ERR_INVALID, "pretokenize: text is NULL");
     if (!n || (max_pieces > 0 && !ends) || max_pieces < 0)
-        return qkv_fail(err, QKV_ERR_INVALID, "pretokenize: bad output arguments");
+        return util_fail(err, QKV_ERR_INVALID, "pretokenize: bad output arguments");
     if (pre < QKV_PRE_NONE || pre > QKV_PRE_QWEN2)
-        return qkv_fail(err, QKV_ERR_INVALID, "pretokenize: unknown pre-tokenizer %d", (int)pre);
+        return util_fail(err, QKV_ERR_INVALID, "pretokenize: unknown pre-tokenizer %d", (int)pre);
     if (len == 0) return QKV_OK;
 
     const unsigned char *s = (const unsigned char *)text;
@@ -244,13 +244,13 @@ qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t 
     int64_t *pe = malloc(len * sizeof *pe);          /* piece ends, code point indices */
     if (!cp || !cls || !off || !pe) {
         free(cp), free(cls), free(off), free(pe);
-        return qkv_fail(err, QKV_ERR_NOMEM, "pretokenize: out of memory for %zu bytes", len);
+        return util_fail(err, QKV_ERR_NOMEM, "pretokenize: out of memory for %zu bytes", len);
     }
     int64_t nc = 0;
     for (size_t b = 0; b < len;) {
         off[nc] = b;
-        b += (size_t)qkv_utf8_decode(&cp[nc], s + b, len - b);
-        cls[nc] = (uint8_t)qkv_ucd_class(cp[nc]);
+        b += (size_t)tokenizer_utf8_decode(&cp[nc], s + b, len - b);
+        cls[nc] = (uint8_t)tokenizer_ucd_class(cp[nc]);
         nc++;
     }
     off[nc] = len;
@@ -278,7 +278,7 @@ qkv_status qkv_pretokenize(qkv_pretok pre, const char *text, size_t len, size_t 
     for (int64_t k = 0; k < w; k++) ends[k] = off[pe[k]];
     free(cp), free(cls), free(off), free(pe);
     if (np > max_pieces)
-        return qkv_fail(err, QKV_ERR_FULL, "pretokenize: %lld pieces, room for %lld",
+        return util_fail(err, QKV_ERR_FULL, "pretokenize: %lld pieces, room for %lld",
                         (long long)np, (long long)max_pieces);
     return QKV_OK;
 }

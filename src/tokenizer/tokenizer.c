@@ -176,7 +176,7 @@ static qkv_status load_id(int32_t *out, const qkv_gguf *g, const char *key, int 
     qkv_status s = qkv_gguf_get_int(&v, g, key, err);
     if (s) return s;
     if (v < 0 || v >= n_vocab)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld is not a token id (vocabulary of %d)",
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %s = %lld is not a token id (vocabulary of %d)",
                         qkv_gguf_path(g), key, (long long)v, n_vocab);
     *out = (int32_t)v;
     return QKV_OK;
@@ -246,7 +246,7 @@ static size_t make_piece(char *out, const char *text, size_t n, qkv_vocab_type v
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        int len = qkv_utf8_decode(&cp, (const unsigned char *)text + i, n - i);
+        int len = tokenizer_utf8_decode(&cp, (const unsigned char *)text + i, n - i);
         int b = cp_to_byte(cp);
         if (b >= 0) {
             out[o++] = (char)b;
@@ -262,14 +262,14 @@ static size_t make_piece(char *out, const char *text, size_t n, qkv_vocab_type v
 static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err) {
     const char *path = qkv_gguf_path(g);
     int64_t kt = qkv_gguf_find_key(g, "tokenizer.ggml.tokens");
-    if (kt < 0) return qkv_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer.ggml.tokens", path);
+    if (kt < 0) return util_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer.ggml.tokens", path);
     if (qkv_gguf_key_type(g, kt) != QKV_GGUF_TYPE_ARRAY ||
         qkv_gguf_arr_type(g, kt) != QKV_GGUF_TYPE_STRING)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens is not an array of strings",
+        return util_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens is not an array of strings",
                         path);
     uint64_t n = qkv_gguf_arr_len(g, kt);
     if (n < 1 || n > QKV_MAX_VOCAB)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries, out of range [1, %d]",
+        return util_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.tokens has %llu entries, out of range [1, %d]",
                         path, (unsigned long long)n, QKV_MAX_VOCAB);
     t->n_vocab = (int)n;
 
@@ -280,7 +280,7 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
     if (kty >= 0) {
         types_ty = qkv_gguf_arr_type(g, kty);
         if (!is_int_type(types_ty) || qkv_gguf_arr_len(g, kty) != n)
-            return qkv_fail(err, QKV_ERR_FORMAT,
+            return util_fail(err, QKV_ERR_FORMAT,
                             "%s: tokenizer.ggml.token_type is not an integer array of %llu", path,
                             (unsigned long long)n);
         types = qkv_gguf_arr_data(g, kty);
@@ -288,14 +288,14 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
         for (uint64_t i = 0; i < n; i++) {
             int64_t ty = arr_int(types, types_ty, i);
             if (ty < 0 || ty > QKV_TOKEN_BYTE)
-                return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%llu] = %lld is outside [0, %d]",
+                return util_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%llu] = %lld is outside [0, %d]",
                                 path, (unsigned long long)i, (long long)ty, QKV_TOKEN_BYTE);
         }
     }
     int64_t ksc = qkv_gguf_find_key(g, "tokenizer.ggml.scores");
     if (ksc >= 0) {
         if (qkv_gguf_arr_type(g, ksc) != QKV_GGUF_TYPE_F32 || qkv_gguf_arr_len(g, ksc) != n)
-            return qkv_fail(err, QKV_ERR_FORMAT,
+            return util_fail(err, QKV_ERR_FORMAT,
                             "%s: tokenizer.ggml.scores is not an f32 array of %llu", path,
                             (unsigned long long)n);
         scores = qkv_gguf_arr_data(g, ksc);
@@ -305,10 +305,10 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
     for (uint64_t i = 0; i < n; i++) {
         size_t len;
         if (!qkv_gguf_arr_str(g, kt, i, &len))
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: token %llu unreadable", path,
+            return util_fail(err, QKV_ERR_FORMAT, "%s: token %llu unreadable", path,
                             (unsigned long long)i);
         if (len > UINT32_MAX / 2)
-            return qkv_fail(err, QKV_ERR_FORMAT, "%s: token %llu is %zu bytes long", path,
+            return util_fail(err, QKV_ERR_FORMAT, "%s: token %llu is %zu bytes long", path,
                             (unsigned long long)i, len);
         total += 2 * (len + 1);
     }
@@ -323,7 +323,7 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
     t->text_hash = malloc(t->text_cap * sizeof *t->text_hash);
     if (!t->arena || !t->text_off || !t->text_len || !t->piece_off || !t->piece_len ||
         !t->scores || !t->types || !t->text_hash)
-        return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory for %llu tokens", path,
+        return util_fail(err, QKV_ERR_NOMEM, "%s: out of memory for %llu tokens", path,
                         (unsigned long long)n);
     memset(t->text_hash, 0xFF, t->text_cap * sizeof *t->text_hash);
 
@@ -353,19 +353,19 @@ static qkv_status load_vocab(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err
 static qkv_status load_merges(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *err) {
     const char *path = qkv_gguf_path(g);
     int64_t km = qkv_gguf_find_key(g, "tokenizer.ggml.merges");
-    if (km < 0) return qkv_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer.ggml.merges", path);
+    if (km < 0) return util_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer.ggml.merges", path);
     if (qkv_gguf_key_type(g, km) != QKV_GGUF_TYPE_ARRAY ||
         qkv_gguf_arr_type(g, km) != QKV_GGUF_TYPE_STRING)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.merges is not an array of strings",
+        return util_fail(err, QKV_ERR_FORMAT, "%s: tokenizer.ggml.merges is not an array of strings",
                         path);
     uint64_t n = qkv_gguf_arr_len(g, km);
     if (n > INT32_MAX / 2)
-        return qkv_fail(err, QKV_ERR_FORMAT, "%s: %llu merges", path, (unsigned long long)n);
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %llu merges", path, (unsigned long long)n);
     t->merge_cap = pow2_at_least(2 * n + 1);
     t->merges = malloc(t->merge_cap * sizeof *t->merges);
     char *buf = NULL;
     size_t buf_cap = 0;
-    if (!t->merges) return qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory for merges", path);
+    if (!t->merges) return util_fail(err, QKV_ERR_NOMEM, "%s: out of memory for merges", path);
     for (uint64_t h = 0; h < t->merge_cap; h++) t->merges[h].key = UINT64_MAX;
 
     qkv_status st = QKV_OK;
@@ -375,7 +375,7 @@ static qkv_status load_merges(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *er
         /* "left right": split at the first space after the first byte */
         const char *sp = m && len > 1 ? memchr(m + 1, ' ', len - 1) : NULL;
         if (!sp) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: merge %llu '%s' is not 'left right'", path,
+            st = util_fail(err, QKV_ERR_FORMAT, "%s: merge %llu '%s' is not 'left right'", path,
                           (unsigned long long)i, m ? m : "");
             break;
         }
@@ -384,7 +384,7 @@ static qkv_status load_merges(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *er
             buf_cap = 2 * (nl + nr + 1);
             char *nb = realloc(buf, buf_cap);
             if (!nb) {
-                st = qkv_fail(err, QKV_ERR_NOMEM, "%s: out of memory for merges", path);
+                st = util_fail(err, QKV_ERR_NOMEM, "%s: out of memory for merges", path);
                 break;
             }
             buf = nb;
@@ -394,7 +394,7 @@ static qkv_status load_merges(qkv_tokenizer *t, const qkv_gguf *g, qkv_error *er
         int32_t l = qkv_token_find(t, m, nl), r = qkv_token_find(t, sp + 1, nr);
         int32_t res = qkv_token_find(t, buf, nl + nr);
         if (l < 0 || r < 0 || res < 0) {
-            st = qkv_fail(err, QKV_ERR_FORMAT, "%s: merge %llu '%s' joins tokens not in the vocabulary",
+            st = util_fail(err, QKV_ERR_FORMAT, "%s: merge %llu '%s' joins tokens not in the vocabulary",
                           path, (unsigned long long)i, m);
             break;
         }
@@ -423,7 +423,7 @@ static qkv_status load_special(qkv_tokenizer *t, qkv_error *err) {
         }
     }
     t->special = malloc((size_t)(n ? n : 1) * sizeof *t->special);
-    if (!t->special) return qkv_fail(err, QKV_ERR_NOMEM, "tokenizer: out of memory");
+    if (!t->special) return util_fail(err, QKV_ERR_NOMEM, "tokenizer: out of memory");
     t->n_special = n;
     t->bucket_start[0] = 0;
     for (int b = 0; b < 256; b++) t->bucket_start[b + 1] = t->bucket_start[b] + count[b];
@@ -451,17 +451,17 @@ static qkv_status load_special(qkv_tokenizer *t, qkv_error *err) {
 }
 
 qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error *err) {
-    if (!out) return qkv_fail(err, QKV_ERR_INVALID, "tokenizer_load: out is NULL");
+    if (!out) return util_fail(err, QKV_ERR_INVALID, "tokenizer_load: out is NULL");
     *out = NULL;
-    if (!g) return qkv_fail(err, QKV_ERR_INVALID, "tokenizer_load: gguf is NULL");
+    if (!g) return util_fail(err, QKV_ERR_INVALID, "tokenizer_load: gguf is NULL");
     const char *path = qkv_gguf_path(g);
     qkv_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return qkv_fail(err, QKV_ERR_NOMEM, "tokenizer_load: out of memory");
+    if (!t) return util_fail(err, QKV_ERR_NOMEM, "tokenizer_load: out of memory");
     qkv_status s;
 
     const char *model;
     if (qkv_gguf_find_key(g, "tokenizer.ggml.model") < 0) {
-        s = qkv_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer (tokenizer.ggml.model is absent)", path);
+        s = util_fail(err, QKV_ERR_FORMAT, "%s: no tokenizer (tokenizer.ggml.model is absent)", path);
         goto fail;
     }
     if ((s = qkv_gguf_get_string(&model, NULL, g, "tokenizer.ggml.model", err))) goto fail;
@@ -470,7 +470,7 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error 
     } else if (!strcmp(model, "llama")) {
         t->type = QKV_VOCAB_SPM;
     } else {
-        s = qkv_fail(err, QKV_ERR_UNSUPPORTED,
+        s = util_fail(err, QKV_ERR_UNSUPPORTED,
                      "%s: tokenizer.ggml.model '%s' is not supported (gpt2, llama)", path, model);
         goto fail;
     }
@@ -484,7 +484,7 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error 
         for (i = 0; i < n_names; i++)
             if (!strcmp(pre, PRE_NAMES[i].name)) break;
         if (i == n_names) {
-            s = qkv_fail(err, QKV_ERR_UNSUPPORTED,
+            s = util_fail(err, QKV_ERR_UNSUPPORTED,
                          "%s: pre-tokenizer '%s' (tokenizer.ggml.pre) is not supported "
                          "(gpt2, smollm, starcoder, llama-bpe, llama3, qwen2)",
                          path, pre);
@@ -519,14 +519,14 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error 
     if (t->type == QKV_VOCAB_BPE) t->add_space_prefix = 0;
     if (t->add_bos && t->bos < 0) {
         if (qkv_gguf_find_key(g, "tokenizer.ggml.add_bos_token") >= 0) {
-            s = qkv_fail(err, QKV_ERR_FORMAT,
+            s = util_fail(err, QKV_ERR_FORMAT,
                          "%s: tokenizer.ggml.add_bos_token is set but there is no bos_token_id", path);
             goto fail;
         }
         t->add_bos = 0;
     }
     if (t->add_eos && t->eos < 0) {
-        s = qkv_fail(err, QKV_ERR_FORMAT,
+        s = util_fail(err, QKV_ERR_FORMAT,
                      "%s: tokenizer.ggml.add_eos_token is set but there is no eos_token_id", path);
         goto fail;
     }
@@ -535,7 +535,7 @@ qkv_status qkv_tokenizer_load(qkv_tokenizer **out, const qkv_gguf *g, qkv_error 
         char buf[8];
         size_t n;
         if (t->type == QKV_VOCAB_BPE) {
-            n = (size_t)qkv_utf8_encode((unsigned char *)buf, byte_to_cp((unsigned)b));
+            n = (size_t)tokenizer_utf8_encode((unsigned char *)buf, byte_to_cp((unsigned)b));
         } else {
             snprintf(buf, sizeof buf, "<0x%02X>", b);
             n = 6;
@@ -691,7 +691,7 @@ static qkv_status bpe_word(const qkv_tokenizer *t, scratch *w, const unsigned ch
     if (t->ignore_merges) {
         size_t o = 0;
         for (size_t i = 0; i < n; i++)
-            o += (size_t)qkv_utf8_encode((unsigned char *)w->buf + o, byte_to_cp(s[i]));
+            o += (size_t)tokenizer_utf8_encode((unsigned char *)w->buf + o, byte_to_cp(s[i]));
         int32_t id = qkv_token_find(t, w->buf, o);
         if (id >= 0) return push(out, id) ? QKV_ERR_NOMEM : QKV_OK;
     }
@@ -738,7 +738,7 @@ static qkv_status spm_text(const qkv_tokenizer *t, scratch *w, size_t n, idvec *
     int32_t m = 0;
     for (size_t b = 0; b < n; m++) {
         uint32_t cp;
-        int len = qkv_utf8_decode(&cp, (const unsigned char *)w->buf + b, n - b);
+        int len = tokenizer_utf8_decode(&cp, (const unsigned char *)w->buf + b, n - b);
         w->start[m] = (int64_t)b;
         w->len[m] = len;
         w->prev[m] = m - 1;
@@ -770,7 +770,7 @@ static qkv_status spm_text(const qkv_tokenizer *t, scratch *w, size_t n, idvec *
             id = t->byte_id[(unsigned char)s[k]];
             if (id < 0) id = t->unk;
             if (id < 0)
-                return qkv_fail(err, QKV_ERR_INVALID,
+                return util_fail(err, QKV_ERR_INVALID,
                                 "tokenize: byte 0x%02X has no token and the vocabulary no unknown token",
                                 (unsigned char)s[k]);
             if (push(out, id)) return QKV_ERR_NOMEM;
@@ -823,9 +823,9 @@ qkv_status qkv_tokenize(const qkv_tokenizer *t, const char *text, size_t len, in
                         qkv_error *err) {
     if (n) *n = 0;
     if (!t || (!text && len) || !n || max_ids < 0 || (max_ids > 0 && !out_ids))
-        return qkv_fail(err, QKV_ERR_INVALID, "tokenize: bad arguments");
+        return util_fail(err, QKV_ERR_INVALID, "tokenize: bad arguments");
     if (len > (size_t)INT32_MAX / 8)
-        return qkv_fail(err, QKV_ERR_TOO_LARGE, "tokenize: %zu bytes of text (at most %d)", len,
+        return util_fail(err, QKV_ERR_TOO_LARGE, "tokenize: %zu bytes of text (at most %d)", len,
                         INT32_MAX / 8);
 
     /* scratch: SPM escapes a byte into at most 3 (plus the prefix) */
@@ -869,13 +869,13 @@ qkv_status qkv_tokenize(const qkv_tokenizer *t, const char *text, size_t len, in
     if (st == QKV_OK && add_special && t->add_eos && push(&ids, t->eos)) st = QKV_ERR_NOMEM;
 
 done:
-    if (st == QKV_ERR_NOMEM) qkv_fail(err, st, "tokenize: out of memory for %zu bytes", len);
+    if (st == QKV_ERR_NOMEM) util_fail(err, st, "tokenize: out of memory for %zu bytes", len);
     if (st == QKV_OK) {
         *n = ids.n;
         int64_t k = ids.n < max_ids ? ids.n : max_ids;
         if (k > 0) memcpy(out_ids, ids.v, (size_t)k * sizeof *out_ids);
         if (ids.n > max_ids)
-            st = qkv_fail(err, QKV_ERR_FULL, "tokenize: %lld ids, room for %lld",
+            st = util_fail(err, QKV_ERR_FULL, "tokenize: %lld ids, room for %lld",
                           (long long)ids.n, (long long)max_ids);
     }
     free(ids.v);
@@ -890,13 +890,13 @@ qkv_status qkv_detokenize(const qkv_tokenizer *t, const int32_t *ids, int64_t n_
                           int skip_special, char *out, size_t cap, size_t *n_out, qkv_error *err) {
     if (n_out) *n_out = 0;
     if (!t || !n_out || n_ids < 0 || (n_ids > 0 && !ids) || (cap > 0 && !out))
-        return qkv_fail(err, QKV_ERR_INVALID, "detokenize: bad arguments");
+        return util_fail(err, QKV_ERR_INVALID, "detokenize: bad arguments");
     size_t o = 0;
     int first_word = 1;
     for (int64_t k = 0; k < n_ids; k++) {
         int32_t id = ids[k];
         if (!valid_id(t, id))
-            return qkv_fail(err, QKV_ERR_INVALID, "detokenize: id %d at %lld is not in [0, %d)", id,
+            return util_fail(err, QKV_ERR_INVALID, "detokenize: id %d at %lld is not in [0, %d)", id,
                             (long long)k, t->n_vocab);
         int ty = t->types[id];
         int special = ty == QKV_TOKEN_CONTROL || ty == QKV_TOKEN_UNKNOWN;
@@ -914,6 +914,6 @@ qkv_status qkv_detokenize(const qkv_tokenizer *t, const int32_t *ids, int64_t n_
     *n_out = o;
     if (cap > 0) out[o < cap ? o : cap - 1] = 0;
     if (cap <= o)
-        return qkv_fail(err, QKV_ERR_FULL, "detokenize: %zu bytes, room for %zu", o + 1, cap);
+        return util_fail(err, QKV_ERR_FULL, "detokenize: %zu bytes, room for %zu", o + 1, cap);
     return QKV_OK;
 }

@@ -28,10 +28,10 @@ extern const int qkv_ucd_n_ranges;
 /* Decodes the sequence at s[0 .. n) (n >= 1) into *cp; returns its length
  * (1..4). Overlong forms, surrogates, values above U+10FFFF and truncated
  * sequences give QKV_UCD_INVALID_BASE + s[0] and length 1. */
-int qkv_utf8_decode(uint32_t *cp, const unsigned char *s, size_t n);
+int tokenizer_utf8_decode(uint32_t *cp, const unsigned char *s, size_t n);
 /* Writes cp (<= U+10FFFF) as UTF-8 into out[4]; returns the length. */
-int qkv_utf8_encode(unsigned char *out, uint32_t cp);
+int tokenizer_utf8_encode(unsigned char *out, uint32_t cp);
 /* QKV_UCD_LETTER | QKV_UCD_NUMBER | QKV_UCD_SPACE flags of cp (0 for others). */
-int qkv_ucd_class(uint32_t cp);
+int tokenizer_ucd_class(uint32_t cp);
 
 #endif

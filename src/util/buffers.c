@@ -7,13 +7,13 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Bytes of one row, rounded up to QKV_BUFFER_ALIGN; SIZE_MAX on overflow. */
-static size_t row_bytes(const qkv_buffer *r) {
-    if (r->size && r->count > (SIZE_MAX - QKV_BUFFER_ALIGN) / r->size) return SIZE_MAX;
-    return (r->count * r->size + QKV_BUFFER_ALIGN - 1) / QKV_BUFFER_ALIGN * QKV_BUFFER_ALIGN;
+/* Bytes of one row, rounded up to UTIL_BUFFER_ALIGN; SIZE_MAX on overflow. */
+static size_t row_bytes(const util_buffer *r) {
+    if (r->size && r->count > (SIZE_MAX - UTIL_BUFFER_ALIGN) / r->size) return SIZE_MAX;
+    return (r->count * r->size + UTIL_BUFFER_ALIGN - 1) / UTIL_BUFFER_ALIGN * UTIL_BUFFER_ALIGN;
 }
 
-size_t qkv_buffers_bytes(const qkv_buffer *rows, size_t n) {
+size_t util_buffers_bytes(const util_buffer *rows, size_t n) {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         const size_t b = row_bytes(&rows[i]);
@@ -23,7 +23,7 @@ size_t qkv_buffers_bytes(const qkv_buffer *rows, size_t n) {
     return total;
 }
 
-char *qkv_buffers_place(void *mem, const qkv_buffer *rows, size_t n) {
+char *util_buffers_place(void *mem, const util_buffer *rows, size_t n) {
     char *at = mem;
     for (size_t i = 0; i < n; i++) {
         void *p = at;

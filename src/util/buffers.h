@@ -1,7 +1,7 @@
 /*
  * buffers.h — a set of buffers as one table: a row per buffer, {the address
  * of its pointer, element count, element size}, laid out one after another
- * in one block of memory, each starting on a QKV_BUFFER_ALIGN boundary (as
+ * in one block of memory, each starting on a UTIL_BUFFER_ALIGN boundary (as
  * llm.c's fill_in_activation_sizes / malloc_and_point_activations). The
  * bytes a set takes are the sum of its rows, and the pointers are set in one
  * walk over the same rows, so the two cannot disagree. The block itself is
@@ -13,18 +13,18 @@
 
 #include <stddef.h>
 
-#define QKV_BUFFER_ALIGN 64 /* a cache line, and an AVX-512 vector */
+#define UTIL_BUFFER_ALIGN 64 /* a cache line, and an AVX-512 vector */
 
 typedef struct {
     void *ptr;   /* the address of a pointer to any object type (float **, int64_t ** ...) */
     size_t count, size; /* elements, bytes each */
-} qkv_buffer;
+} util_buffer;
 
-/* Bytes of rows[0 .. n) laid out by qkv_buffers_place (a multiple of
- * QKV_BUFFER_ALIGN), or SIZE_MAX if that does not fit in a size_t. */
-size_t qkv_buffers_bytes(const qkv_buffer *rows, size_t n);
-/* Points each row's pointer into mem, which is QKV_BUFFER_ALIGN-aligned and
- * holds qkv_buffers_bytes(rows, n) bytes; returns the byte after the last. */
-char *qkv_buffers_place(void *mem, const qkv_buffer *rows, size_t n);
+/* Bytes of rows[0 .. n) laid out by util_buffers_place (a multiple of
+ * UTIL_BUFFER_ALIGN), or SIZE_MAX if that does not fit in a size_t. */
+size_t util_buffers_bytes(const util_buffer *rows, size_t n);
+/* Points each row's pointer into mem, which is UTIL_BUFFER_ALIGN-aligned and
+ * holds util_buffers_bytes(rows, n) bytes; returns the byte after the last. */
+char *util_buffers_place(void *mem, const util_buffer *rows, size_t n);
 
 #endif

@@ -10,7 +10,7 @@
 #include <time.h>
 
 /* Seconds on the monotonic clock. */
-static inline double qkv_now_s(void) {
+static inline double util_now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;

@@ -19,7 +19,7 @@ const char *qkv_status_str(qkv_status s) {
     return "unknown status";
 }
 
-qkv_status qkv_fail(qkv_error *err, qkv_status s, const char *fmt, ...) {
+qkv_status util_fail(qkv_error *err, qkv_status s, const char *fmt, ...) {
     if (!err) return s;
     err->status = s;
     va_list ap;

@@ -1,5 +1,5 @@
 /*
- * parallel.c — qkv_parallel_for on a small pool of persistent threads (see
+ * parallel.c — util_parallel_for on a small pool of persistent threads (see
  * parallel.h). Not OpenMP: libgomp's idle threads spin for milliseconds (a
  * policy read from the environment once, at load), taking the time slices
  * the working threads need on a shared machine. Here a waiting thread spins,
@@ -239,7 +239,7 @@ static void pool_grow(int n) {
     }
 }
 
-void qkv_parallel_start(int n_threads) {
+void util_parallel_start(int n_threads) {
     if (n_threads > POOL_MAX_THREADS) n_threads = POOL_MAX_THREADS;
     if (n_threads <= 1) return;
     pthread_mutex_lock(&pool.lock);
@@ -247,7 +247,7 @@ void qkv_parallel_start(int n_threads) {
     pthread_mutex_unlock(&pool.lock);
 }
 
-void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx) {
+void util_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx) {
     if (n_items <= 0) return;
     if (n_threads > POOL_MAX_THREADS) n_threads = POOL_MAX_THREADS;
     /* threads past n_items would find no item, static or dynamic */

@@ -29,7 +29,7 @@
  * order on the calling thread alone, as thread 0. The pool survives fork():
  * a child starts workers of its own. */
 typedef void (*qkv_item_fn)(void *ctx, int64_t item, int thread);
-void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx);
+void util_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn, void *ctx);
 
 /* Starts the pool's workers for loops of up to n_threads threads now, so
  * that the loops themselves create no thread (a thread's creation maps its
@@ -37,7 +37,7 @@ void qkv_parallel_for(int64_t n_items, int n_threads, int chunk, qkv_item_fn fn,
  * the plans, which promise allocation-free runs (and the models that hold
  * them), call it when they are made. Fewer start if the system refuses threads (a loop then tries
  * again); a forked child starts with none. */
-void qkv_parallel_start(int n_threads);
+void util_parallel_start(int n_threads);
 
 /* qkv_cpu_count (qkv/base.h) is defined in parallel.c too. */
 

@@ -3,7 +3,8 @@
  * f16 subnormals handled). Scalar and exact; the kernels convert whole tiles
  * with their own vector code and are tested against these.
  */
-#include "qkv/attn.h"
+#include "qkv/base.h"
+#include "util/error.h"
 
 #include <string.h>
 
@@ -18,12 +19,12 @@ const char *qkv_dtype_name(qkv_dtype t) {
     return "?";
 }
 
-qkv_status qkv_dtype_parse(qkv_dtype *out, const char *name) {
-    if (!name) return QKV_ERR_INVALID;
-    if (!strcmp(name, "f32")) *out = QKV_DTYPE_F32;
-    else if (!strcmp(name, "bf16")) *out = QKV_DTYPE_BF16;
-    else if (!strcmp(name, "f16")) *out = QKV_DTYPE_F16;
-    else return QKV_ERR_INVALID;
+qkv_status qkv_dtype_parse(qkv_dtype *out, const char *name, qkv_error *err) {
+    const char *s = name ? name : "";
+    if (!strcmp(s, "f32")) *out = QKV_DTYPE_F32;
+    else if (!strcmp(s, "bf16")) *out = QKV_DTYPE_BF16;
+    else if (!strcmp(s, "f16")) *out = QKV_DTYPE_F16;
+    else return util_fail(err, QKV_ERR_INVALID, "dtype must be \"f32\", \"bf16\" or \"f16\", got \"%.64s\"", s);
     return QKV_OK;
 }
 
