@@ -99,8 +99,8 @@ static int for_each_source(const char *dir, const layer *owner) {
     while ((e = readdir(d))) {
         const size_t len = strlen(e->d_name);
         if (len < 3 || (strcmp(e->d_name + len - 2, ".c") && strcmp(e->d_name + len - 2, ".h"))) continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char path[600];
+        snprintf(path, sizeof path, "%.300s/%.255s", dir, e->d_name);
         check_file_includes(path, owner);
         n++;
     }
