@@ -12,7 +12,8 @@
  *      matmul_impl.h's fused path) on weights that stay in L2: each thread
  *      its own ~384 KB matrix of each type present, the shape the model uses
  *      (cols = the model's width, or 1024 for K-quants whose rows must be
- *      whole blocks of 256), all threads at once (OpenMP), best of passes:
+ *      whole blocks of 256), all threads at once (OpenMP), each thread's
+ *      best pass, summed:
  *      the rate at which the exact dequantise-and-FMA mix decodes that type
  *      when memory is not the limit. Ceiling B = 1 / sum over types of
  *      bytes_t / rate_t.
@@ -68,39 +69,39 @@ static int random_weight(qkv_gguf_tensor *w, qkv_ggml_type t, int64_t rows, int6
 }
 
 /* Bytes of decoded weights a second, all threads at once, the kernel on an
- * L2-resident matrix of type t per thread: best of passes over `seconds`. */
+ * L2-resident matrix of type t per thread: each thread's best pass of 8
+ * sweeps over `seconds`, summed over threads (no barrier between passes: a
+ * thread that shares its core with another tenant for a while does not hold
+ * the other back, as in the thread pool's loops, which steal work). */
 static double type_rate(const model_mm_isa *isa, qkv_ggml_type t, int64_t cols, int threads, double seconds) {
     const int64_t rows = (384 << 10) / (int64_t)qkv_ggml_row_size(t, cols) / MATMUL_ROWS * MATMUL_ROWS;
-    double best = 0;
-    int ok = 1, done = 0;
-#pragma omp parallel num_threads(threads) reduction(min : ok)
+    double total = 0;
+    int ok = 1;
+#pragma omp parallel num_threads(threads) reduction(min : ok) reduction(+ : total)
     {
         qkv_gguf_tensor w;
         float *x = aligned_alloc(64, (size_t)cols * 4), *out = aligned_alloc(64, (size_t)rows * 4),
               *scratch = aligned_alloc(64, (size_t)MATMUL_ROWS * cols * 4);
-        const int mine = random_weight(&w, t, rows, cols) && x && out && scratch;
-        ok = mine;
-        const double t_end = util_now_s() + seconds;
-        while (mine) {
-            const int reps = 8;
-#pragma omp barrier
-            const double t0 = util_now_s();
-            for (int r = 0; r < reps; r++)
-                for (int64_t r0 = 0; r0 < rows; r0 += MATMUL_ROWS) isa->rows(out, x, &w, 1, r0, r0 + MATMUL_ROWS, scratch);
-#pragma omp barrier
-#pragma omp master
-            {
-                const double rate = (double)threads * reps * (double)w.nbytes / (util_now_s() - t0);
+        ok = random_weight(&w, t, rows, cols) && x && out && scratch;
+        double best = 0;
+        if (ok) {
+            for (int64_t c = 0; c < cols; c++) x[c] = (float)((c * 7) % 13) * 0.1f - 0.6f;
+            const double t_end = util_now_s() + seconds;
+            while (util_now_s() < t_end) {
+                const int reps = 8;
+                const double t0 = util_now_s();
+                for (int r = 0; r < reps; r++)
+                    for (int64_t r0 = 0; r0 < rows; r0 += MATMUL_ROWS)
+                        isa->rows(out, x, &w, 1, r0, r0 + MATMUL_ROWS, scratch);
+                const double rate = reps * (double)w.nbytes / (util_now_s() - t0);
                 if (rate > best) best = rate;
-                done = util_now_s() > t_end;
             }
-#pragma omp barrier
-            if (done) break;
+            free((void *)w.data);
         }
-        if (mine) free((void *)w.data);
+        total = best;
         free(x), free(out), free(scratch);
     }
-    return ok ? best : 0;
+    return ok ? total : 0;
 }
 
 int main(int argc, char **argv) {
@@ -138,7 +139,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     const model_mm_isa *isa = model_mm_isa_best();
-    type_rate(isa, QKV_GGML_TYPE_Q8_0, 512, threads, seconds / 4); /* warm-up: the first pass after the roofline runs slow */
     printf("model %s (%s output), %d threads, ISA %s\n", path, tied ? "tied" : "own", threads, isa->name);
     printf("weights read a token: %.2f MB\n", total / 1e6);
     double t_mix = 0;
