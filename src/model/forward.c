@@ -233,7 +233,8 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
 /* out[k] = x . W_U[ids[k]] for k < n_ids, x: [E] one normed row: each row
  * through the matmul kernel as a one-row matrix, so that it is the dot
  * product the whole unembedding computes for that row (the 1-token kernel
- * works row by row; tests/test_model_resume.c checks the bits). */
+ * works row by row: tests/test_matmul.c and test_model_logit_ids.c check
+ * the bits). */
 static void unembed_rows(qkv_model *m, float *out, const float *x, const int32_t *ids, int n_ids) {
     const qkv_gguf_tensor *w = m->output;
     const size_t row_bytes = qkv_ggml_row_size(w->type, w->shape[1]);
