@@ -250,6 +250,51 @@ TEST(matmul_dequant_rows_match_qkv_dequantize) {
     }
 }
 
+/* One row of a weight through an ISA's kernel as a one-row matrix (the
+ * forward's qkv_forward_opts.logit_ids: two logits, not V) gives the bits of
+ * that row's entry in the whole 1-token matmul: every type, every ISA, rows
+ * at each place of a thread block (37 rows: three blocks, the last partial). */
+TEST(matmul_one_row_is_the_whole_matmuls_entry) {
+    test_rng rng = {13};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof k_isas / sizeof k_isas[0]; i++) {
+        const model_mm_isa *isa = model_mm_isa_find(k_isas[i]);
+        if (!isa) continue;
+        ran++;
+        for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+            const qkv_ggml_type t = k_types[ti];
+            int64_t cols[4];
+            const int nc = type_cols(t, cols);
+            for (int ci = 0; ci < nc; ci++) {
+                const int64_t rows = 37, C = cols[ci];
+                uint8_t *raw;
+                const qkv_gguf_tensor w = random_weight(t, rows, C, &raw, &rng);
+                const size_t rs = qkv_ggml_row_size(t, C);
+                float *x = malloc((size_t)C * sizeof *x), *want = malloc((size_t)rows * sizeof *want),
+                      *scratch = malloc((size_t)2 * MATMUL_ROWS * C * sizeof *scratch);
+                test_fill_normal(x, (size_t)C, &rng, 1.0f);
+                model_matmul_isa(isa, want, x, &w, 1, scratch, 2);
+                int bad = 0;
+                for (int64_t r = 0; r < rows; r++) {
+                    qkv_gguf_tensor one = w;
+                    one.shape[0] = 1, one.n_elements = C, one.nbytes = rs;
+                    one.data = (const uint8_t *)w.data + (size_t)r * rs;
+                    float got = NAN;
+                    isa->rows(&got, x, &one, 1, 0, 1, scratch);
+                    if (memcmp(&got, &want[r], sizeof got) && bad++ < 3)
+                        CHECK(0, "%s %s cols %lld: row %ld alone %.9g, in the whole matmul %.9g", isa->name,
+                              qkv_ggml_type_name(t), (long long)C, (long)r, got, want[r]);
+                }
+                free(raw);
+                free(x);
+                free(want);
+                free(scratch);
+            }
+        }
+    }
+    CHECK(ran >= 1, "at least the scalar kernels ran");
+}
+
 /* model_matmul_group (the forward pass's Q/K/V and gate/up loops) writes
  * what one model_matmul per weight writes, bit for bit: weights of different
  * types and row counts (partial blocks), more of them than MM_GROUP_MAX, on

@@ -158,7 +158,7 @@ static double recovery_of(const pair *p, const qkv_metric *mt, const qkv_patch_s
                           const float *start_resid, qkv_hook_point point, int layer, int head, int pos,
                           const float *src, float *logits) {
     qkv_error err = {0};
-    CHECK(probe_patch_run(logits, p->m, p->corrupt, p->n, start_resid, point, layer, head, pos, src, &err) == QKV_OK,
+    CHECK(probe_patch_run(logits, p->m, p->corrupt, p->n, start_resid, point, layer, head, pos, src, NULL, 0, &err) == QKV_OK,
           "%s", err.msg);
     CHECK(qkv_model_pos(p->m) == 0, "a patched run left the cache at %d", qkv_model_pos(p->m));
     return probe_patch_recovery(probe_patch_metric(mt, clean_logits, logits, p->V), sum->clean, sum->corrupt);

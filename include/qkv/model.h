@@ -349,11 +349,21 @@ typedef struct {
      *   start_resid: [n, E] */
     int start_layer;
     const float *start_resid;
+    /* only these rows of the unembedding (a probe that reads two logits
+     * need not compute V of them): logit_ids non-NULL makes the call write
+     * logits[k] for the id logit_ids[k], k < n_logit_ids, the same bits as
+     * entry logit_ids[k] of the whole [V] row (each row is one dot product
+     * in the matmul kernel's own order; soft-capped as that entry is). Only
+     * with all_logits 0 (the last position's row).
+     *   logit_ids: [n_logit_ids] in [0, V), any order, may repeat */
+    const int32_t *logit_ids;
+    int n_logit_ids;
 } qkv_forward_opts;
 
 /* Runs n tokens at positions pos .. pos+n-1 (appending to the KV cache,
  * unless the call is resumed: opts->start_resid) and
- * writes logits: [n, V] if all_logits, else [1, V] for the last token only.
+ * writes logits: [n, V] if all_logits, else [1, V] for the last token only
+ * ([n_logit_ids] with opts->logit_ids).
  *   tokens: [n]   logits: see above, f32 (may be NULL: no lm_head)
  *   opts: this call's interventions and hooks (NULL: none)
  * QKV_ERR_FULL if the cache cannot take n more positions; QKV_ERR_INVALID for

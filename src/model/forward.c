@@ -230,6 +230,25 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
     return hook_at(f, QKV_HOOK_RESID_POST, l, m->x, 2, n, E, 0, err);
 }
 
+/* out[k] = x . W_U[ids[k]] for k < n_ids, x: [E] one normed row: each row
+ * through the matmul kernel as a one-row matrix, so that it is the dot
+ * product the whole unembedding computes for that row (the 1-token kernel
+ * works row by row: tests/test_matmul.c and test_model_logit_ids.c check
+ * the bits). */
+static void unembed_rows(qkv_model *m, float *out, const float *x, const int32_t *ids, int n_ids) {
+    const qkv_gguf_tensor *w = m->output;
+    const size_t row_bytes = qkv_ggml_row_size(w->type, w->shape[1]);
+    const model_mm_isa *isa = model_mm_isa_best();
+    for (int k = 0; k < n_ids; k++) {
+        qkv_gguf_tensor row = *w; /* [1, E]: row ids[k] of W_U */
+        row.shape[0] = 1;
+        row.n_elements = w->shape[1];
+        row.nbytes = row_bytes;
+        row.data = (const char *)w->data + (size_t)ids[k] * row_bytes;
+        isa->rows(out + k, x, &row, 1, 0, 1, m->scratch);
+    }
+}
+
 /* Embedding (or a resumed call's residual), the layers from the call's
  * start_layer on and the final norm; logits as qkv_model_forward. */
 static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t *tokens, int all_logits,
@@ -269,10 +288,17 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
             model_rmsnorm(m->h + (size_t)(t - first) * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     }
     if (!logits) return QKV_OK;
-    model_matmul(logits, m->h + (size_t)(out0 - first) * E, m->output, n - out0, m->scratch, m->n_threads);
+    const float *last = m->h + (size_t)(out0 - first) * E; /* [n - out0, E] the normed rows */
+    size_t n_out = (size_t)(n - out0) * c->n_vocab;
+    if (f->o->logit_ids) {
+        unembed_rows(m, logits, last, f->o->logit_ids, f->o->n_logit_ids);
+        n_out = (size_t)f->o->n_logit_ids;
+    } else {
+        model_matmul(logits, last, m->output, n - out0, m->scratch, m->n_threads);
+    }
     if (c->final_softcap > 0) { /* Gemma 2: c tanh(x / c), as transformers divides, tanh, multiplies */
         const float cap = c->final_softcap;
-        for (size_t i = 0; i < (size_t)(n - out0) * c->n_vocab; i++) logits[i] = tanhf(logits[i] / cap) * cap;
+        for (size_t i = 0; i < n_out; i++) logits[i] = tanhf(logits[i] / cap) * cap;
     }
     return QKV_OK;
 }
@@ -285,6 +311,9 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
     if (n > m->n_ctx - f.pos0)
         return util_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
                         m->n_ctx);
+    if (f.o->logit_ids && all_logits)
+        return util_fail(err, QKV_ERR_INVALID, "forward: logit ids select entries of the last position's row: "
+                        "all_logits must be 0");
     if (n > m->n_batch)
         return util_fail(err, QKV_ERR_INVALID, "forward: %d tokens in one call exceed the model's n_batch of %d "
                         "(its run state: pass them in calls of at most %d)", n, m->n_batch, m->n_batch);

@@ -124,6 +124,12 @@ qkv_status forward_opts_check(const qkv_forward_opts *o, const qkv_model_config 
         if (o->replace && h->point == QKV_HOOK_PATTERN)
             return util_fail(err, QKV_ERR_INVALID, "forward: hook_pattern needs the model's own attention, not a replacement");
     }
+    if (o->n_logit_ids < 0 || (o->n_logit_ids && !o->logit_ids) || (o->logit_ids && o->n_logit_ids < 1))
+        return util_fail(err, QKV_ERR_INVALID, "forward: %d logit ids at %p", o->n_logit_ids, (const void *)o->logit_ids);
+    for (int i = 0; i < o->n_logit_ids; i++)
+        if (o->logit_ids[i] < 0 || o->logit_ids[i] >= c->n_vocab)
+            return util_fail(err, QKV_ERR_INVALID, "forward: logit id %d (entry %d) outside [0, %d)", o->logit_ids[i], i,
+                            c->n_vocab);
     if (o->start_layer < 0 || o->start_layer > L)
         return util_fail(err, QKV_ERR_INVALID, "forward: start layer %d outside [0, %d]", o->start_layer, L);
     if (o->start_layer > 0 && !o->start_resid)

@@ -29,6 +29,9 @@ qkv_status probe_store_hook(void *user, const qkv_activation *a, qkv_error *err)
 /* qkv_patch's metric M of a run's last logits: KL(clean || logits) or
  * logits[answer] - logits[wrong], in double.   clean, logits: [V] */
 double probe_patch_metric(const qkv_metric *mt, const float *clean, const float *logits, int V);
+/* The same from a patched run's logits as probe_patch_run computed them:
+ * for a logit difference only [2] (answer's, wrong's), logits[0] - logits[1]. */
+double probe_patch_metric_ids(const qkv_metric *mt, const float *clean, const float *logits, int V);
 /* (patched - corrupt) / (clean - corrupt), the three M values. */
 double probe_patch_recovery(double patched, double clean, double corrupt);
 
@@ -38,8 +41,11 @@ double probe_patch_recovery(double patched, double clean, double corrupt);
  *   start_resid: [n, E] the residual entering `layer` (the corrupted run's
  *                hook_resid_pre there): the call resumes there; NULL: a whole
  *                forward from the embedding (the naive way, tests compare)
- *   src:    [n, Hq*D] for hook_z, else [n, E]     logits: [V] the last position */
+ *   src:    [n, Hq*D] for hook_z, else [n, E]
+ *   ids:    [n_ids] the vocabulary ids whose logits are wanted (NULL: all V)
+ *   logits: the last position's, [V] or [n_ids] (qkv_forward_opts.logit_ids) */
 qkv_status probe_patch_run(float *logits, qkv_model *m, const int32_t *tokens, int n, const float *start_resid,
-                           qkv_hook_point point, int layer, int head, int pos, const float *src, qkv_error *err);
+                           qkv_hook_point point, int layer, int head, int pos, const float *src, const int32_t *ids,
+                           int n_ids, qkv_error *err);
 
 #endif

@@ -23,6 +23,11 @@ double probe_patch_metric(const qkv_metric *mt, const float *clean, const float 
     return (double)logits[mt->answer] - (double)logits[mt->wrong];
 }
 
+double probe_patch_metric_ids(const qkv_metric *mt, const float *clean, const float *logits, int V) {
+    if (mt->kind == QKV_METRIC_KL) return qkv_kl_logits(clean, logits, V);
+    return (double)logits[0] - (double)logits[1];
+}
+
 double probe_patch_recovery(double patched, double clean, double corrupt) {
     return (patched - corrupt) / (clean - corrupt);
 }
@@ -67,11 +72,12 @@ static qkv_status patch_hook(void *user, const qkv_activation *a, qkv_error *err
 }
 
 qkv_status probe_patch_run(float *logits, qkv_model *m, const int32_t *tokens, int n, const float *start_resid,
-                           qkv_hook_point point, int layer, int head, int pos, const float *src, qkv_error *err) {
+                           qkv_hook_point point, int layer, int head, int pos, const float *src, const int32_t *ids,
+                           int n_ids, qkv_error *err) {
     patch_rows rows = rows_of(qkv_model_get_config(m), point, head, pos, src);
     const qkv_hook hook = {.point = point, .layer = layer, .fn = patch_hook, .user = &rows};
     const qkv_forward_opts o = {.hooks = &hook, .n_hooks = 1, .start_layer = start_resid ? layer : 0,
-                                .start_resid = start_resid};
+                                .start_resid = start_resid, .logit_ids = ids, .n_logit_ids = n_ids};
     qkv_status st = qkv_model_rewind(m, 0, err);
     if (!st) st = qkv_model_forward(m, logits, tokens, n, 0, &o, err);
     qkv_model_rewind(m, 0, NULL); /* a whole run (start_resid NULL) filled the cache */
@@ -207,6 +213,9 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
     const float *checkpoints = caches[1][CACHE_RESID_PRE]; /* [L, n, E] the residual entering each layer, corrupted */
 
     const qkv_metric *mt = &p->metric;
+    /* a logit difference reads two logits: the patched runs compute only those rows */
+    const int32_t pair_ids[2] = {mt->answer, mt->wrong};
+    const int n_ids = mt->kind == QKV_METRIC_LOGIT_DIFF ? 2 : 0;
     *sum = (qkv_patch_summary){.clean = probe_patch_metric(mt, clean_logits, clean_logits, V),
                                .corrupt = probe_patch_metric(mt, clean_logits, corrupt_logits, V),
                                .layer_token_steps = 2 * (int64_t)L * n};
@@ -242,9 +251,9 @@ qkv_status qkv_patch(qkv_patch_out *out, qkv_patch_summary *sum, qkv_model *m, c
                         sum->n_unchanged++;
                     } else {
                         if ((st = probe_patch_run(logits, m, corrupt, n, checkpoints + (size_t)l * nE, point, l, h, pos,
-                                                  src, err)))
+                                                  src, n_ids ? pair_ids : NULL, n_ids, err)))
                             goto done;
-                        rec[i++] = (float)probe_patch_recovery(probe_patch_metric(mt, clean_logits, logits, V),
+                        rec[i++] = (float)probe_patch_recovery(probe_patch_metric_ids(mt, clean_logits, logits, V),
                                                                sum->clean, sum->corrupt);
                         sum->layer_token_steps += (int64_t)(L - l) * n;
                     }
