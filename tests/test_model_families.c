@@ -15,6 +15,9 @@
  *            without soft-caps
  *   mistral  arch "llama" (llama.cpp's converter maps MistralForCausalLM to
  *            LlamaModel: permuted q/k, no sliding window): passes today
+ *   smollm3  8 layers, layers 3 and 7 without RoPE (llama.cpp's
+ *            n_no_rope_layer_step 4; transformers' no_rope_layers), q/k
+ *            permuted as llama's (SmolLM3Model is a LlamaModel), F16, GQA 2:1
  *
  * Per family, one prompt of 48 tokens (tests/fixtures/families/<family>/):
  *   - logits of every position, one forward call (all_logits);
@@ -190,13 +193,14 @@ TEST(model_family_gemma2) { check_family("gemma2", "gemma2"); }
 TEST(model_family_gemma3) { check_family("gemma3", "gemma3"); }
 /* arch "llama": supported today */
 TEST(model_family_mistral_as_llama) { check_family("mistral", "llama"); }
+TEST(model_family_smollm3) { check_family("smollm3", "smollm3"); }
 
 /* Every fixture's tokenizer (the converter's minimal ones) loads with the
  * vocabulary the model has: the GGUFs are complete llama.cpp files. */
 TEST(model_family_tokenizers_load) {
-    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral"};
-    static const int vocab[] = {272, 272, 288, 288, 320};
-    for (int i = 0; i < 5; i++) {
+    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3"};
+    static const int vocab[] = {272, 272, 288, 288, 320, 272};
+    for (int i = 0; i < 6; i++) {
         char path[700];
         snprintf(path, sizeof path, "%s/families/%s/model.gguf", test_fixture_dir(), names[i]);
         qkv_gguf *g = NULL;
