@@ -122,7 +122,7 @@ static double max_diff(const float *a, const float *b, size_t n) {
 /* One layer's figures over the T orderings. */
 typedef struct {
     int window;          /* 0: causal over every key */
-    float theta;
+    float theta;         /* 0: a NoPE layer (no RoPE: "on" is "off" in another order) */
     double off, on;      /* max |Δ| of the last row's output, RoPE off / on */
     int off_same;        /* orderings whose RoPE-off output is bit-identical */
     double out, bound;   /* max |o| (RoPE on, original order); the rounding bound 8 n u max|v| */
@@ -154,9 +154,11 @@ static int attend_last(float *o, const float *q, const float *k, const float *v,
     return 0;
 }
 
+/* x: [H, n, D] turned by pos as layer la rotates (not at all on a NoPE layer). */
 static int rotate(float *x, const int64_t *pos, const qkv_layer_attn *la, int H, int n) {
     qkv_error err = {0};
-    if (qkv_rope_apply(x, pos, &la->rope, H, n, la->head_dim, &err)) return cli_fail("explain: %s", err.msg);
+    if (!la->no_rope && qkv_rope_apply(x, pos, &la->rope, H, n, la->head_dim, &err))
+        return cli_fail("explain: %s", err.msg);
     return 0;
 }
 
@@ -167,7 +169,7 @@ static int layer_permute(layer_row *r, const capture *c, const qkv_layer_attn *l
     const size_t qn = (size_t)Hq * D, kn = (size_t)Hkv * n * D;
     const float *q = c->rot_q + l * qn, *k = c->rot_k + l * kn, *v = c->v + l * kn;
     r->window = la->window;
-    r->theta = la->rope.theta;
+    r->theta = la->no_rope ? 0.0f : la->rope.theta;
     r->bound = 8.0 * n * 0x1p-24 * max_abs(v, kn);
     /* RoPE removed: q at -(n-1), key t at -t */
     memcpy(s->q_off, q, qn * sizeof(float));
@@ -226,7 +228,7 @@ static void print_text(const explain_permute_args *a, const qkv_model_config *cf
     printf("                            one layer, prefix permuted             whole model, prompt permuted\n");
     printf("  layer  mask      RoPE θ   RoPE off   same bits   RoPE on   rel.   input   rel.   attn out   rel.\n");
     double off = 0, on_min = INFINITY, worst = 0;
-    int same = 0;
+    int same = 0, nope = 0;
     for (int l = 0; l < L; l++) {
         const layer_row *r = &rows[l];
         char mask[32];
@@ -236,7 +238,8 @@ static void print_text(const explain_permute_args *a, const qkv_model_config *cf
                (double)r->theta, r->off, r->off_same, T, r->on, rel(r->on, r->out), r->resid,
                rel(r->resid, r->resid_ref), r->z, rel(r->z, r->z_ref));
         off = fmax(off, r->off);
-        on_min = fmin(on_min, r->on);
+        if (r->theta > 0) on_min = fmin(on_min, r->on);
+        nope += r->theta == 0;
         same += r->off_same;
         worst = fmax(worst, rel(r->off, r->bound));
     }
@@ -245,9 +248,11 @@ static void print_text(const explain_permute_args *a, const qkv_model_config *cf
            "  (the softmax sum and the weighted sum of v, taken in key order) differs: at most 8·n·u·max|v|\n"
            "  with u = 2^-24 and n = %d keys, and the largest change is %.3g of that bound.\n",
            off, L, T, same, L * T, n, worst);
-    printf("  RoPE on: every layer moves it, by %.3g at the least (the score of q at position %d and a key\n"
+    printf("  RoPE on: every layer %smoves it, by %.3g at the least (the score of q at position %d and a key\n"
            "  at position p depends on %d - p, so a key scores differently in another place).\n",
-           on_min, n - 1, n - 1);
+           nope ? "with RoPE " : "", on_min, n - 1, n - 1);
+    if (nope)
+        printf("  %d NoPE layers (RoPE θ 0: q and k unrotated) see no position: RoPE on is RoPE off there.\n", nope);
     if (cfg->window)
         printf("  Sliding layers see the last %d keys: with %d tokens the window holds the whole prefix, as\n"
                "  here; past %d, a permutation also changes which keys are in the window, as the mask does.\n",

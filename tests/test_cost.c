@@ -320,6 +320,12 @@ TEST(cost_presets_match_published_parameter_counts) {
     qkv_model_config c;
     CHECK(qkv_cost_preset(&c, NULL, "qwen3-0.6b", &err) == QKV_OK && c.head_dim == 128 && c.n_embd / c.n_head == 64,
           "Qwen3-0.6B's key_length 128 is not hidden / heads");
+    /* SmolLM3-3B: the count from its config (36 x 78,123,008 + the tied
+     * 128256 x 2048 embedding + the final norm), not checked against the hub */
+    qkv_cost r;
+    CHECK(qkv_cost_preset(&c, NULL, "smollm3-3b", &err) == QKV_OK && qkv_cost_eval(&r, &c, 0, 4096, 2, &err) == QKV_OK &&
+              r.params_total == 3075098624.0 && c.no_rope_interval == 4 && !qkv_model_layer_rotates(&c, 35),
+          "SmolLM3-3B: %.0f parameters %s", r.params_total, err.msg);
 }
 
 TEST(cost_gemma3_270m_kv_bytes_at_32k) {

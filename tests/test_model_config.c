@@ -156,3 +156,20 @@ TEST(model_config_layer_slides) {
             CHECK(!qkv_model_layer_slides(&c, l), "window %d period %d: layer %d slides", c.window, c.swa_period, l);
     }
 }
+
+/* qkv_model_layer_rotates, SmolLM3's NoPE layers (llama.cpp: layer il uses
+ * RoPE iff (il + 1) % n_no_rope_layer_step != 0, the step 4), and
+ * qkv_layer_attn.no_rope built on it; an interval of 0 rotates every layer. */
+TEST(model_config_layer_rotates) {
+    static const char smollm3[] = "111011101110"; /* transformers' no_rope_layers for 12 layers, interval 4 */
+    qkv_model_config c = {.n_head = 4, .n_kv_head = 1, .head_dim = 16, .no_rope_interval = 4, .rope = {.theta = 1e6f}};
+    for (int l = 0; l < 12; l++) {
+        qkv_layer_attn a;
+        qkv_model_layer_attn(&a, &c, l);
+        const int want = smollm3[l] == '1';
+        CHECK(qkv_model_layer_rotates(&c, l) == want && a.no_rope == !want && a.rope.theta == 1e6f,
+              "smollm3 layer %d: no_rope %d", l, a.no_rope);
+    }
+    c.no_rope_interval = 0;
+    for (int l = 0; l < 12; l++) CHECK(qkv_model_layer_rotates(&c, l), "interval 0: layer %d without RoPE", l);
+}

@@ -15,6 +15,9 @@
  *            without soft-caps
  *   mistral  arch "llama" (llama.cpp's converter maps MistralForCausalLM to
  *            LlamaModel: permuted q/k, no sliding window): passes today
+ *   smollm3  8 layers, layers 3 and 7 without RoPE (llama.cpp's
+ *            n_no_rope_layer_step 4; transformers' no_rope_layers), q/k
+ *            permuted as llama's (SmolLM3Model is a LlamaModel), F16, GQA 2:1
  *
  * Per family, one prompt of 48 tokens (tests/fixtures/families/<family>/):
  *   - logits of every position, one forward call (all_logits);
@@ -190,13 +193,81 @@ TEST(model_family_gemma2) { check_family("gemma2", "gemma2"); }
 TEST(model_family_gemma3) { check_family("gemma3", "gemma3"); }
 /* arch "llama": supported today */
 TEST(model_family_mistral_as_llama) { check_family("mistral", "llama"); }
+TEST(model_family_smollm3) { check_family("smollm3", "smollm3"); }
+
+/* A copy of one hooked activation ([n, H, D] at hook_q / hook_rot_q), or of
+ * the layer's cached keys rows [0, n) at hook_pattern ([Hkv, n, D]). */
+typedef struct {
+    float *x;
+    size_t count;
+    int n;
+} copy_capture;
+
+static qkv_status copy_activation(void *user, const qkv_activation *a, qkv_error *err) {
+    copy_capture *c = user;
+    if (a->point == QKV_HOOK_PATTERN) return qkv_kv_cache_read(c->x, NULL, qkv_attn_view_cache(a->attn), 0, c->n, err);
+    memcpy(c->x, a->data, c->count * sizeof(float));
+    return QKV_OK;
+}
+
+/* SmolLM3's NoPE layers (3 and 7 of 8) as the forward runs them: there
+ * hook_rot_q and hook_rot_k equal hook_q and hook_k bit for bit (no QK-norm
+ * in this family), elsewhere they differ; an eviction with shift moves a
+ * NoPE layer's keys unrotated (the kept rows bit for bit the rows before),
+ * where a RoPE layer's move and turn. */
+TEST(model_family_smollm3_nope_layers) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/families/smollm3/model.gguf", test_fixture_dir());
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    const qkv_model_params p = {.n_ctx = N_CTX, .n_threads = 2};
+    if (qkv_model_open(&m, path, &p, &err)) {
+        CHECK(0, "%s: %s", path, err.msg);
+        return;
+    }
+    const qkv_model_config *c = qkv_model_get_config(m);
+    enum { N = 20, CUT = 2, GONE = 4 };
+    const int Hq = c->n_head, KD = c->n_kv_head * c->head_dim;
+    CHECK(c->no_rope_interval == 4 && c->n_layer == 8, "smollm3: no_rope_interval %d, %d layers", c->no_rope_interval,
+          c->n_layer);
+    int32_t ids[N + 1];
+    for (int i = 0; i <= N; i++) ids[i] = (37 * i + 11) % c->n_vocab;
+    float *buf = calloc((size_t)8 * N * Hq * c->head_dim, sizeof(float));
+    float *q = buf, *rq = q + (size_t)N * Hq * c->head_dim;
+    float *k = rq + (size_t)N * Hq * c->head_dim, *rk = k + (size_t)N * KD;
+    float *before = rk + (size_t)N * KD, *after = before + (size_t)N * KD;
+    for (int l = 0; l < 4 && !test_failures(); l++) {
+        copy_capture cq = {q, (size_t)N * Hq * c->head_dim, N}, crq = {rq, cq.count, N};
+        copy_capture ck = {k, (size_t)N * KD, N}, crk = {rk, ck.count, N}, cb = {before, 0, N}, ca = {after, 0, N - GONE};
+        const qkv_hook hooks[] = {{QKV_HOOK_Q, l, copy_activation, &cq},     {QKV_HOOK_ROT_Q, l, copy_activation, &crq},
+                                  {QKV_HOOK_K, l, copy_activation, &ck},     {QKV_HOOK_ROT_K, l, copy_activation, &crk},
+                                  {QKV_HOOK_PATTERN, l, copy_activation, &cb}};
+        const qkv_hook later = {QKV_HOOK_PATTERN, l, copy_activation, &ca};
+        const qkv_forward_opts o = {.hooks = hooks, .n_hooks = 5}, o2 = {.hooks = &later, .n_hooks = 1};
+        CHECK(qkv_model_rewind(m, 0, &err) == QKV_OK && qkv_model_forward(m, NULL, ids, N, 0, &o, &err) == QKV_OK &&
+                  qkv_model_evict(m, CUT, GONE, 1, &err) == QKV_OK &&
+                  qkv_model_forward(m, NULL, ids + N, 1, 0, &o2, &err) == QKV_OK,
+              "layer %d: %s", l, err.msg);
+        const int nope = l == 3;
+        const int same_q = !memcmp(q, rq, cq.count * sizeof(float)), same_k = !memcmp(k, rk, ck.count * sizeof(float));
+        /* the kept rows: [0, CUT) stay, [CUT + GONE, N) move down by GONE */
+        const int moved = !memcmp(after, before, (size_t)CUT * KD * sizeof(float)) &&
+                          !memcmp(after + (size_t)CUT * KD, before + (size_t)(CUT + GONE) * KD,
+                                  (size_t)(N - CUT - GONE) * KD * sizeof(float));
+        CHECK(same_q == nope && same_k == nope && moved == nope,
+              "layer %d (%s): rot_q == q %d, rot_k == k %d, shifted keys unchanged %d", l, nope ? "NoPE" : "RoPE",
+              same_q, same_k, moved);
+    }
+    free(buf);
+    qkv_model_close(m);
+}
 
 /* Every fixture's tokenizer (the converter's minimal ones) loads with the
  * vocabulary the model has: the GGUFs are complete llama.cpp files. */
 TEST(model_family_tokenizers_load) {
-    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral"};
-    static const int vocab[] = {272, 272, 288, 288, 320};
-    for (int i = 0; i < 5; i++) {
+    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3"};
+    static const int vocab[] = {272, 272, 288, 288, 320, 272};
+    for (int i = 0; i < 6; i++) {
         char path[700];
         snprintf(path, sizeof path, "%s/families/%s/model.gguf", test_fixture_dir(), names[i]);
         qkv_gguf *g = NULL;

@@ -1,6 +1,6 @@
 /*
  * test_model_hostile.c — hostile GGUFs of the model families (qwen2, qwen3,
- * gemma2, gemma3, llama), built here (gguf_build.h's gguf_put_tiny_model,
+ * gemma2, gemma3, llama, smollm3), built here (gguf_build.h's gguf_put_tiny_model,
  * one fault per file) from a good tiny model of each that loads and runs.
  * Each fault is refused by qkv_model_open with one message naming the file
  * and the key or tensor, and by `qkv run`, `qkv inspect` and `qkv sinks` with
@@ -25,7 +25,7 @@
  *   attn_logit_softcapping, final_logit_softcapping   finite and > 0 (llama.cpp
  *                             divides by them: 0 gives inf, NaN every logit)
  *   rope.freq_base, rope.freq_base_swa   finite and > 1; attention.scale > 0
- *   general.architecture      one of llama, qwen2, qwen3, gemma2, gemma3
+ *   general.architecture      one of llama, qwen2, qwen3, gemma2, gemma3, smollm3
  *   tensors                   present for the family (qwen2's q/k/v biases,
  *                             QK-norms of qwen3 and gemma3, gemma's post-norms)
  *                             and every value finite: in the block types the
@@ -63,7 +63,7 @@ TEST(model_hostile_good_family_models_load_and_run) {
     const char *archs[16];
     int n = 0;
     while (n < 16 && (archs[n] = qkv_model_family_name(n))) n++;
-    CHECK(n == 5 && !qkv_model_family_name(-1), "%d families", n);
+    CHECK(n == 6 && !qkv_model_family_name(-1), "%d families", n);
     for (int i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "good-%s.gguf", archs[i]);
@@ -185,7 +185,7 @@ static const hostile k_cases[] = {
     {"g2-scale-nan.gguf", "gemma2", F32("gemma2.attention.scale", NAN), .want = QKV_ERR_FORMAT,
      .msg = "g2-scale-nan.gguf: gemma2.attention.scale = nan is outside (0, 1e+30)"},
     {"falcon.gguf", "falcon", .want = QKV_ERR_UNSUPPORTED,
-     .msg = "falcon.gguf: general.architecture 'falcon' is not supported (llama, qwen2, qwen3, gemma2, gemma3)"},
+     .msg = "falcon.gguf: general.architecture 'falcon' is not supported (llama, qwen2, qwen3, gemma2, gemma3, smollm3)"},
 };
 
 /* Files in the test's directory. */

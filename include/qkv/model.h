@@ -18,7 +18,8 @@ extern "C" {
 /* ------------------------------------------------------------------- model */
 
 /* A decoder model from a GGUF file, in one of the families llama.cpp writes:
- * llama (Llama 2/3.x, Mistral, SmolLM), qwen2, qwen3, gemma2, gemma3. Every
+ * llama (Llama 2/3.x, Mistral, SmolLM), qwen2, qwen3, gemma2, gemma3,
+ * smollm3. Every
  * family is embedding, L x [RMSNorm, attention (libqkv), RMSNorm, gated
  * FFN], final norm, lm_head; what differs is named below and read from the
  * same metadata keys llama.cpp reads. Weights stay in the file's mapping in
@@ -30,7 +31,7 @@ typedef enum {
 } qkv_ffn_act;
 
 typedef struct {
-    char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3" */
+    char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3" */
     int n_layer;            /* L */
     int n_embd;             /* residual width E */
     int n_head;             /* Hq */
@@ -50,6 +51,8 @@ typedef struct {
     int swa_period;         /* with window: layer l slides iff l % swa_period < swa_period - 1
                                (llama.cpp's set_swa_pattern: gemma2 2, gemma3 6) */
     float rope_theta_swa;   /* the sliding layers' RoPE base (gemma3: 10000) */
+    int no_rope_interval;   /* N > 0: layer l runs without RoPE ("NoPE") iff (l + 1) % N == 0
+                               (llama.cpp's n_no_rope_layer_step, smollm3: 4); 0: every layer rotates */
     float attn_softcap;     /* c > 0: scores become c tanh(s / c) (gemma2); 0: none */
     int qk_norm;            /* RMSNorm of each head's q and k before RoPE (qwen3, gemma3) */
     int qkv_bias;           /* q, k and v projections have biases (qwen2) */
@@ -68,12 +71,18 @@ typedef struct {
     float softcap;          /* 0: none */
     qkv_rope rope;          /* theta: rope_theta_swa on sliding layers */
     int qk_norm, qkv_bias;
+    int no_rope;            /* 1: q and k are not rotated (hook_rot_q/k equal hook_q/k after any QK-norm,
+                               the cache holds unrotated keys, a KV shift leaves them) */
 } qkv_layer_attn;
 
 /* 1 if layer `layer` is a sliding layer: cfg->window > 0 and
  * layer % swa_period < swa_period - 1 (a period of 1 or less: none); the one
  * rule behind qkv_model_layer_attn, the sliding-window cache and qkv_cost. */
 QKV_API int qkv_model_layer_slides(const qkv_model_config *cfg, int layer);
+/* 1 if layer `layer` applies RoPE to q and k: cfg->no_rope_interval < 1 or
+ * (layer + 1) % no_rope_interval != 0 (llama.cpp's rule for SmolLM3); the
+ * rule behind qkv_layer_attn.no_rope. */
+QKV_API int qkv_model_layer_rotates(const qkv_model_config *cfg, int layer);
 /* out <- layer `layer`'s attention spec (0 <= layer < cfg->n_layer). */
 QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *cfg, int layer);
 
@@ -104,7 +113,7 @@ QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c
 QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* The i-th supported family's general.architecture ("llama", "qwen2",
- * "qwen3", "gemma2", "gemma3"); NULL past the last (i < 0 too). */
+ * "qwen3", "gemma2", "gemma3", "smollm3"); NULL past the last (i < 0 too). */
 QKV_API const char *qkv_model_family_name(int i);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */

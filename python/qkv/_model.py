@@ -28,7 +28,8 @@ ANSWER = "4817"
 @dataclasses.dataclass(frozen=True)
 class LayerAttention:
     """One layer's attention as the model runs it (qkv_layer_attn): window 0 is
-    causal over every earlier key, W the last W keys; softcap 0 is none."""
+    causal over every earlier key, W the last W keys; softcap 0 is none; no_rope
+    a layer without RoPE."""
     n_head: int
     n_kv_head: int
     head_dim: int
@@ -38,12 +39,13 @@ class LayerAttention:
     rope_theta: float
     qk_norm: bool
     qkv_bias: bool
+    no_rope: bool  # q and k unrotated (SmolLM3's every fourth layer)
 
 
 Config = dataclasses.make_dataclass("Config", _qkv.CONFIG_FIELDS, frozen=True, namespace={
     "__module__": __name__,
     "__doc__": """What the GGUF says about the model (qkv_model_config), plus the open context
-    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3);
+    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3, smollm3);
     layers holds each layer's attention spec (LayerAttention). The fields are the C
     struct's, as the extension lists them (qkv._qkv.CONFIG_FIELDS)."""})
 

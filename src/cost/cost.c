@@ -37,6 +37,8 @@ static const preset presets[] = {
     {"llama-2-7b", "Llama-2-7B", ROW("llama", 32, 4096, 32, 32, 128, 11008, 32000, 0, .window = 0)},
     /* HuggingFaceTB/SmolLM2-135M */
     {"smollm2-135m", "SmolLM2-135M", ROW("llama", 30, 576, 9, 3, 64, 1536, 49152, 1, .window = 0)},
+    /* HuggingFaceTB/SmolLM3-3B (transformers' SmolLM3Config defaults): NoPE every fourth layer */
+    {"smollm3-3b", "SmolLM3-3B", ROW("smollm3", 36, 2048, 16, 4, 128, 11008, 128256, 1, .no_rope_interval = 4)},
     /* mistralai/Mistral-7B-v0.3: sliding_window null (v0.1's 4096 is gone) */
     {"mistral-7b", "Mistral-7B-v0.3", ROW("llama", 32, 4096, 32, 8, 128, 14336, 32768, 0, .window = 0)},
     /* Qwen/Qwen2.5-0.5B: biases on q, k, v */

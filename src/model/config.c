@@ -4,7 +4,7 @@
  * reader qkv_model_open and `qkv cost --model` share, and each family's
  * rules where the file says nothing, one row of FAMILIES per family
  * (llama.cpp's load_hparams: Gemma's sliding pattern and query scale,
- * Gemma 3's local RoPE base). Reads
+ * Gemma 3's local RoPE base, SmolLM3's layers without RoPE). Reads
  * metadata only: no weight is touched, so a metadata-only file is enough.
  */
 #include "qkv/model.h"
@@ -69,6 +69,8 @@ typedef struct {
     int final_softcap_key;    /* 1: reads <arch>.final_logit_softcapping */
     int attn_softcap_key;     /* 1: reads <arch>.attn_logit_softcapping */
     float attn_softcap, final_softcap; /* the defaults when the keys are absent */
+    int no_rope_interval;     /* every this many layers the last runs without RoPE (llama.cpp's
+                                 n_no_rope_layer_step, a constant: no key); 0: none */
 } family;
 
 static const family FAMILIES[] = {
@@ -80,6 +82,9 @@ static const family FAMILIES[] = {
      .attn_softcap = 50.0f, .final_softcap = 30.0f},
     {"gemma3", QKV_ROPE_HALF, .qk_norm = 1, .post_norms = 1, .ffn_act = QKV_FFN_GELU_TANH, .embd_scale_sqrt = 1,
      .width_scale_layers = 62, .swa_period = 6, .rope_theta_swa = 10000.0f, .final_softcap_key = 1},
+    /* SmolLM3: llama's block and converter (SmolLM3Model is a LlamaModel: q/k
+     * permuted), NoPE on layers 3, 7, 11, ... (transformers' no_rope_layers) */
+    {"smollm3", QKV_ROPE_INTERLEAVED, .ffn_act = QKV_FFN_SILU, .swa_period = 1, .no_rope_interval = 4},
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 
@@ -96,6 +101,7 @@ static void family_defaults(qkv_model_config *c, const family *f) {
     c->window = f->window;
     c->attn_softcap = f->attn_softcap;
     c->final_softcap = f->final_softcap;
+    c->no_rope_interval = f->no_rope_interval;
     const int by_width = f->width_scale_layers && c->n_layer == f->width_scale_layers;
     c->attn_scale = 1.0f / sqrtf((float)(by_width ? c->n_embd / c->n_head : c->head_dim));
 }
@@ -109,11 +115,16 @@ int qkv_model_layer_slides(const qkv_model_config *c, int layer) {
     return c->window > 0 && c->swa_period > 1 && layer % c->swa_period < c->swa_period - 1;
 }
 
+int qkv_model_layer_rotates(const qkv_model_config *c, int layer) {
+    return c->no_rope_interval < 1 || (layer + 1) % c->no_rope_interval != 0;
+}
+
 void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c, int layer) {
     const int sliding = qkv_model_layer_slides(c, layer);
     *out = (qkv_layer_attn){.n_head = c->n_head, .n_kv_head = c->n_kv_head, .head_dim = c->head_dim,
                             .scale = c->attn_scale, .window = sliding ? c->window : 0, .softcap = c->attn_softcap,
-                            .rope = c->rope, .qk_norm = c->qk_norm, .qkv_bias = c->qkv_bias};
+                            .rope = c->rope, .qk_norm = c->qk_norm, .qkv_bias = c->qkv_bias,
+                            .no_rope = !qkv_model_layer_rotates(c, layer)};
     if (sliding) out->rope.theta = c->rope_theta_swa;
 }
 

@@ -4,6 +4,7 @@
  *   x = embed(tokens) * embd_scale                              [n, E]
  *   per layer:  h = rmsnorm(x) ; q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)
  *               q, k = rmsnorm per head (QK-norm) ; rope(q, k) at the layer's base
+ *               (none on a NoPE layer)
  *               cache <- k, v ; o = attention(q, cache)  (libqkv: causal or the
  *               layer's window, soft-capped scores)
  *               x += post_norm(o Wo)
@@ -19,8 +20,9 @@
  *
  * RoPE pairing: llama.cpp's converter permutes the rows of llama's q and k
  * weights so that ggml's "normal" rope, which rotates adjacent pairs (2i,
- * 2i+1), equals HF's rotate-half on the original weights; the other
- * families are stored as trained and run rotate-half ("neox").
+ * 2i+1), equals HF's rotate-half on the original weights (smollm3's
+ * converter is llama's); the other families are stored as trained and run
+ * rotate-half ("neox").
  */
 #include "model/state.h"
 #include "util/error.h"
@@ -168,8 +170,10 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     to_head_major(m->qt, m->q, n, Hq, D);
     to_head_major(m->kt, m->k, n, Hkv, D);
     to_head_major(m->vt, m->v, n, Hkv, D);
-    if ((st = qkv_rope_apply(m->qt, m->positions, &a->rope, Hq, n, D, err)) ||
-        (st = qkv_rope_apply(m->kt, m->positions, &a->rope, Hkv, n, D, err)) ||
+    /* a NoPE layer (SmolLM3's every fourth) attends by content alone: q and k
+     * unrotated, and so are the keys its cache holds */
+    if ((!a->no_rope && ((st = qkv_rope_apply(m->qt, m->positions, &a->rope, Hq, n, D, err)) ||
+                         (st = qkv_rope_apply(m->kt, m->positions, &a->rope, Hkv, n, D, err)))) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_Q, l, m->qt, m->q, Hq, err)) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_K, l, m->kt, m->k, Hkv, err)) ||
         (st = model_kv_append(m, l, m->kt, m->vt, n, err)))

@@ -139,7 +139,8 @@ qkv_status qkv_model_evict(qkv_model *m, int from, int n, int shift, qkv_error *
     }
     for (int l = 0; l < L; l++) {
         qkv_kv_cache *c = m->cache[l];
-        const qkv_rope *rope = shift ? &m->attn[l].rope : NULL;
+        /* a NoPE layer's keys carry no position: they move unrotated */
+        const qkv_rope *rope = shift && !m->attn[l].no_rope ? &m->attn[l].rope : NULL;
         const int k0 = m->key0[l], held = qkv_kv_cache_len(c);
         const int lo = from > k0 ? from : k0, hi = from + n < k0 + held ? from + n : k0 + held;
         const int drop = hi > lo ? hi - lo : 0;

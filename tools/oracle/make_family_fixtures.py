@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny random models of the qwen2, qwen3, gemma2 and gemma3 architectures and
-a Mistral, written to GGUF the way llama.cpp's convert_hf_to_gguf.py writes
+"""Tiny random models of the qwen2, qwen3, gemma2, gemma3 and smollm3
+architectures and a Mistral, written to GGUF the way llama.cpp's convert_hf_to_gguf.py writes
 them, and their reference logits, attention maps and greedy continuations from
 Hugging Face transformers.
 
@@ -10,9 +10,12 @@ transformers, numpy, gguf, tokenizers, accelerate.
     /work/oracle-venv/bin/python tools/oracle/make_family_fixtures.py \
         [--out tests/fixtures/families] [--only qwen3,gemma2]
 
+(--only rewrites those families' lines of OUT/manifest.txt and keeps the others'.)
+
 Per family, everything seeded (FAMILIES below has the sizes):
   1. A transformers model (Qwen2ForCausalLM, Qwen3ForCausalLM,
-     Gemma2ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM) built from a
+     Gemma2ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM,
+     SmolLM3ForCausalLM) built from a
      config small enough to commit, float32, eager attention, every parameter
      redrawn from torch.Generator(seed). Where the GGUF stores a matrix as F16
      the HF weight is rounded to F16 first, so the file holds exactly the
@@ -22,12 +25,14 @@ Per family, everything seeded (FAMILIES below has the sizes):
   2. The GGUF, with gguf.GGUFWriter, keys and tensor names as llama.cpp's
      converter writes them for that HF class (tensor names through gguf-py's
      own TensorNameMap, as the converter's map_tensor_name): see write_gguf.
-     Llama/Mistral q/k rows are permuted (LlamaModel.permute) for ggml's
-     interleaved RoPE; qwen2/qwen3/gemma2/gemma3 are NEOX (rotate-half) in
+     Llama/Mistral and SmolLM3 (SmolLM3Model is a LlamaModel) q/k rows are
+     permuted (LlamaModel.permute) for ggml's interleaved RoPE (llama.cpp's
+     LLAMA_ROPE_TYPE_NORM for both); qwen2/qwen3/gemma2/gemma3 are NEOX (rotate-half) in
      llama.cpp and are written unpermuted; Gemma's norms get + 1; the tied
      Gemma lm_head is not written. A minimal tokenizer as the converter writes
      one (llama.cpp will not load a GGUF without tokenizer.ggml.model): a
-     byte-level BPE ("gpt2", pre "qwen2") for Qwen, SentencePiece ("llama",
+     byte-level BPE ("gpt2", pre "qwen2") for Qwen and SmolLM3 (whose real
+     one is Llama 3's: the tokenizer is not what its fixture tests), SentencePiece ("llama",
      <0xXX> byte pieces, scores) for Gemma and Mistral.
   3. What llama.cpp makes of the file (llamacpp_view: key_length, the
      soft-caps, the sliding window and which layers use it, the query scale
@@ -37,7 +42,10 @@ Per family, everything seeded (FAMILIES below has the sizes):
      (from_pretrained(dir, gguf_file=...)), which otherwise ignores those keys
      (fix_config). The reloaded model must have the same weights and the same
      logits as the in-memory one; without the fixes it either does not load
-     (qwen3: head_dim 128) or its logits are far off (the table).
+     (qwen3: head_dim 128) or its logits are far off (the table). That reader
+     has no smollm3: its file is read back with gguf.GGUFReader instead (q/k
+     rows un-permuted) into a SmolLM3Config whose no_rope_layers is
+     llama.cpp's rule (read_back_gguf), with the same two checks.
   4. "Each feature matters": the same weights run with one feature removed
      (features below); the logits move by far more than the 1e-4 tolerance.
      Printed and written to manifest.txt.
@@ -72,7 +80,8 @@ from torch import nn
 import gguf
 from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM,
                           Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
+                          SmolLM3ForCausalLM)
 
 PINNED = {"torch": "2.15.0", "transformers": "5.24.0", "numpy": "2.4.6", "gguf": "0.19.0",
           "tokenizers": "0.23.3", "accelerate": "1.15.0"}
@@ -111,6 +120,10 @@ FAMILIES = {
     "mistral": dict(arch="llama", cfg=MistralConfig, cls=MistralForCausalLM, seed=8, emb=1.0, vocab=320, hidden=64,
                     layers=2, heads=4, kv_heads=1, head_dim=16, ff=64, theta=1e6, eps=1e-5, tied=False,
                     wtype="F16", tok="mistral"),
+    # 8 layers: NoPE on 3 and 7 (llama.cpp's n_no_rope_layer_step 4)
+    "smollm3": dict(arch="smollm3", cfg=SmolLM3Config, cls=SmolLM3ForCausalLM, seed=3, emb=1.0, vocab=272,
+                    hidden=32, layers=8, heads=2, kv_heads=1, head_dim=None, ff=48, theta=2e6, eps=1e-6,
+                    tied=True, wtype="F16", tok="bpe", no_rope_step=4),
 }
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]     # ids 0 1 2 3, as Gemma's
 MISTRAL_SPECIALS = ["<unk>", "<s>", "</s>"]              # ids 0 1 2, as Llama-2 / Mistral's
@@ -126,7 +139,7 @@ def hf_config(name, **over):
               tie_word_embeddings=f["tied"])
     if f["head_dim"]:
         kw["head_dim"] = f["head_dim"]
-    if name in ("qwen2", "qwen3"):
+    if name in ("qwen2", "qwen3", "smollm3"):
         eot = f["vocab"] - len(QWEN_SPECIALS)           # <|endoftext|>
         kw.update(rope_parameters={"rope_type": "default", "rope_theta": f["theta"]}, bos_token_id=eot,
                   eos_token_id=eot, pad_token_id=None)
@@ -144,10 +157,22 @@ def hf_config(name, **over):
                   query_pre_attn_scalar=f["head_dim"], sliding_window=f["window"],
                   final_logit_softcapping=None, attn_logit_softcapping=None,
                   hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    if name == "smollm3":
+        kw.update(no_rope_layers=no_rope_layers(f["layers"], f["no_rope_step"]), use_sliding_window=False,
+                  attention_bias=False, mlp_bias=False)
     kw.update(over)
     cfg = f["cfg"](**kw)
     cfg._attn_implementation = "eager"
     return cfg
+
+
+def no_rope_layers(L, step):
+    """transformers' no_rope_layers (1: the layer uses RoPE) from llama.cpp's
+    rule for SmolLM3: layer il rotates iff (il + 1) % n_no_rope_layer_step != 0,
+    which is also SmolLM3Config's default for no_rope_layer_interval = step."""
+    rule = [int((il + 1) % step != 0) for il in range(L)]
+    assert rule == SmolLM3Config(num_hidden_layers=L, no_rope_layer_interval=step).no_rope_layers
+    return rule
 
 
 def build(name, cfg, sd):
@@ -293,6 +318,9 @@ def write_gguf(name, sd, path):
       mistral arch llama (LlamaModel): vocab_size, rope.dimension_count;
               attn_q / attn_k permuted; no sliding-window key (llama.cpp's
               llama arch has none)
+      smollm3 as mistral (SmolLM3Model subclasses LlamaModel), arch smollm3;
+              no key for the NoPE layers (llama.cpp's n_no_rope_layer_step
+              is a constant 4)
     """
     f = FAMILIES[name]
     arch = f["arch"]
@@ -317,7 +345,7 @@ def write_gguf(name, sd, path):
         w.add_final_logit_softcapping(f["final_softcap"])
     if name.startswith("gemma"):
         w.add_sliding_window(f["window"])
-    if name == "mistral":
+    if name in ("mistral", "smollm3"):
         w.add_vocab_size(f["vocab"])
         w.add_rope_dimension_count(D)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if f["wtype"] == "F32" else gguf.LlamaFileType.MOSTLY_F16)
@@ -357,8 +385,22 @@ def write_gguf(name, sd, path):
             w.add_add_eos_token(False)
     assert len(tokens) == f["vocab"]
 
+    for key, gname, a in gguf_tensors(name, sd):
+        w.add_tensor(gname, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def gguf_tensors(name, sd):
+    """(HF key, GGUF tensor name, array as the converter stores it) for every
+    tensor of the family's GGUF."""
+    f = FAMILIES[name]
+    H, Hkv = f["heads"], f["kv_heads"]
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[name.upper() if name != "mistral" else "LLAMA"],
                                     f["layers"])
+    out = []
     for key in sorted(sd):
         if key == "lm_head.weight" and f["tied"]:
             continue                                   # tied: no output.weight
@@ -366,7 +408,7 @@ def write_gguf(name, sd, path):
         gname = tmap.get_name(base)
         assert gname is not None, key
         a = sd[key].numpy()
-        if name == "mistral" and (".q_proj." in key or ".k_proj." in key):
+        if name in ("mistral", "smollm3") and (".q_proj." in key or ".k_proj." in key):
             a = permute(a, H if ".q_proj." in key else Hkv)
         if name.startswith("gemma") and key.endswith("norm.weight"):
             a = a + np.float32(1.0)                    # Gemma's RMSNorm (1 + w)
@@ -376,11 +418,34 @@ def write_gguf(name, sd, path):
             a = a.astype(np.float16)
         else:
             a = a.astype(np.float32)
-        w.add_tensor(f"{gname}.{suffix}", np.ascontiguousarray(a))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        out.append((key, f"{gname}.{suffix}", np.ascontiguousarray(a)))
+    return out
+
+
+def read_back_gguf(name, path, sd):
+    """For an architecture transformers' GGUF reader lacks (smollm3): the
+    file's tensors read with gguf.GGUFReader, named back to the HF keys and
+    q/k un-permuted, into the family's class with a config from what
+    llama.cpp reads (llamacpp_view: its NoPE layers); sd only names the
+    tensors (its keys). Returns (model, fixes)."""
+    f = FAMILIES[name]
+    v = llamacpp_view(path)
+    r = gguf.GGUFReader(path)
+    names = {gname: key for key, gname, _ in gguf_tensors(name, sd)}
+    sd = {}
+    for t in r.tensors:
+        key = names[t.name]
+        a = torch.from_numpy(np.array(t.data).astype(np.float32))
+        if ".q_proj." in key or ".k_proj." in key:
+            a = unpermute(a, v["n_head"] if ".q_proj." in key else f["kv_heads"])
+        sd[key] = a.reshape(tuple(reversed([int(x) for x in t.shape])))
+    assert set(sd) == set(names.values()) and len(sd) == len(r.tensors)
+    if f["tied"]:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    over = dict(no_rope_layers=v["no_rope_layers"], rope_parameters={"rope_type": "default",
+                                                                    "rope_theta": v["freq_base"]})
+    fixes = [f"no_rope_layers: {','.join(map(str, v['no_rope_layers']))} (llama.cpp's rule)"]
+    return build(name, hf_config(name, **over), sd), fixes
 
 
 # ------------------------------------------------- what llama.cpp reads back
@@ -403,7 +468,8 @@ def llamacpp_view(path):
     v = dict(arch=arch, n_layer=L, n_embd=E, n_head=H,
              head_dim=field(r, f"{arch}.attention.key_length", E // H),
              freq_base=field(r, f"{arch}.rope.freq_base", 10000.0),
-             window=0, swa_layers=[False] * L, attn_softcap=None, final_softcap=None)
+             window=0, swa_layers=[False] * L, attn_softcap=None, final_softcap=None,
+             no_rope_layers=[1] * L)
     v["freq_base_swa"] = v["freq_base"]
     v["query_scale_dim"] = v["head_dim"]           # f_attention_scale = 1/sqrt(n_embd_head_k)
     if arch == "gemma2":
@@ -423,6 +489,8 @@ def llamacpp_view(path):
         v["final_softcap"] = field(r, f"{arch}.final_logit_softcapping", None) or None
         if L == 62:
             v["query_scale_dim"] = E // H
+    elif arch == "smollm3":
+        v["no_rope_layers"] = [int((il + 1) % 4 != 0) for il in range(L)]   # n_no_rope_layer_step = 4
     return v
 
 
@@ -458,7 +526,10 @@ def load_gguf_model(path, fixes=True):
     """transformers' own GGUF loader, float32, eager; with the config fixes
     unless fixes is False. Returns (model or None, changes, error)."""
     d, f = os.path.split(os.path.abspath(path))
-    cfg = AutoConfig.from_pretrained(d, gguf_file=f)
+    try:
+        cfg = AutoConfig.from_pretrained(d, gguf_file=f)
+    except ValueError as e:                  # an architecture the reader lacks (smollm3)
+        return None, [], str(e).splitlines()[0][:160]
     changes = fix_config(cfg, llamacpp_view(path)) if fixes else []
     try:
         m = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, config=cfg, dtype=torch.float32,
@@ -574,7 +645,14 @@ def features(name, sd):
                     sd, None, None))
         out.append(("swa_pattern", "every layer sliding (no global layer 5)",
                     {"layer_types": ["sliding_attention"] * f["layers"]}, sd, None, None))
-    if name == "mistral":
+    if name == "smollm3":
+        L = f["layers"]
+        out.append(("nope", "RoPE on every layer (the NoPE layers " +
+                    ",".join(str(i) for i in range(L) if (i + 1) % f["no_rope_step"] == 0) + " rotated too)",
+                    {"no_rope_layers": [1] * L}, sd, None, None))
+        out.append(("nope_offset", "NoPE on layers il % 4 == 0 instead of (il + 1) % 4 == 0",
+                    {"no_rope_layers": [int(i % f["no_rope_step"] != 0) for i in range(L)]}, sd, None, None))
+    if name in ("mistral", "smollm3"):
         def gguf_rows(new):
             for k in list(new):
                 if ".q_proj." in k:
@@ -633,9 +711,15 @@ def make_family(name, out_root, manifest):
     print(f"\n== {name}: {path} {os.path.getsize(path)} bytes; n {n}, V {V}, L {L}, Hq {Hq}; "
           f"logit std {logits.std().item():.2f}")
 
-    # transformers' own GGUF reader, with and without the config fixes
-    gm, changes, err = load_gguf_model(path, fixes=True)
-    assert gm is not None, err
+    # transformers' own GGUF reader, with and without the config fixes (smollm3:
+    # the file read back by gguf-py, transformers' reader has no such arch)
+    if name == "smollm3":
+        gm, changes = read_back_gguf(name, path, sd)
+        changes = ["transformers' GGUF reader has no smollm3: read back with gguf.GGUFReader (q/k rows "
+                   "un-permuted)"] + changes
+    else:
+        gm, changes, err = load_gguf_model(path, fixes=True)
+        assert gm is not None, err
     same_w = max((gm.state_dict()[k] - v).abs().max().item() for k, v in ref_model.state_dict().items())
     g_logits, g_maps = run(gm, ids)
     d_fixed = row_rel(g_logits, logits)
@@ -691,6 +775,9 @@ def make_family(name, out_root, manifest):
     size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
     D = f["head_dim"] or f["hidden"] // f["heads"]
     extra = ""
+    if name == "smollm3":
+        extra = " no_rope_layers " + ",".join(
+            str(i) for i, r in enumerate(llamacpp_view(path)["no_rope_layers"]) if not r)
     if name.startswith("gemma"):
         extra = f" window {f['window']} swa_layers " + ",".join(
             str(i) for i, s in enumerate(llamacpp_view(path)["swa_layers"]) if s)
@@ -708,15 +795,27 @@ def main():
     check_versions()
     torch.set_num_threads(2)
     names = [x for x in args.only.split(",") if x] or list(FAMILIES)
+    # the families not run keep their lines of the manifest already there
+    mpath = os.path.join(args.out, "manifest.txt")
+    kept = {}
+    if os.path.exists(mpath) and args.only:
+        with open(mpath, encoding="utf-8") as fh:
+            for line in fh.read().splitlines():
+                if line and not line.startswith("#") and line.split()[1] not in names:
+                    kept.setdefault(line.split()[1], []).append(line)
+    lines = {}
+    for name in names:
+        lines[name] = []
+        make_family(name, args.out, lines[name])
     manifest = ["# tools/oracle/make_family_fixtures.py: " +
                 ", ".join(f"{p} {version(p)}" for p in PINNED),
                 "# family NAME arch ARCH n N vocab V layers L heads HQ kv_heads HKV head_dim D ... (sizes)",
                 "# fixes NAME what had to be put into the config of transformers' GGUF reader",
                 "# unfixed NAME what transformers' GGUF reader gives without those fixes",
                 "# feature NAME FEATURE MAX_ABS_DLOGIT ROW_REL what was removed (same weights, same prompt)"]
-    for name in names:
-        make_family(name, args.out, manifest)
-    with open(os.path.join(args.out, "manifest.txt"), "w") as fh:
+    for name in FAMILIES:
+        manifest += lines.get(name, kept.get(name, []))
+    with open(mpath, "w") as fh:
         fh.write("\n".join(manifest) + "\n")
     total = sum(os.path.getsize(os.path.join(dp, x)) for dp, _, fs in os.walk(args.out) for x in fs)
     print(f"\n{args.out}: {total} bytes")
