@@ -217,11 +217,13 @@ static void print_json(const qkv_model_config *c, const char *name, const char *
                    "\"kv_bytes_per_rank\": %.0f, \"kv_gib_per_rank\": %.6f, \"block_bytes\": %.0f, "
                    "\"ring_bytes_per_layer\": %.0f, \"ring_mib_per_layer\": %.4f, \"step_compute_s\": %.6g, "
                    "\"step_transfer_s\": %.6g, \"hidden\": %s, \"min_tokens_per_rank\": %.1f, "
-                   "\"prefill_attn_s\": %.6g, \"prefill_attn_one_rank_s\": %.6g}",
+                   "\"prefill_attn_s\": %.6g, \"prefill_attn_one_rank_s\": %.6g, \"model_ring_bytes\": %.0f, "
+                   "\"model_ring_bytes_causal\": %.0f}",
                    ring->ranks, ring->link_gbs, ring->rank_gflops, y->tokens_per_rank, y->kv_bytes_per_rank,
                    y->kv_bytes_per_rank / 1073741824.0, y->block_bytes, y->ring_bytes_per_layer,
                    y->ring_bytes_per_layer / 1048576.0, y->step_compute_s, y->step_transfer_s, y->hidden ? "true" : "false",
-                   y->min_tokens_per_rank, y->prefill_attn_s, y->prefill_attn_one_s);
+                   y->min_tokens_per_rank, y->prefill_attn_s, y->prefill_attn_one_s, y->model_ring_bytes,
+                   y->model_ring_bytes_causal);
         }
         printf("}%s\n", i + 1 < n ? "," : "");
     }

@@ -4,8 +4,11 @@
  * of its calls replaces layer by layer (qkv_forward_opts.replace), and the
  * ring (qkv_cp_attention) or the sharded decode (qkv_cp_decode). Each rank's
  * KV cache holds its own rows only, rotated at their global positions (the
- * call's rope_offset); decoded tokens join the last rank's rows. Nothing is
- * installed on the model: the options travel with every call.
+ * call's rope_offset); decoded tokens join the last rank's rows. Each
+ * layer's call keeps the layer's own mask (causal or its sliding window)
+ * and soft-cap: the model's descriptor carries both, and a window counts
+ * back from a row's own position, so it reads the same in global positions.
+ * Nothing is installed on the model: the options travel with every call.
  */
 #include "internal.h"
 
@@ -16,7 +19,9 @@ struct qkv_cp_model {
     qkv_model *m;
     MPI_Comm comm;
     int rank, size;
-    qkv_cp_params params;
+    qkv_cp_params params;  /* params.stats: NULL, the ring calls write ring_stats */
+    qkv_cp_stats *stats;   /* the caller's, or NULL: the last prefill's sum over the layers */
+    qkv_cp_stats ring_stats;
     int global_len;     /* tokens of the sequence so far, over all ranks */
     int decoding;       /* 0: the replacement runs the ring; 1: the sharded decode */
     qkv_forward_opts opts; /* every forward call's: replace = replace_attention (user cm), rope_offset */
@@ -48,16 +53,26 @@ static qkv_status replace_attention(void *user, int layer, float *att, float *ls
     qkv_cp_model *cm = user;
     (void)layer;
     const int len = qkv_kv_cache_len(cache), D = local->head_dim;
+    /* the layer's mask without exclusions (forward refuses them with a replacement) */
+    const qkv_mask mask = {.kind = local->mask.kind, .window = local->mask.window, .sinks = local->mask.sinks};
     qkv_attn_desc g = {.n_q_head = local->n_q_head, .n_kv_head = local->n_kv_head, .head_dim = D, .scale = local->scale,
-                       .softcap = local->softcap, .mask = {.kind = QKV_MASK_CAUSAL}, .kv_dtype = local->kv_dtype,
+                       .softcap = local->softcap, .mask = mask, .kv_dtype = local->kv_dtype,
                        .n_threads = local->n_threads};
     if (!cm->decoding) {
         qkv_status st = dense_rows(cm, cache, len, g.n_kv_head, D, err);
         if (st) return st;
         g.q_len = g.kv_len = cm->global_len;
         qkv_cp_params p = cm->params;
+        qkv_cp_stats one = {0};
         p.layout = QKV_CP_CONTIGUOUS;
-        return qkv_cp_attention(att, lse, q, cm->k, cm->v, &g, cm->comm, &p, err);
+        p.stats = &one;
+        st = qkv_cp_attention(att, lse, q, cm->k, cm->v, &g, cm->comm, &p, err);
+        cm->ring_stats.total_s += one.total_s, cm->ring_stats.compute_s += one.compute_s;
+        cm->ring_stats.wait_s += one.wait_s;
+        cm->ring_stats.bytes_sent += one.bytes_sent, cm->ring_stats.bytes_received += one.bytes_received;
+        cm->ring_stats.blocks_computed += one.blocks_computed;
+        cm->ring_stats.blocks_sent += one.blocks_sent, cm->ring_stats.blocks_received += one.blocks_received;
+        return st;
     }
     /* decode: every rank appended the new token; only the last rank keeps it */
     const int last = cm->rank == cm->size - 1;
@@ -77,6 +92,14 @@ static qkv_status replace_attention(void *user, int layer, float *att, float *ls
 qkv_status qkv_cp_model_init(qkv_cp_model **out, qkv_model *m, MPI_Comm comm, const qkv_cp_params *p, qkv_error *err) {
     *out = NULL;
     if (!m) return util_fail(err, QKV_ERR_INVALID, "context-parallel model: model is NULL");
+    /* a sliding-window cache drops a rank's early rows while it decodes: the
+     * shards of the sharded decode would no longer tile the sequence */
+    for (int l = 0; l < qkv_model_get_config(m)->n_layer; l++)
+        if (qkv_model_kv_rows(m, l) < qkv_model_n_ctx(m))
+            return util_fail(err, QKV_ERR_UNSUPPORTED,
+                            "context-parallel model: layer %d keeps a sliding-window cache of %d rows (swa_cache); "
+                            "every rank needs a full cache of its own rows (open the model with swa_cache 0)",
+                            l, qkv_model_kv_rows(m, l));
     qkv_cp_model *cm = calloc(1, sizeof *cm);
     if (!cm) return util_fail(err, QKV_ERR_NOMEM, "context-parallel model: out of memory");
     cm->m = m;
@@ -84,6 +107,8 @@ qkv_status qkv_cp_model_init(qkv_cp_model **out, qkv_model *m, MPI_Comm comm, co
     MPI_Comm_rank(comm, &cm->rank);
     MPI_Comm_size(comm, &cm->size);
     if (p) cm->params = *p;
+    cm->stats = cm->params.stats;
+    cm->params.stats = NULL;
     cm->opts = (qkv_forward_opts){.replace = replace_attention, .replace_user = cm};
     *out = cm;
     return QKV_OK;
@@ -118,9 +143,11 @@ qkv_status qkv_cp_model_prefill(qkv_cp_model *cm, float *rows_logits, float *las
     cm->decoding = 0;
     cm->global_len = n;
     cm->opts.rope_offset = rows.start[0]; /* the model is at RoPE position 0 */
+    cm->ring_stats = (qkv_cp_stats){0};
     float *mine = rows_logits ? rows_logits : is_last ? last : NULL;
     st = qkv_model_forward(cm->m, mine, tokens + rows.start[0], rows.total, rows_logits != NULL, &cm->opts, err);
     if (st) return st; /* the other ranks time out in the ring: the job is lost */
+    if (cm->stats) *cm->stats = cm->ring_stats;
     if (is_last && rows_logits) memcpy(last, rows_logits + (size_t)(rows.total - 1) * V, (size_t)V * sizeof(float));
     return share(last, V, cm->size - 1, cm, err);
 }

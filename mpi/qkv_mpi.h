@@ -70,8 +70,9 @@ typedef struct {
     double compute_s;       /* local attention and merges */
     double wait_s;          /* blocked in bounded waits after the compute (transfer not hidden) */
     int64_t bytes_sent;     /* K/V bytes this rank sent */
+    int64_t bytes_received; /* K/V bytes this rank received */
     int blocks_computed;    /* key blocks this rank attended to (its own included) */
-    int blocks_sent;
+    int blocks_sent, blocks_received;
 } qkv_cp_stats;
 
 /* Zero is every field's default. */
@@ -124,14 +125,21 @@ qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_s
  * A model whose sequence is split across the ranks (weights on every rank):
  * the prompt's rows are cut as CONTIGUOUS cuts them, each rank runs the
  * model on its rows at their global positions, and every layer's attention
- * is qkv_cp_attention over the ring (causal). Decode: every rank runs the
- * new token (the same on all), the last rank keeps its K/V, and each layer
- * attends with qkv_cp_decode over the sharded cache. m is opened by the
+ * is qkv_cp_attention over the ring with the layer's own mask and soft-cap
+ * (causal, or a sliding layer's window: a block no row of a rank reaches is
+ * neither sent to it nor computed there). Every family runs so: QK-norm,
+ * biases and RoPE happen in each rank's model before the ring. Decode: every
+ * rank runs the new token (the same on all), the last rank keeps its K/V,
+ * and each layer attends with qkv_cp_decode over the sharded cache (the
+ * layer's mask and soft-cap again). m is opened by the
  * caller on every rank, with n_ctx >= its rows of the prompt + the tokens
- * to generate + 1. Nothing is installed on m: each forward call passes its
- * own qkv_forward_opts (the attention replacement, the rank's RoPE offset);
- * m's KV cache is this object's while it lives. Every call is collective
- * over comm.
+ * to generate + 1, and a full cache in every layer (swa_cache 0: a rank's
+ * rows stay at their global positions for the sharded decode;
+ * QKV_ERR_UNSUPPORTED otherwise). Nothing is installed on m: each forward
+ * call passes its own qkv_forward_opts (the attention replacement, the
+ * rank's RoPE offset); m's KV cache is this object's while it lives. p->stats
+ * (may be NULL) receives the ring's figures of the last prefill summed over
+ * the layers. Every call is collective over comm.
  */
 typedef struct qkv_cp_model qkv_cp_model;
 qkv_status qkv_cp_model_init(qkv_cp_model **out, qkv_model *m, MPI_Comm comm, const qkv_cp_params *p, qkv_error *err);

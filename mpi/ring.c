@@ -123,6 +123,8 @@ qkv_status qkv_cp_attention(float *o, float *lse, const float *q, const void *k,
             const int cnt = hkv * rk[nb].total * D;
             MPI_Irecv(into[0], cnt, et, prev, 2 * s, comm, &req[2]);
             MPI_Irecv(into[1], cnt, et, prev, 2 * s + 1, comm, &req[3]);
+            stats.bytes_received += 2 * (int64_t)cnt * (int64_t)es;
+            stats.blocks_received++;
         }
         const double t0 = MPI_Wtime();
         if (need[b * P + r]) {

@@ -5,7 +5,8 @@
  * layer and step, 448 MiB sent per rank per layer; the step compute and
  * transfer times and the hiding threshold follow from the stated rates, by
  * arithmetic written out here. Bad input: ranks without a link, more ranks
- * than tokens.
+ * than tokens. Gemma 3 270M at 32K over 4 ranks: its sliding layers' blocks
+ * go one hop in qkv-mpi run's prefill, not up to three.
  */
 #include "testing.h"
 
@@ -50,6 +51,27 @@ TEST(cost_ring_library_llama31_8b_128k) {
     CHECK(qkv_cost_ring(&r, &c, 8, 2, &many, &err) == QKV_ERR_INVALID && strstr(err.msg, "exceed"), "ranks > ctx: %s", err.msg);
     const qkv_ring_params nolink = {.ranks = 2, .link_gbs = 0, .rank_gflops = 1};
     CHECK(qkv_cost_ring(&r, &c, 8, 2, &nolink, &err) == QKV_ERR_INVALID, "link 0 accepted");
+}
+
+/* Gemma 3 270M (18 layers, 15 sliding with W = 512; 1 KV head, D = 256) at
+ * 32,768 tokens over 4 ranks, f32: t = 8192, a block 2 x 8192 x 256 x 4 B =
+ * 16 MiB. Causal, a layer sends 4 x 3 / 2 = 6 blocks; a sliding one
+ * H = ceil(511 / 8192) = 1 hop per block, 3 blocks. All layers: 18 x 6 x 16
+ * = 1728 MiB causal, 3 x 6 x 16 + 15 x 3 x 16 = 1008 MiB with the windows:
+ * 15 x 3 x 16 = 720 MiB saved. */
+TEST(cost_ring_sliding_layers_gemma3_32k) {
+    qkv_model_config c;
+    qkv_error err = {0};
+    CHECK(qkv_cost_preset(&c, NULL, "gemma-3-270m", &err) == QKV_OK, "preset: %s", err.msg);
+    const qkv_ring_params p = {.ranks = 4, .link_gbs = 12.5, .rank_gflops = 200};
+    qkv_ring_cost r;
+    CHECK(qkv_cost_ring(&r, &c, 32768, 4, &p, &err) == QKV_OK, "ring: %s", err.msg);
+    CHECK(r.block_bytes == 16.0 * 1048576, "block %.0f", r.block_bytes);
+    CHECK(r.model_ring_bytes_causal == 1728.0 * 1048576, "causal %.0f", r.model_ring_bytes_causal);
+    CHECK(r.model_ring_bytes == 1008.0 * 1048576, "windowed %.0f", r.model_ring_bytes);
+    /* at 1K tokens a rank holds 256 rows: a window of 512 reaches 2 ranks on (S = 1 + 2 + 2 = 5 of 6 blocks) */
+    CHECK(qkv_cost_ring(&r, &c, 1024, 4, &p, &err) == QKV_OK && r.model_ring_bytes == r.block_bytes * (3 * 6 + 15 * 5),
+          "1K: %.0f", r.model_ring_bytes);
 }
 
 TEST(cost_ring_cli) {

@@ -5,7 +5,9 @@
  * stops the forward call with its status and message and leaves the cache
  * as it was; a call's rope_offset rotates at the offset (the queries
  * hook_rot_q sees change) while the logits, which RoPE makes depend on
- * relative positions only, stay within float rounding.
+ * relative positions only, stay within float rounding. On every family's
+ * tiny model the replacement is accepted, sees each layer's window and
+ * soft-cap in its descriptor (qkv_model_layer_attn's), and the same logits.
  */
 #include "testing.h"
 
@@ -84,4 +86,52 @@ TEST(model_attention_replacement_and_rope_offset) {
     free(want);
     free(got);
     qkv_model_close(m);
+}
+
+/* A replacement that checks its descriptor against the layer's spec, then does what the model does. */
+typedef struct {
+    const qkv_model_config *cfg;
+    int calls, mismatch;
+} layer_check;
+
+static qkv_status checks_layer(void *user, int layer, float *att, float *lse, const float *q, int n,
+                               const qkv_kv_cache *cache, const qkv_attn_desc *desc, qkv_error *err) {
+    layer_check *c = user;
+    qkv_layer_attn a;
+    qkv_model_layer_attn(&a, c->cfg, layer);
+    const qkv_mask_kind kind = a.window ? QKV_MASK_WINDOW : QKV_MASK_CAUSAL;
+    if (desc->mask.kind != kind || desc->mask.window != a.window || desc->softcap != a.softcap || desc->scale != a.scale)
+        c->mismatch++;
+    c->calls++;
+    (void)n;
+    return qkv_attn_cached(att, lse, q, cache, desc, QKV_KERNEL_AUTO, err);
+}
+
+TEST(model_attention_replacement_on_every_family) {
+    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral"};
+    for (int i = 0; i < 5; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/families/%s/model.gguf", test_fixture_dir(), names[i]);
+        qkv_model *m = NULL;
+        qkv_error err = {0};
+        CHECK(qkv_model_open(&m, path, &(qkv_model_params){.n_ctx = 32, .n_threads = 2}, &err) == QKV_OK, "%s: %s",
+              names[i], err.msg);
+        if (!m) continue;
+        const qkv_model_config *cfg = qkv_model_get_config(m);
+        const int V = cfg->n_vocab, n = 10;
+        int32_t toks[10];
+        for (int t = 0; t < n; t++) toks[t] = (int32_t)((t * 37 + 5) % V);
+        float *want = malloc((size_t)n * V * 4), *got = malloc((size_t)n * V * 4);
+        layer_check c = {.cfg = cfg};
+        CHECK(qkv_model_forward(m, want, toks, n, 1, NULL, &err) == QKV_OK, "%s: %s", names[i], err.msg);
+        qkv_model_rewind(m, 0, NULL);
+        CHECK(qkv_model_forward(m, got, toks, n, 1, &(qkv_forward_opts){.replace = checks_layer, .replace_user = &c},
+                                &err) == QKV_OK, "%s: the replacement refused: %s", names[i], err.msg);
+        CHECK(c.calls == cfg->n_layer && !c.mismatch && !memcmp(got, want, (size_t)n * V * 4),
+              "%s: %d calls, %d descriptors unlike the layer's, logits %s", names[i], c.calls, c.mismatch,
+              memcmp(got, want, (size_t)n * V * 4) ? "differ" : "equal");
+        free(want);
+        free(got);
+        qkv_model_close(m);
+    }
 }

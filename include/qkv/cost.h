@@ -104,6 +104,13 @@ typedef struct {
     double min_tokens_per_rank;   /* Hkv e F / (Hq B): the t from which the transfer hides */
     double prefill_attn_s;        /* all layers: L (step_compute + (P - 1) max(step_compute, step_transfer)) */
     double prefill_attn_one_s;    /* the same prefill on one rank: L 2 n^2 Hq D / F */
+    /* qkv-mpi run's prefill (contiguous rows, qkv_cp_model): the K/V bytes
+     * all ranks send, all layers. Block b goes only as far as a rank that
+     * reaches it: P - 1 - b hops in a global layer, min(P - 1 - b, H) in a
+     * sliding one, H = ceil((W - 1) / t). Per layer: P (P - 1) / 2 blocks,
+     * or S(H) = sum_{j=1}^{P-1} min(j, H) (rows as if t each). */
+    double model_ring_bytes;        /* block_bytes (Lg P (P - 1) / 2 + Ls S(H)) */
+    double model_ring_bytes_causal; /* block_bytes L P (P - 1) / 2: every layer global */
 } qkv_ring_cost;
 
 /* QKV_ERR_INVALID for a bad configuration, ctx < P, P < 1, or a bandwidth or

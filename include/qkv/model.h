@@ -315,8 +315,14 @@ typedef struct {
  *   att: [Hq, n, D] the attention output of the n rows, lse: [Hq, n]
  * from q: [Hq, n, D] (rotated) and whatever keys it chooses (cache: this
  * model's own; desc: the call the model would have made on it, kv_dtype
- * and kv_head_stride of the cache). A failure stops the forward call with
- * its status and message. */
+ * and kv_head_stride of the cache). desc carries everything of the layer's
+ * attention a replacement must reproduce: scale, softcap (the layer's
+ * soft-cap, 0 for none; lse is then over the capped scores) and mask (the
+ * layer's own: QKV_MASK_CAUSAL, or QKV_MASK_WINDOW with the sliding layer's
+ * window, qkv_model_layer_attn's; a window counts keys back from each row's
+ * own position, so it reads the same in the whole sequence's positions).
+ * QK-norm, biases and RoPE were applied to q and the cache before the call.
+ * A failure stops the forward call with its status and message. */
 typedef qkv_status (*qkv_attn_replace_fn)(void *user, int layer, float *att, float *lse, const float *q, int n,
                                           const qkv_kv_cache *cache, const qkv_attn_desc *desc, qkv_error *err);
 
@@ -339,8 +345,9 @@ typedef struct {
     int n_zero_heads;
     const qkv_hook *hooks;          /* [n_hooks], called in forward order, in list order at one point */
     int n_hooks;
-    /* the attention of every layer (NULL: the model's kernel); exclusions and
-     * a non-causal mask are refused with it, and hook_pattern is not called */
+    /* the attention of every layer (NULL: the model's kernel), of every
+     * family (sliding and soft-capped layers too: desc says which); exclusions
+     * and a mask override are refused with it, and hook_pattern is not called */
     qkv_attn_replace_fn replace;
     void *replace_user;
     /* the call's tokens are rotated at qkv_model_rope_pos(m) + rope_offset

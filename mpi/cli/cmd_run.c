@@ -9,9 +9,11 @@
  * rank's KV cache (by default each sizes it for its own rows), --batch its
  * run state (a rank's prompt rows go in one call: the ring attends them
  * together), greedy or the same seeded sampler on every rank, the token
- * rank 0 picks sent to all; --swa-full and -v as in qkv run (a model with
- * sliding layers is refused at the prefill either way: the ring runs
- * causal layers only); plus --timeout.
+ * rank 0 picks sent to all; -v as in qkv run, plus the ring's K/V bytes of
+ * the prefill, rank by rank; --swa-full is accepted and changes nothing
+ * (every rank keeps all of its rows in every layer: the sliding layers'
+ * windows act in the ring, which sends no block a rank's rows cannot
+ * reach); plus --timeout. Every family runs.
  */
 #include "mpi_cli.h"
 #include "flag_rows.h"
@@ -105,6 +107,25 @@ static int write_logits(const char *path, const float *mine, int n, int V, doubl
     return rc;
 }
 
+/* -v: rank 0 prints every rank's K/V traffic of the prefill's ring, all layers. */
+static int print_ring(const qkv_cp_stats *ring, double timeout) {
+    const long long mine[4] = {ring->bytes_sent, ring->blocks_sent, ring->bytes_received, ring->blocks_received};
+    long long *all = g_job.rank == 0 ? malloc((size_t)g_job.size * sizeof mine) : NULL;
+    if (g_job.rank == 0 && !all) MPI_Abort(g_job.comm, CLI_EXIT_BAD_INPUT);
+    qkv_error err = {0};
+    MPI_Request req;
+    MPI_Igather(mine, 4, MPI_LONG_LONG, all, 4, MPI_LONG_LONG, 0, g_job.comm, &req);
+    if (qkv_cp_wait(&req, 1, timeout, g_job.comm, "the ranks' ring figures", &err)) {
+        free(all);
+        return mpi_cli_fail(&err);
+    }
+    for (int x = 0; all && x < g_job.size; x++)
+        fprintf(stderr, "qkv-mpi run: rank %d: ring sent %lld bytes (%lld blocks), received %lld bytes (%lld blocks)\n", x,
+                all[4 * x], all[4 * x + 1], all[4 * x + 2], all[4 * x + 3]);
+    free(all);
+    return 0;
+}
+
 static int run(const mpi_run_args *a) {
     qkv_error err = {0};
     qkv_tokenizer *tok = NULL;
@@ -144,7 +165,7 @@ static int run(const mpi_run_args *a) {
     qkv_cp_rows_of(&rows, n, g_job.size, g_job.rank, QKV_CP_CONTIGUOUS, NULL);
     const qkv_model_params mp = {.n_ctx = a->ctx ? a->ctx : rows.total + a->n_gen + 1, .kv_dtype = (qkv_dtype)a->kv_dtype,
                                  .n_threads = a->threads, .n_batch = a->batch ? a->batch : rows.total,
-                                 .swa_cache = !a->swa_full};
+                                 .swa_cache = 0};
     const qkv_status ost = qkv_model_open(&m, a->model, &mp, &err);
     if (ost) cli_model_fail(&err, a->model); /* rank 0's line; another rank's goes to its quiet stderr */
     if ((rc = mpi_cli_agree(ost ? CLI_EXIT_BAD_INPUT : 0, a->timeout))) goto done;
@@ -158,7 +179,8 @@ static int run(const mpi_run_args *a) {
     last = malloc((size_t)V * sizeof(float));
     if (a->logits) rows_logits = malloc((size_t)rows.total * V * sizeof(float));
     const qkv_sampler_params sp = {.temperature = a->temp, .top_k = a->top_k, .top_p = a->top_p, .seed = (uint64_t)a->seed};
-    const qkv_cp_params cpp = {.timeout_s = a->timeout};
+    qkv_cp_stats ring = {0};
+    const qkv_cp_params cpp = {.timeout_s = a->timeout, .stats = &ring};
     if (!last || (a->logits && !rows_logits) || qkv_sampler_init(&sampler, V, &sp, &err) ||
         qkv_cp_model_init(&cm, m, g_job.comm, &cpp, &err)) {
         fprintf(stderr, "qkv: run: rank %d: %s\n", g_job.rank, err.msg[0] ? err.msg : "out of memory");
@@ -169,6 +191,7 @@ static int run(const mpi_run_args *a) {
     if (qkv_cp_model_prefill(cm, rows_logits, last, pr.ids, n, &err)) { rc = mpi_cli_fail(&err); goto done; }
     cli_progress_finish();
     const double t1 = MPI_Wtime();
+    if (a->verbose && (rc = print_ring(&ring, a->timeout))) goto done;
     if (a->logits && (rc = write_logits(logits_tmp, rows_logits, n, V, a->timeout))) goto done;
     int n_done = 0;
     while (n_done < a->n_gen) {

@@ -18,8 +18,10 @@
  *   - qkv-mpi run takes every flag of qkv run, and the flags qkv-mpi shares
  *     with qkv refuse the same values with the same line; --ctx sizes each
  *     rank's cache and is refused when it cannot hold a rank's rows, as
- *     --batch is; a model with sliding layers is refused (with or without
- *     --swa-full); -v prints rank 0's KV cache.
+ *     --batch is; -v prints rank 0's KV cache and every rank's ring bytes.
+ *   - qkv-mpi run on every family equals qkv run at -np 1 .. 4 (the tiny
+ *     models of tests/fixtures/families, Gemma 3 270M past its window of
+ *     512); windows cut the K/V bytes a rank receives.
  *   - a rank that exits, and one that stalls: the job ends non-zero in
  *     seconds, no output file, the stall named ("timed out") on stderr.
  * Every mpirun runs under timeout(1), so a hang fails the test instead of CI.
@@ -345,8 +347,8 @@ TEST(mpi_bench_reports_the_ring) {
     free(err);
 }
 
-/* The first n ids of the GPL-3 under the model's tokenizer, as "id,id,...". */
-static char *gpl_ids(int n) {
+/* The first n ids of the GPL-3 under the tokenizer of the model at path, as "id,id,...". */
+static char *gpl_ids_of(const char *path, int n) {
     qkv_gguf *g = NULL;
     qkv_tokenizer *tok = NULL;
     size_t len = 0;
@@ -354,7 +356,7 @@ static char *gpl_ids(int n) {
     int32_t *ids = malloc((size_t)qkv_tokenize_bound(len) * sizeof *ids);
     char *list = malloc((size_t)n * 12 + 1);
     int64_t got = 0;
-    CHECK(text && ids && list && qkv_gguf_open(&g, test_model_path(), NULL) == QKV_OK &&
+    CHECK(text && ids && list && qkv_gguf_open(&g, path, NULL) == QKV_OK &&
               qkv_tokenizer_load(&tok, g, NULL) == QKV_OK &&
               qkv_tokenize(tok, text, len, 1, 0, ids, qkv_tokenize_bound(len), &got, NULL) == QKV_OK && got >= n,
           "tokenizing the GPL-3 (%lld ids)", (long long)got);
@@ -365,6 +367,117 @@ static char *gpl_ids(int n) {
     free(text);
     free(ids);
     return list;
+}
+
+static char *gpl_ids(int n) { return gpl_ids_of(test_model_path(), n); }
+
+/* `qkv run` and `mpirun -np 1 .. 4 qkv-mpi run` on model with the same ids
+ * (-n n_gen, greedy): the same continuation, and every prompt position's
+ * logits within rtol of qkv run's, relative to the row's largest |logit|. */
+static void run_matches_qkv_run(const char *model, const char *ids, int n, int V, int n_gen, double rtol) {
+    char l1[512], l2[512], gen[16];
+    snprintf(l1, sizeof l1, "%s/run.npy", test_tmpdir());
+    snprintf(l2, sizeof l2, "%s/mpi.npy", test_tmpdir());
+    snprintf(gen, sizeof gen, "%d", n_gen);
+    const char *argv1[] = {"run", "-m", model, "--tokens", ids, "-n", gen, "--print-ids", "--logits", l1, NULL};
+    const char *argv2[] = {"run", "-m", model, "--tokens", ids, "-n", gen, "--print-ids", "--logits", l2, NULL};
+    char *out1 = NULL, *err = NULL;
+    int rc = test_run_cli(argv1, NULL, &out1, &err);
+    CHECK(rc == 0, "qkv run %s: exit %d: %s", model, rc, err);
+    free(err);
+    qkv_npy a;
+    if (rc || !load(&a, l1, (int64_t)n * V)) {
+        free(out1);
+        return;
+    }
+    for (int np = 1; np <= 4; np++) {
+        char *out2 = NULL;
+        err = NULL;
+        rc = mpi_run_limit(MPI_RUN_LIMIT_MODEL, np, NULL, qkv_mpi(), argv2, &out2, &err);
+        CHECK(rc == 0, "%s -np %d: qkv-mpi run: exit %d: %s", model, np, rc, err);
+        CHECK(out1 && out2 && !strcmp(out1, out2) && strlen(out1) > (size_t)n_gen,
+              "%s -np %d: continuations differ: '%s' against '%s'", model, np, out1, out2);
+        qkv_npy b;
+        if (!rc && load(&b, l2, a.count)) {
+            int64_t at = 0;
+            const double worst = test_worst_row(b.data, a.data, n, V, &at);
+            CHECK(worst <= rtol, "%s -np %d: logits of position %lld off by %.3g of the row's largest (> %g)", model, np,
+                  (long long)at, worst, rtol);
+            qkv_npy_free(&b);
+        }
+        unlink(l2);
+        free(out2);
+        free(err);
+    }
+    qkv_npy_free(&a);
+    unlink(l1);
+    free(out1);
+}
+
+/* Every family's tiny model (tests/fixtures/families: qwen2's biases,
+ * qwen3's QK-norm, gemma2's soft-caps and window of 8 on layer 0, gemma3's 5
+ * sliding layers of window 12 and QK-norm, mistral) on its 48-token prompt
+ * at 1 .. 4 ranks: windows of 8 and 12 keys against blocks of 12 to 48 rows
+ * put rows in every class of mpi/block.c and send blocks 1 to 3 hops. The
+ * logits within 1e-4 of the row's largest (float32 merges through the
+ * layers; measured at most 1.2e-6), the 8 greedy ids equal. */
+TEST(mpi_run_every_family_matches_qkv_run) {
+    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral"};
+    for (int i = 0; i < 5; i++) {
+        char dir[600], model[700];
+        snprintf(dir, sizeof dir, "%s/families/%s", test_fixture_dir(), names[i]);
+        snprintf(model, sizeof model, "%s/model.gguf", dir);
+        int64_t n = 0, n_logits = 0;
+        int32_t *ids = test_load_npy(dir, "ids.npy", "", &n);
+        float *logits = test_load_npy(dir, "logits.npy", "", &n_logits);
+        char *list = ids ? malloc((size_t)n * 12 + 1) : NULL;
+        size_t o = 0;
+        for (int64_t t = 0; list && t < n; t++) o += (size_t)sprintf(list + o, "%s%d", t ? "," : "", ids[t]);
+        if (list && logits) run_matches_qkv_run(model, list, (int)n, (int)(n_logits / n), 8, 1e-4);
+        free(list);
+        free(ids);
+        free(logits);
+    }
+}
+
+/* Gemma 3 270M over 720 tokens of the GPL-3, longer than its window of 512:
+ * rows of the later ranks reach back past their own rows in the 15 sliding
+ * layers and not to the sequence's start; 1 .. 4 ranks against qkv run
+ * within 1e-4 (as the 3,000-token SmolLM2 run; measured 2.0e-6), the 4 greedy
+ * ids equal; ~4 s per rank count on 2 cores. */
+TEST(mpi_run_gemma3_past_its_window_matches_qkv_run) {
+    if (!test_require_gemma3()) return;
+    char *ids = gpl_ids_of(test_gemma3_path(), 720);
+    if (ids) run_matches_qkv_run(test_gemma3_path(), ids, 720, 262144, 4, 1e-4);
+    free(ids);
+}
+
+/* -v's ring lines: windows keep blocks off the ranks whose rows cannot reach
+ * them. Tiny Gemma 3 (6 layers, 5 of them sliding with W = 12; 1 KV head,
+ * D = 16, f32) on 48 tokens over 4 ranks: blocks of t = 12 rows, a block of
+ * 2 x 12 x 16 x 4 = 1536 bytes (K and V). A causal layer sends block b to
+ * every later rank, so rank x receives x blocks; a sliding one sends it
+ * ceil((W - 1) / t) = 1 hop. Rank x receives x blocks in the global layer
+ * and min(x, 1) in each sliding one: 0, 6, 7, 8 blocks, where causal
+ * layers throughout would be 0, 6, 12, 18 (rank 3: 12288 bytes, not 27648). */
+TEST(mpi_run_windows_cut_the_ring_bytes) {
+    char model[600];
+    snprintf(model, sizeof model, "%s/families/gemma3/model.gguf", test_fixture_dir());
+    char *list = malloc(48 * 4);
+    size_t o = 0;
+    for (int t = 0; list && t < 48; t++) o += (size_t)sprintf(list + o, "%s%d", t ? "," : "", 2 + t * 5);
+    const char *argv[] = {"run", "-m", model, "--tokens", list, "-n", "1", "--print-ids", "-v", NULL};
+    char *out = NULL, *err = NULL;
+    const int rc = mpi_run(4, NULL, qkv_mpi(), argv, &out, &err);
+    CHECK(rc == 0, "qkv-mpi run -v: exit %d: %s", rc, err);
+    static const char *const want[] = {"rank 0: ring sent 9216 bytes (6 blocks), received 0 bytes (0 blocks)\n",
+                                       "rank 1: ring sent 10752 bytes (7 blocks), received 9216 bytes (6 blocks)\n",
+                                       "rank 2: ring sent 12288 bytes (8 blocks), received 10752 bytes (7 blocks)\n",
+                                       "rank 3: ring sent 0 bytes (0 blocks), received 12288 bytes (8 blocks)\n"};
+    for (int x = 0; x < 4; x++) CHECK(err && strstr(err, want[x]), "stderr lacks '%s': %s", want[x], err);
+    free(out);
+    free(err);
+    free(list);
 }
 
 /* 3,000 tokens over 3 ranks: the logits of every prompt position within 1e-4
@@ -413,13 +526,6 @@ TEST(mpi_run_bad_input) {
     const char *batch[] = {"run", "-m", test_model_path(), "--tokens", "1,2,3,4,5,6,7", "-n", "5", "--batch", "3", NULL};
     expect_bad(2, batch, "--batch 3 cannot hold a rank's 4 prompt rows, which the ring attends in one call (raise --batch to 4)",
                o);
-    /* sliding layers: the ring runs causal layers only, whatever the cache */
-    char g3[600];
-    snprintf(g3, sizeof g3, "%s/families/gemma3/model.gguf", test_fixture_dir());
-    const char *sliding[] = {"run", "-m", g3, "--tokens", "1,2,3,4,5,6,7", "-n", "2", NULL, NULL};
-    expect_bad(2, sliding, "sliding-window or soft-capped layers need the model's own attention", o);
-    sliding[7] = "--swa-full";
-    expect_bad(2, sliding, "sliding-window or soft-capped layers need the model's own attention", o);
 }
 
 /* -v: rank 0's KV cache line, as qkv run prints it (7 tokens over 2 ranks

@@ -216,5 +216,13 @@ qkv_status qkv_cost_ring(qkv_ring_cost *out, const qkv_model_config *c, int64_t 
     const double slow = out->step_compute_s > out->step_transfer_s ? out->step_compute_s : out->step_transfer_s;
     out->prefill_attn_s = L * (out->step_compute_s + (P - 1) * slow);
     out->prefill_attn_one_s = L * 2 * n * n * qdim / F;
+    /* contiguous rows: a block of a sliding layer reaches the H ranks after
+     * its own (a row sees W - 1 keys back, a rank starts t rows later) */
+    const double causal_blocks = P * (P - 1) / 2, W = c->window;
+    const double H = W > 1 ? ceil((W - 1) / t) : 0;
+    double sliding_blocks = 0;
+    for (int j = 1; j < p->ranks; j++) sliding_blocks += fmin(j, H);
+    out->model_ring_bytes = out->block_bytes * ((L - one.n_sliding) * causal_blocks + one.n_sliding * sliding_blocks);
+    out->model_ring_bytes_causal = out->block_bytes * L * causal_blocks;
     return QKV_OK;
 }

@@ -137,10 +137,6 @@ qkv_status forward_opts_check(const qkv_forward_opts *o, const qkv_model_config 
                         o->start_layer);
     if (o->replace && (o->n_exclude || (o->mask != QKV_MASK_NONE && o->mask != QKV_MASK_CAUSAL)))
         return util_fail(err, QKV_ERR_INVALID, "forward: exclusions and masks need the model's own attention, not a replacement");
-    if (o->replace && (c->window || c->attn_softcap > 0))
-        return util_fail(err, QKV_ERR_UNSUPPORTED,
-                        "forward: a %s model's sliding-window or soft-capped layers need the model's own attention, "
-                        "not a replacement (context parallelism runs causal, uncapped layers only)", c->arch);
     return QKV_OK;
 }
 
