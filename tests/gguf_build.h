@@ -115,6 +115,8 @@ static inline void gguf_put_kv_arr4(gguf_buf *b, const char *key, uint32_t type,
  *           soft-caps 50 and 30
  *   gemma3  as gemma2 + attn_q_norm / attn_k_norm, sliding_window 4, no
  *           soft-caps, rope.freq_base 1e6
+ *   olmo2   no attn_norm / ffn_norm; post_attention_norm / post_ffw_norm,
+ *           attn_q_norm [Hq*D] / attn_k_norm [Hkv*D] (the whole projection)
  * Matrices F32 of small varied values, norms 1, biases 0.01. The vocabulary:
  * byte_vocab 0: "t0", "t1", ... (n_tokens of them); 1: <unk> <s> </s> and
  * the 256 <0xXX> byte tokens of SentencePiece's byte fallback, so any text
@@ -128,6 +130,8 @@ typedef struct {
     const gguf_kv *kv;          /* [n_kv] replace the builder's keys of the same name, or are added */
     int n_kv;
     const char *drop;           /* a key or tensor left out; NULL: none */
+    const char *resize;         /* a 1-D tensor written with resize_d0 elements; NULL: none */
+    uint64_t resize_d0;
     const char *poison;         /* an F32 tensor whose element poison_at becomes poison_value */
     int64_t poison_at;
     float poison_value;
@@ -155,7 +159,9 @@ static inline void gguf_put_tiny_model(gguf_buf *b, const gguf_tiny_spec *s) {
     const char *a = s->arch;
     const int L = s->n_layer, E = s->n_embd, HQ = s->n_head, HKV = s->n_kv_head, D = s->head_dim, F = s->n_ff;
     const int qwen2 = !strcmp(a, "qwen2"), gemma2 = !strcmp(a, "gemma2"), gemma3 = !strcmp(a, "gemma3");
-    const int qk_norm = gemma3 || !strcmp(a, "qwen3"), post_norms = gemma2 || gemma3;
+    const int olmo2 = !strcmp(a, "olmo2");
+    const int qk_norm = gemma3 || !strcmp(a, "qwen3") || olmo2, post_norms = gemma2 || gemma3 || olmo2;
+    const int qn = olmo2 ? HQ * D : D, kn = olmo2 ? HKV * D : D; /* QK-norm widths */
     const int n_tok = s->byte_vocab ? 259 : s->n_tokens, n_rows = s->n_rows ? s->n_rows : n_tok;
     /* the metadata: the builder's keys, each replaced by s->kv's of the same name */
     enum { MAX_KV = 48 };
@@ -204,12 +210,12 @@ static inline void gguf_put_tiny_model(gguf_buf *b, const gguf_tiny_spec *s) {
     if (s->rope_freqs) TINY_T("rope_freqs.weight", D / 2, 0, 1.0f);
     for (int l = 0; l < L && nt + 16 <= MAX_T; l++) {
         const struct { const char *suffix; int d0, d1; float fill; int on; } per_layer[] = {
-            {"attn_norm.weight", E, 0, 1, 1},        {"attn_q.weight", HQ * D, E, 0, 1},
+            {"attn_norm.weight", E, 0, 1, !olmo2},   {"attn_q.weight", HQ * D, E, 0, 1},
             {"attn_k.weight", HKV * D, E, 0, 1},     {"attn_v.weight", HKV * D, E, 0, 1},
             {"attn_q.bias", HQ * D, 0, 0.01f, qwen2}, {"attn_k.bias", HKV * D, 0, 0.01f, qwen2},
-            {"attn_v.bias", HKV * D, 0, 0.01f, qwen2}, {"attn_q_norm.weight", D, 0, 1, qk_norm},
-            {"attn_k_norm.weight", D, 0, 1, qk_norm}, {"attn_output.weight", E, HQ * D, 0, 1},
-            {"post_attention_norm.weight", E, 0, 1, post_norms}, {"ffn_norm.weight", E, 0, 1, 1},
+            {"attn_v.bias", HKV * D, 0, 0.01f, qwen2}, {"attn_q_norm.weight", qn, 0, 1, qk_norm},
+            {"attn_k_norm.weight", kn, 0, 1, qk_norm}, {"attn_output.weight", E, HQ * D, 0, 1},
+            {"post_attention_norm.weight", E, 0, 1, post_norms}, {"ffn_norm.weight", E, 0, 1, !olmo2},
             {"ffn_gate.weight", F, E, 0, 1},         {"ffn_up.weight", F, E, 0, 1},
             {"ffn_down.weight", E, F, 0, 1},         {"post_ffw_norm.weight", E, 0, 1, post_norms},
         };
@@ -217,7 +223,9 @@ static inline void gguf_put_tiny_model(gguf_buf *b, const gguf_tiny_spec *s) {
             if (!per_layer[i].on) continue;
             char nm[48];
             snprintf(nm, sizeof nm, "blk.%d.%s", l, per_layer[i].suffix);
-            TINY_T(nm, (uint64_t)per_layer[i].d0, (uint64_t)per_layer[i].d1, per_layer[i].fill);
+            const int resized = s->resize && !strcmp(s->resize, nm) && !per_layer[i].d1;
+            TINY_T(nm, resized ? s->resize_d0 : (uint64_t)per_layer[i].d0, (uint64_t)per_layer[i].d1,
+                   per_layer[i].fill);
         }
     }
 #undef TINY_T

@@ -1,6 +1,6 @@
 /*
  * test_model_hostile.c — hostile GGUFs of the model families (qwen2, qwen3,
- * gemma2, gemma3, llama, smollm3), built here (gguf_build.h's gguf_put_tiny_model,
+ * gemma2, gemma3, llama, smollm3, olmo2), built here (gguf_build.h's gguf_put_tiny_model,
  * one fault per file) from a good tiny model of each that loads and runs.
  * Each fault is refused by qkv_model_open with one message naming the file
  * and the key or tensor, and by `qkv run`, `qkv inspect` and `qkv sinks` with
@@ -25,9 +25,13 @@
  *   attn_logit_softcapping, final_logit_softcapping   finite and > 0 (llama.cpp
  *                             divides by them: 0 gives inf, NaN every logit)
  *   rope.freq_base, rope.freq_base_swa   finite and > 1; attention.scale > 0
- *   general.architecture      one of llama, qwen2, qwen3, gemma2, gemma3, smollm3
+ *   general.architecture      one of llama, qwen2, qwen3, gemma2, gemma3, smollm3,
+ *                             olmo2; olmo2 without attention.sliding_window
+ *                             (OLMo 3's sliding layers, under the same arch)
  *   tensors                   present for the family (qwen2's q/k/v biases,
- *                             QK-norms of qwen3 and gemma3, gemma's post-norms)
+ *                             QK-norms of qwen3 and gemma3, gemma's and olmo2's
+ *                             post-norms, olmo2's QK-norms over the whole
+ *                             projection: [Hq*D] and [Hkv*D], not [D])
  *                             and every value finite: in the block types the
  *                             scales are checked (a NaN or inf d or dmin makes
  *                             its whole block non-finite)
@@ -63,7 +67,7 @@ TEST(model_hostile_good_family_models_load_and_run) {
     const char *archs[16];
     int n = 0;
     while (n < 16 && (archs[n] = qkv_model_family_name(n))) n++;
-    CHECK(n == 6 && !qkv_model_family_name(-1), "%d families", n);
+    CHECK(n == 7 && !qkv_model_family_name(-1), "%d families", n);
     for (int i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "good-%s.gguf", archs[i]);
@@ -108,6 +112,8 @@ typedef struct {
     const char *file, *arch;
     gguf_kv kv;             /* a key set (NULL key: none) */
     const char *drop;       /* a key or tensor left out */
+    const char *resize;     /* a 1-D tensor of resize_d0 elements */
+    uint64_t resize_d0;
     int n_layer;            /* 0: the family's */
     const char *quant;      /* a matrix in block type qt whose block 1 has scale bits bad */
     qkv_ggml_type qt;
@@ -184,8 +190,19 @@ static const hostile k_cases[] = {
      .msg = "g3-swabase-nan.gguf: gemma3.rope.freq_base_swa = nan is outside (1, 1e+30)"},
     {"g2-scale-nan.gguf", "gemma2", F32("gemma2.attention.scale", NAN), .want = QKV_ERR_FORMAT,
      .msg = "g2-scale-nan.gguf: gemma2.attention.scale = nan is outside (0, 1e+30)"},
+    {"o2-no-qnorm.gguf", "olmo2", .drop = "blk.1.attn_q_norm.weight", .want = QKV_ERR_FORMAT,
+     .msg = "o2-no-qnorm.gguf: missing tensor blk.1.attn_q_norm.weight"},
+    /* a per-head attn_q_norm (qwen3's [D]) where OLMo 2's covers the whole projection */
+    {"o2-qnorm-head.gguf", "olmo2", .resize = "blk.0.attn_q_norm.weight", .resize_d0 = 16, .want = QKV_ERR_FORMAT,
+     .msg = "o2-qnorm-head.gguf: tensor blk.0.attn_q_norm.weight has 16 elements, expected 32"},
+    {"o2-no-postffw.gguf", "olmo2", .drop = "blk.0.post_ffw_norm.weight", .want = QKV_ERR_FORMAT,
+     .msg = "o2-no-postffw.gguf: missing tensor blk.0.post_ffw_norm.weight"},
+    {"o2-window.gguf", "olmo2", U32("olmo2.attention.sliding_window", 4096), .want = QKV_ERR_UNSUPPORTED,
+     .msg = "o2-window.gguf: olmo2.attention.sliding_window (sliding layers, as OLMo 3 has) is not supported in "
+            "olmo2"},
     {"falcon.gguf", "falcon", .want = QKV_ERR_UNSUPPORTED,
-     .msg = "falcon.gguf: general.architecture 'falcon' is not supported (llama, qwen2, qwen3, gemma2, gemma3, smollm3)"},
+     .msg = "falcon.gguf: general.architecture 'falcon' is not supported (llama, qwen2, qwen3, gemma2, gemma3, smollm3, "
+            "olmo2)"},
 };
 
 /* Files in the test's directory. */
@@ -215,6 +232,7 @@ TEST(model_hostile_families_refused) {
         if (h->n_layer) s.n_layer = h->n_layer;
         if (h->kv.key) s.kv = &h->kv, s.n_kv = 1;
         s.drop = h->drop;
+        s.resize = h->resize, s.resize_d0 = h->resize_d0;
         if (h->quant) {
             s.n_ff = 256; /* ffn_down's rows hold one K-quant super-block */
             s.quant = h->quant, s.quant_type = h->qt, s.bad_block = 1, s.bad_scale = h->bad;

@@ -19,9 +19,10 @@ extern "C" {
 
 /* A decoder model from a GGUF file, in one of the families llama.cpp writes:
  * llama (Llama 2/3.x, Mistral, SmolLM), qwen2, qwen3, gemma2, gemma3,
- * smollm3. Every
+ * smollm3, olmo2. Every
  * family is embedding, L x [RMSNorm, attention (libqkv), RMSNorm, gated
- * FFN], final norm, lm_head; what differs is named below and read from the
+ * FFN], final norm, lm_head (OLMo 2: no RMSNorm before the sublayers, one
+ * after each); what differs is named below and read from the
  * same metadata keys llama.cpp reads. Weights stay in the file's mapping in
  * their GGUF type; each matmul dequantises a weight row once per call and
  * uses it for every token of the batch. */
@@ -30,8 +31,17 @@ typedef enum {
     QKV_FFN_GELU_TANH = 1   /* GeGLU: gelu_tanh(gate) * up (gemma) */
 } qkv_ffn_act;
 
+/* What the QK-norm's RMSNorm runs over (qkv_model_config.qk_norm). */
+typedef enum {
+    QKV_QK_NORM_NONE = 0,
+    QKV_QK_NORM_HEAD = 1,   /* each head's q and k, weights [D] (qwen3, gemma3) */
+    QKV_QK_NORM_FULL = 2    /* the whole projection before the head split, weights [Hq*D] for q and
+                               [Hkv*D] for k (olmo2) */
+} qkv_qk_norm;
+
 typedef struct {
-    char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3" */
+    char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3",
+                               "olmo2" */
     int n_layer;            /* L */
     int n_embd;             /* residual width E */
     int n_head;             /* Hq */
@@ -54,10 +64,14 @@ typedef struct {
     int no_rope_interval;   /* N > 0: layer l runs without RoPE ("NoPE") iff (l + 1) % N == 0
                                (llama.cpp's n_no_rope_layer_step, smollm3: 4); 0: every layer rotates */
     float attn_softcap;     /* c > 0: scores become c tanh(s / c) (gemma2); 0: none */
-    int qk_norm;            /* RMSNorm of each head's q and k before RoPE (qwen3, gemma3) */
+    int qk_norm;            /* qkv_qk_norm: RMSNorm of q and k before RoPE, per head (qwen3, gemma3) or
+                               over the whole projection (olmo2); 0: none */
     int qkv_bias;           /* q, k and v projections have biases (qwen2) */
     /* the rest of the block */
-    int post_norms;         /* gemma's sandwich: each sublayer's output is RMS-normed before it is added */
+    int post_norms;         /* each sublayer's output is RMS-normed before it is added (gemma's sandwich,
+                               olmo2) */
+    int no_pre_norms;       /* 1: the sublayers read the residual stream itself, no attn_norm / ffn_norm
+                               (olmo2: x + post_norm(attn(x))) */
     qkv_ffn_act ffn_act;
     float embd_scale;       /* the embedding rows are multiplied by it: 1, or sqrt(E) (gemma) */
     float final_softcap;    /* c > 0: logits become c tanh(x / c) (gemma2); 0: none */
@@ -70,7 +84,8 @@ typedef struct {
     int window;             /* 0: causal over every earlier key; W: the last W keys */
     float softcap;          /* 0: none */
     qkv_rope rope;          /* theta: rope_theta_swa on sliding layers */
-    int qk_norm, qkv_bias;
+    int qk_norm;            /* qkv_qk_norm */
+    int qkv_bias;
     int no_rope;            /* 1: q and k are not rotated (hook_rot_q/k equal hook_q/k after any QK-norm,
                                the cache holds unrotated keys, a KV shift leaves them) */
 } qkv_layer_attn;
@@ -113,7 +128,7 @@ QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c
 QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* The i-th supported family's general.architecture ("llama", "qwen2",
- * "qwen3", "gemma2", "gemma3", "smollm3"); NULL past the last (i < 0 too). */
+ * "qwen3", "gemma2", "gemma3", "smollm3", "olmo2"); NULL past the last (i < 0 too). */
 QKV_API const char *qkv_model_family_name(int i);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */

@@ -149,9 +149,11 @@ qkv_status qkv_cost_eval(qkv_cost *out, const qkv_model_config *c, int chunk, in
     const double n = (double)ctx, L = c->n_layer, h = c->n_embd, e = (double)elem_bytes, D = c->head_dim;
     const double Lg = L - Ls, W = c->window, C = chunk ? chunk : QKV_COST_DEFAULT_CHUNK;
     const double qdim = (double)c->n_head * D, kvdim = (double)c->n_kv_head * D;
-    /* RMSNorm weights: two per layer (four with sandwich norms) and one final;
-     * QK-norm adds one of D for q and one for k per layer */
-    const double norms = L * ((c->post_norms ? 4 : 2) * h + (c->qk_norm ? 2 * D : 0)) + h;
+    /* RMSNorm weights: two per layer before the sublayers (none in OLMo 2), two
+     * after them with post-norms, and one final; QK-norm adds one of D for q and
+     * one for k per layer, or one of Hq*D and one of Hkv*D over the whole projection */
+    const double qk_norms = c->qk_norm == QKV_QK_NORM_FULL ? qdim + kvdim : c->qk_norm ? 2 * D : 0;
+    const double norms = L * (((c->no_pre_norms ? 0 : 2) + (c->post_norms ? 2 : 0)) * h + qk_norms) + h;
     const double biases = c->qkv_bias ? L * (qdim + 2 * kvdim) : 0;
 
     out->ctx = ctx;

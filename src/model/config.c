@@ -4,7 +4,8 @@
  * reader qkv_model_open and `qkv cost --model` share, and each family's
  * rules where the file says nothing, one row of FAMILIES per family
  * (llama.cpp's load_hparams: Gemma's sliding pattern and query scale,
- * Gemma 3's local RoPE base, SmolLM3's layers without RoPE). Reads
+ * Gemma 3's local RoPE base, SmolLM3's layers without RoPE, OLMo 2's
+ * norms after the sublayers only). Reads
  * metadata only: no weight is touched, so a metadata-only file is enough.
  */
 #include "qkv/model.h"
@@ -57,7 +58,9 @@ static qkv_status meta_float(float *out, const qkv_gguf *g, const char *arch, co
 typedef struct {
     const char *name;         /* general.architecture */
     qkv_rope_pairing pairing; /* interleaved only for llama: its converter permutes q/k */
-    int qkv_bias, qk_norm, post_norms;
+    int qkv_bias;
+    qkv_qk_norm qk_norm;
+    int post_norms, no_pre_norms;
     qkv_ffn_act ffn_act;
     int embd_scale_sqrt;      /* 1: the embedding rows are scaled by sqrt(E) */
     int width_scale_layers;   /* a model of this many layers (the 27B) scales the scores by
@@ -71,20 +74,27 @@ typedef struct {
     float attn_softcap, final_softcap; /* the defaults when the keys are absent */
     int no_rope_interval;     /* every this many layers the last runs without RoPE (llama.cpp's
                                  n_no_rope_layer_step, a constant: no key); 0: none */
+    int swa_refused;          /* 1: a file with <arch>.attention.sliding_window is refused (arch olmo2
+                                 is also OLMo 3's, whose sliding layers this row does not run) */
 } family;
 
 static const family FAMILIES[] = {
     {"llama", QKV_ROPE_INTERLEAVED, .ffn_act = QKV_FFN_SILU, .swa_period = 1},
     {"qwen2", QKV_ROPE_HALF, .qkv_bias = 1, .ffn_act = QKV_FFN_SILU, .swa_period = 1},
-    {"qwen3", QKV_ROPE_HALF, .qk_norm = 1, .ffn_act = QKV_FFN_SILU, .swa_period = 1},
+    {"qwen3", QKV_ROPE_HALF, .qk_norm = QKV_QK_NORM_HEAD, .ffn_act = QKV_FFN_SILU, .swa_period = 1},
     {"gemma2", QKV_ROPE_HALF, .post_norms = 1, .ffn_act = QKV_FFN_GELU_TANH, .embd_scale_sqrt = 1,
      .width_scale_layers = 46, .swa_period = 2, .window = 4096, .final_softcap_key = 1, .attn_softcap_key = 1,
      .attn_softcap = 50.0f, .final_softcap = 30.0f},
-    {"gemma3", QKV_ROPE_HALF, .qk_norm = 1, .post_norms = 1, .ffn_act = QKV_FFN_GELU_TANH, .embd_scale_sqrt = 1,
+    {"gemma3", QKV_ROPE_HALF, .qk_norm = QKV_QK_NORM_HEAD, .post_norms = 1, .ffn_act = QKV_FFN_GELU_TANH, .embd_scale_sqrt = 1,
      .width_scale_layers = 62, .swa_period = 6, .rope_theta_swa = 10000.0f, .final_softcap_key = 1},
     /* SmolLM3: llama's block and converter (SmolLM3Model is a LlamaModel: q/k
      * permuted), NoPE on layers 3, 7, 11, ... (transformers' no_rope_layers) */
     {"smollm3", QKV_ROPE_INTERLEAVED, .ffn_act = QKV_FFN_SILU, .swa_period = 1, .no_rope_interval = 4},
+    /* OLMo 2: x + post_norm(attn(x)), h + post_norm(mlp(h)), no pre-norms;
+     * q and k RMS-normed over the whole projection before the head split;
+     * NEOX RoPE (Olmo2Model is a TextModel: q/k stored unpermuted) */
+    {"olmo2", QKV_ROPE_HALF, .qk_norm = QKV_QK_NORM_FULL, .post_norms = 1, .no_pre_norms = 1,
+     .ffn_act = QKV_FFN_SILU, .swa_period = 1, .swa_refused = 1},
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 
@@ -95,6 +105,7 @@ static void family_defaults(qkv_model_config *c, const family *f) {
     c->qkv_bias = f->qkv_bias;
     c->qk_norm = f->qk_norm;
     c->post_norms = f->post_norms;
+    c->no_pre_norms = f->no_pre_norms;
     c->ffn_act = f->ffn_act;
     c->embd_scale = f->embd_scale_sqrt ? sqrtf((float)c->n_embd) : 1.0f;
     c->swa_period = f->swa_period;
@@ -191,6 +202,10 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
         (fam->final_softcap_key && (st = meta_positive(&c->final_softcap, g, arch, "final_logit_softcapping", err))) ||
         (fam->attn_softcap_key && (st = meta_positive(&c->attn_softcap, g, arch, "attn_logit_softcapping", err))))
         return st;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+    if (fam->swa_refused && qkv_gguf_find_key(g, key) >= 0)
+        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: %s (sliding layers, as OLMo 3 has) is not supported in %s",
+                        qkv_gguf_path(g), key, arch);
     if (fam->swa_period > 1) {
         /* as llama.cpp: a family's window has a default (gemma2: 4096) or
          * must be said (gemma3); a window of 0 (which llama.cpp would take as

@@ -3,15 +3,16 @@
  * family in one block (config.c says which parts a family has):
  *   x = embed(tokens) * embd_scale                              [n, E]
  *   per layer:  h = rmsnorm(x) ; q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)
- *               q, k = rmsnorm per head (QK-norm) ; rope(q, k) at the layer's base
+ *               q, k = rmsnorm per head, or over the whole projection (QK-norm)
+ *               rope(q, k) at the layer's base
  *               (none on a NoPE layer)
  *               cache <- k, v ; o = attention(q, cache)  (libqkv: causal or the
  *               layer's window, soft-capped scores)
  *               x += post_norm(o Wo)
  *               h = rmsnorm(x) ; x += post_norm((act(h Wgate) * (h Wup)) Wdown)
  *   logits = softcap(rmsnorm(x) Wout)                           [n, V]
- * post_norm is Gemma's sandwich norm (identity elsewhere), act SiLU or GELU
- * (tanh). The run state is allocated at open (model.c): forward never
+ * post_norm is Gemma's sandwich norm and OLMo 2's (identity elsewhere); OLMo 2
+ * has no pre-norm (h = x), act SiLU or GELU (tanh). The run state is allocated at open (model.c): forward never
  * allocates, tests/test_alloc.c counts. What one call changes (masks,
  * exclusions, zeroed heads, hooks at the named activation points) comes with
  * that call (qkv_forward_opts, forward_opts.c) and is never kept; a
@@ -54,7 +55,8 @@ static void add_bias(float *x, const float *b, int n, int width) {
 }
 
 /* Every vector of x[n_vec, dim] RMS-normed in place with weight w[dim]:
- * QK-norm (one vector per head) and Gemma's post-sublayer norms (per row) */
+ * QK-norm (one vector per head, or per row of the projection) and the
+ * post-sublayer norms (per row) */
 static void norm_vectors(float *x, const float *w, int n_vec, int dim, float eps) {
     for (int v = 0; v < n_vec; v++) model_rmsnorm(x + (size_t)v * dim, x + (size_t)v * dim, w, dim, eps);
 }
@@ -139,7 +141,7 @@ static qkv_mask layer_mask(const qkv_forward_opts *o, const qkv_layer_attn *a) {
     return own;
 }
 
-/* x += attention(rmsnorm(x)) Wo, with the hooks from resid_pre to resid_mid. */
+/* x += post_norm(attention(rmsnorm(x)) Wo), with the hooks from resid_pre to resid_mid. */
 static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     qkv_model *m = f->m;
     const qkv_forward_opts *o = f->o;
@@ -150,9 +152,11 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     const layer_weights *w = &m->layers[l];
     qkv_status st;
     if ((st = hook_at(f, QKV_HOOK_RESID_PRE, l, m->x, 2, n, E, 0, err))) return st;
-    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    /* the sublayer's input: rmsnorm(x), or x itself without pre-norms (OLMo 2) */
+    for (int t = 0; t < n && !c->no_pre_norms; t++)
+        model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     const model_mm_out qkv[3] = {{m->q, w->wq}, {m->k, w->wk}, {m->v, w->wv}};
-    model_matmul_group(qkv, 3, m->h, n, m->scratch, m->n_threads);
+    model_matmul_group(qkv, 3, c->no_pre_norms ? m->x : m->h, n, m->scratch, m->n_threads);
     if (m->bias) {
         const float *b = m->bias + (size_t)l * (Hq + 2 * Hkv) * D;
         add_bias(m->q, b, n, Hq * D);
@@ -163,9 +167,11 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         (st = hook_at(f, QKV_HOOK_K, l, m->k, 3, n, Hkv, D, err)) ||
         (st = hook_at(f, QKV_HOOK_V, l, m->v, 3, n, Hkv, D, err)))
         return st;
-    if (m->qk_norm_w) {
-        norm_vectors(m->q, m->qk_norm_w + (size_t)(2 * l) * D, n * Hq, D, c->norm_eps);
-        norm_vectors(m->k, m->qk_norm_w + (size_t)(2 * l + 1) * D, n * Hkv, D, c->norm_eps);
+    if (m->qk_norm_w) { /* per head, or each token's whole q and k row (OLMo 2) */
+        const int qn = c->qk_norm == QKV_QK_NORM_FULL ? Hq * D : D, kn = c->qk_norm == QKV_QK_NORM_FULL ? Hkv * D : D;
+        const float *wq = m->qk_norm_w + (size_t)l * (qn + kn);
+        norm_vectors(m->q, wq, n * Hq * D / qn, qn, c->norm_eps);
+        norm_vectors(m->k, wq + qn, n * Hkv * D / kn, kn, c->norm_eps);
     }
     to_head_major(m->qt, m->q, n, Hq, D);
     to_head_major(m->kt, m->k, n, Hkv, D);
@@ -216,9 +222,10 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
     const int E = c->n_embd, F = c->n_ff, n = f->n;
     const float *norm = m->norm_w + (size_t)(2 * l + 1) * E;
     const layer_weights *w = &m->layers[l];
-    for (int t = 0; t < n; t++) model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
+    for (int t = 0; t < n && !c->no_pre_norms; t++)
+        model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     const model_mm_out gate_up[2] = {{m->gate, w->w_gate}, {m->up, w->w_up}};
-    model_matmul_group(gate_up, 2, m->h, n, m->scratch, m->n_threads);
+    model_matmul_group(gate_up, 2, c->no_pre_norms ? m->x : m->h, n, m->scratch, m->n_threads);
     if (c->ffn_act == QKV_FFN_GELU_TANH)
         for (size_t i = 0; i < (size_t)n * F; i++) m->gate[i] = gelu_tanh(m->gate[i]) * m->up[i];
     else

@@ -111,8 +111,11 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
     }
     m->norm_w = malloc((size_t)(2 * L + 1) * E * sizeof(float));
     if (!m->norm_w) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
-    if ((st = load_per_layer(m->norm_w, 2 * (size_t)E, g, "attn_norm.weight", E, L, err)) ||
-        (st = load_per_layer(m->norm_w + E, 2 * (size_t)E, g, "ffn_norm.weight", E, L, err)) ||
+    /* no pre-norms (olmo2): their rows hold 1 and forward never reads them */
+    for (size_t i = 0; i < (size_t)2 * L * E && c->no_pre_norms; i++) m->norm_w[i] = 1.0f;
+    if ((!c->no_pre_norms &&
+         ((st = load_per_layer(m->norm_w, 2 * (size_t)E, g, "attn_norm.weight", E, L, err)) ||
+          (st = load_per_layer(m->norm_w + E, 2 * (size_t)E, g, "ffn_norm.weight", E, L, err)))) ||
         (st = load_norm(m->norm_w + (size_t)(2 * L) * E, g, "output_norm.weight", E, err)))
         return st;
     if (c->post_norms) {
@@ -123,10 +126,13 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
             return st;
     }
     if (c->qk_norm) {
-        if (!(m->qk_norm_w = malloc((size_t)2 * L * D * sizeof(float))))
+        /* per head: [D] each; over the whole projection: [Hq*D] and [Hkv*D] */
+        const int full = c->qk_norm == QKV_QK_NORM_FULL, qn = full ? QD : D, kn = full ? KD : D;
+        const size_t row = (size_t)qn + kn;
+        if (!(m->qk_norm_w = malloc((size_t)L * row * sizeof(float))))
             return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
-        if ((st = load_per_layer(m->qk_norm_w, 2 * (size_t)D, g, "attn_q_norm.weight", D, L, err)) ||
-            (st = load_per_layer(m->qk_norm_w + D, 2 * (size_t)D, g, "attn_k_norm.weight", D, L, err)))
+        if ((st = load_per_layer(m->qk_norm_w, row, g, "attn_q_norm.weight", qn, L, err)) ||
+            (st = load_per_layer(m->qk_norm_w + qn, row, g, "attn_k_norm.weight", kn, L, err)))
             return st;
     }
     if (c->qkv_bias) {

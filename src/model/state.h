@@ -25,9 +25,11 @@ struct qkv_model {
     /* weights */
     const qkv_gguf_tensor *tok_embd, *output;
     layer_weights *layers;   /* [L] */
-    float *norm_w;           /* [2L + 1, E] as f32: attn_norm, ffn_norm per layer; output_norm */
+    float *norm_w;           /* [2L + 1, E] as f32: attn_norm, ffn_norm per layer (1 without pre-norms);
+                                output_norm */
     float *post_norm_w;      /* [2L, E] post_attention_norm, post_ffw_norm per layer, or NULL */
-    float *qk_norm_w;        /* [2L, D] attn_q_norm, attn_k_norm per layer, or NULL */
+    float *qk_norm_w;        /* [L, 2D] attn_q_norm, attn_k_norm per layer (QKV_QK_NORM_FULL:
+                                [L, Hq*D + Hkv*D]), or NULL */
     float *bias;             /* [L, Hq*D + 2 Hkv*D] attn_q, attn_k, attn_v biases per layer, or NULL */
     float *rope_factors;     /* [D/2] or NULL */
     /* run state, sized for B = n_batch tokens per call */
