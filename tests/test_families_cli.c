@@ -1,7 +1,7 @@
 /*
  * test_families_cli.c — every model command on every family: the committed
  * tiny models (tests/fixtures/families/: qwen2, qwen3, gemma2, gemma3,
- * smollm3 and mistral as llama) and the real Gemma 3 270M, small sizes so each run takes
+ * smollm3, olmo2 and mistral as llama) and the real Gemma 3 270M, small sizes so each run takes
  * well under a second (Gemma 3: a few commands, a few seconds in all).
  *
  * Per model: tokenize (BOS where the family's tokenizer asks for one), run
@@ -262,6 +262,7 @@ TEST(families_cli_gemma2) { check_family("gemma2"); }
 TEST(families_cli_gemma3) { check_family("gemma3"); }
 TEST(families_cli_mistral) { check_family("mistral"); }
 TEST(families_cli_smollm3) { check_family("smollm3"); }
+TEST(families_cli_olmo2) { check_family("olmo2"); }
 
 /* The real Gemma 3 270M (18 layers, 15 of them sliding over 512 keys): the
  * commands that cost one forward pass or a few, on short text. */

@@ -416,13 +416,14 @@ static void run_matches_qkv_run(const char *model, const char *ids, int n, int V
 
 /* Every family's tiny model (tests/fixtures/families: qwen2's biases,
  * qwen3's QK-norm, gemma2's soft-caps and window of 8 on layer 0, gemma3's 5
- * sliding layers of window 12 and QK-norm, mistral, smollm3's NoPE layers) on its prompt
+ * sliding layers of window 12 and QK-norm, mistral, smollm3's NoPE layers,
+ * olmo2's post-norms only and whole-width QK-norm) on its prompt
  * at 1 .. 4 ranks: windows of 8 and 12 keys against blocks of 12 to 48 rows
  * put rows in every class of mpi/block.c and send blocks 1 to 3 hops. The
  * logits within 1e-4 of the row's largest (float32 merges through the
  * layers; measured at most 1.2e-6), the 8 greedy ids equal. */
 TEST(mpi_run_every_family_matches_qkv_run) {
-    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3"};
+    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3", "olmo2"};
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         char dir[600], model[700];
         snprintf(dir, sizeof dir, "%s/families/%s", test_fixture_dir(), names[i]);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny random models of the qwen2, qwen3, gemma2, gemma3 and smollm3
+"""Tiny random models of the qwen2, qwen3, gemma2, gemma3, smollm3 and olmo2
 architectures and a Mistral, written to GGUF the way llama.cpp's convert_hf_to_gguf.py writes
 them, and their reference logits, attention maps and greedy continuations from
 Hugging Face transformers.
@@ -15,7 +15,7 @@ transformers, numpy, gguf, tokenizers, accelerate.
 Per family, everything seeded (FAMILIES below has the sizes):
   1. A transformers model (Qwen2ForCausalLM, Qwen3ForCausalLM,
      Gemma2ForCausalLM, Gemma3ForCausalLM, MistralForCausalLM,
-     SmolLM3ForCausalLM) built from a
+     SmolLM3ForCausalLM, Olmo2ForCausalLM) built from a
      config small enough to commit, float32, eager attention, every parameter
      redrawn from torch.Generator(seed). Where the GGUF stores a matrix as F16
      the HF weight is rounded to F16 first, so the file holds exactly the
@@ -27,12 +27,14 @@ Per family, everything seeded (FAMILIES below has the sizes):
      own TensorNameMap, as the converter's map_tensor_name): see write_gguf.
      Llama/Mistral and SmolLM3 (SmolLM3Model is a LlamaModel) q/k rows are
      permuted (LlamaModel.permute) for ggml's interleaved RoPE (llama.cpp's
-     LLAMA_ROPE_TYPE_NORM for both); qwen2/qwen3/gemma2/gemma3 are NEOX (rotate-half) in
-     llama.cpp and are written unpermuted; Gemma's norms get + 1; the tied
+     LLAMA_ROPE_TYPE_NORM for both); qwen2/qwen3/gemma2/gemma3/olmo2 are NEOX (rotate-half) in
+     llama.cpp and are written unpermuted (Olmo2Model is a TextModel: its
+     modify_tensors leaves q/k as they are); Gemma's norms get + 1; the tied
      Gemma lm_head is not written. A minimal tokenizer as the converter writes
      one (llama.cpp will not load a GGUF without tokenizer.ggml.model): a
-     byte-level BPE ("gpt2", pre "qwen2") for Qwen and SmolLM3 (whose real
-     one is Llama 3's: the tokenizer is not what its fixture tests), SentencePiece ("llama",
+     byte-level BPE ("gpt2", pre "qwen2") for Qwen, SmolLM3 and OLMo 2 (whose
+     real ones are Llama 3's and dolma2's: the tokenizer is not what their
+     fixtures test), SentencePiece ("llama",
      <0xXX> byte pieces, scores) for Gemma and Mistral.
   3. What llama.cpp makes of the file (llamacpp_view: key_length, the
      soft-caps, the sliding window and which layers use it, the query scale
@@ -43,9 +45,10 @@ Per family, everything seeded (FAMILIES below has the sizes):
      (fix_config). The reloaded model must have the same weights and the same
      logits as the in-memory one; without the fixes it either does not load
      (qwen3: head_dim 128) or its logits are far off (the table). That reader
-     has no smollm3: its file is read back with gguf.GGUFReader instead (q/k
-     rows un-permuted) into a SmolLM3Config whose no_rope_layers is
-     llama.cpp's rule (read_back_gguf), with the same two checks.
+     has no smollm3 and no olmo2: their files are read back with
+     gguf.GGUFReader instead (smollm3's q/k rows un-permuted) into the
+     family's config (SmolLM3Config's no_rope_layers is llama.cpp's rule)
+     (read_back_gguf), with the same two checks.
   4. "Each feature matters": the same weights run with one feature removed
      (features below); the logits move by far more than the 1e-4 tolerance.
      Printed and written to manifest.txt.
@@ -80,8 +83,8 @@ from torch import nn
 import gguf
 from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM,
                           Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config,
-                          SmolLM3ForCausalLM)
+                          Olmo2Config, Olmo2ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
 PINNED = {"torch": "2.15.0", "transformers": "5.24.0", "numpy": "2.4.6", "gguf": "0.19.0",
           "tokenizers": "0.23.3", "accelerate": "1.15.0"}
@@ -124,7 +127,13 @@ FAMILIES = {
     "smollm3": dict(arch="smollm3", cfg=SmolLM3Config, cls=SmolLM3ForCausalLM, seed=3, emb=1.0, vocab=272,
                     hidden=32, layers=8, heads=2, kv_heads=1, head_dim=None, ff=48, theta=2e6, eps=1e-6,
                     tied=True, wtype="F16", tok="bpe", no_rope_step=4),
+    # no pre-norms, post-norms after each sublayer, QK-norm over the whole
+    # projection (q: Hq*D = 64, k: Hkv*D = 32), untied as OLMo 2's
+    "olmo2": dict(arch="olmo2", cfg=Olmo2Config, cls=Olmo2ForCausalLM, seed=5, emb=1.0, vocab=272, hidden=64,
+                  layers=2, heads=4, kv_heads=2, head_dim=None, ff=64, theta=5e5, eps=1e-6, tied=False,
+                  wtype="F16", tok="bpe"),
 }
+READ_BACK = ("smollm3", "olmo2")     # archs transformers' GGUF reader lacks
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]     # ids 0 1 2 3, as Gemma's
 MISTRAL_SPECIALS = ["<unk>", "<s>", "</s>"]              # ids 0 1 2, as Llama-2 / Mistral's
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -139,7 +148,7 @@ def hf_config(name, **over):
               tie_word_embeddings=f["tied"])
     if f["head_dim"]:
         kw["head_dim"] = f["head_dim"]
-    if name in ("qwen2", "qwen3", "smollm3"):
+    if name in ("qwen2", "qwen3", "smollm3", "olmo2"):
         eot = f["vocab"] - len(QWEN_SPECIALS)           # <|endoftext|>
         kw.update(rope_parameters={"rope_type": "default", "rope_theta": f["theta"]}, bos_token_id=eot,
                   eos_token_id=eot, pad_token_id=None)
@@ -157,6 +166,8 @@ def hf_config(name, **over):
                   query_pre_attn_scalar=f["head_dim"], sliding_window=f["window"],
                   final_logit_softcapping=None, attn_logit_softcapping=None,
                   hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    if name == "olmo2":
+        kw.update(attention_bias=False)
     if name == "smollm3":
         kw.update(no_rope_layers=no_rope_layers(f["layers"], f["no_rope_step"]), use_sliding_window=False,
                   attention_bias=False, mlp_bias=False)
@@ -321,6 +332,11 @@ def write_gguf(name, sd, path):
       smollm3 as mistral (SmolLM3Model subclasses LlamaModel), arch smollm3;
               no key for the NoPE layers (llama.cpp's n_no_rope_layer_step
               is a constant 4)
+      olmo2   TextModel's keys only (no head_dim in Olmo2Config: no
+              key_length; no sliding_window: OLMo 2's config has none);
+              attn_q_norm [Hq*D], attn_k_norm [Hkv*D], post_attention_norm,
+              post_ffw_norm and no attn_norm / ffn_norm (gguf-py's OLMO2
+              tensor list); q/k unpermuted, NEOX RoPE
     """
     f = FAMILIES[name]
     arch = f["arch"]
@@ -423,11 +439,11 @@ def gguf_tensors(name, sd):
 
 
 def read_back_gguf(name, path, sd):
-    """For an architecture transformers' GGUF reader lacks (smollm3): the
-    file's tensors read with gguf.GGUFReader, named back to the HF keys and
-    q/k un-permuted, into the family's class with a config from what
-    llama.cpp reads (llamacpp_view: its NoPE layers); sd only names the
-    tensors (its keys). Returns (model, fixes)."""
+    """For an architecture transformers' GGUF reader lacks (smollm3, olmo2):
+    the file's tensors read with gguf.GGUFReader, named back to the HF keys
+    (smollm3's q/k un-permuted), into the family's class with a config from
+    what llama.cpp reads (llamacpp_view: the RoPE base, smollm3's NoPE
+    layers); sd only names the tensors (its keys). Returns (model, fixes)."""
     f = FAMILIES[name]
     v = llamacpp_view(path)
     r = gguf.GGUFReader(path)
@@ -436,15 +452,17 @@ def read_back_gguf(name, path, sd):
     for t in r.tensors:
         key = names[t.name]
         a = torch.from_numpy(np.array(t.data).astype(np.float32))
-        if ".q_proj." in key or ".k_proj." in key:
+        if name == "smollm3" and (".q_proj." in key or ".k_proj." in key):
             a = unpermute(a, v["n_head"] if ".q_proj." in key else f["kv_heads"])
         sd[key] = a.reshape(tuple(reversed([int(x) for x in t.shape])))
     assert set(sd) == set(names.values()) and len(sd) == len(r.tensors)
     if f["tied"]:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
-    over = dict(no_rope_layers=v["no_rope_layers"], rope_parameters={"rope_type": "default",
-                                                                    "rope_theta": v["freq_base"]})
-    fixes = [f"no_rope_layers: {','.join(map(str, v['no_rope_layers']))} (llama.cpp's rule)"]
+    over = dict(rope_parameters={"rope_type": "default", "rope_theta": v["freq_base"]})
+    fixes = [f"rope_theta: {v['freq_base']:g} (rope.freq_base)"]
+    if name == "smollm3":
+        over["no_rope_layers"] = v["no_rope_layers"]
+        fixes = [f"no_rope_layers: {','.join(map(str, v['no_rope_layers']))} (llama.cpp's rule)"]
     return build(name, hf_config(name, **over), sd), fixes
 
 
@@ -583,6 +601,7 @@ def features(name, sd):
     module edit, input-embedding scale) for the family."""
     f = FAMILIES[name]
     H, Hkv = f["heads"], f["kv_heads"]
+    D = f["head_dim"] or f["hidden"] // H
     out = []
 
     def sd_edit(fn):
@@ -600,10 +619,10 @@ def features(name, sd):
                 if proj in k:
                     new[k] = unpermute(new[k], nh)
             for nrm in (".q_norm.", ".k_norm."):
-                if nrm in k:
-                    new[k] = unpermute(new[k].reshape(-1), 1)
+                if nrm in k:        # per head ([D]) or over the whole projection ([H*D])
+                    new[k] = unpermute(new[k].reshape(-1), new[k].numel() // D)
 
-    if name in ("qwen2", "qwen3", "gemma2", "gemma3"):
+    if name in ("qwen2", "qwen3", "gemma2", "gemma3", "olmo2"):
         out.append(("rope_neox", "interleaved (Llama) RoPE pairs on the GGUF's unpermuted q/k rows",
                     {}, sd_edit(rows_interleaved), None, None))
     if name == "qwen2":
@@ -652,6 +671,13 @@ def features(name, sd):
                     {"no_rope_layers": [1] * L}, sd, None, None))
         out.append(("nope_offset", "NoPE on layers il % 4 == 0 instead of (il + 1) % 4 == 0",
                     {"no_rope_layers": [int(i % f["no_rope_step"] != 0) for i in range(L)]}, sd, None, None))
+    if name == "olmo2":
+        out.append(("qk_norm_whole", "QK-norm per head (qwen3's) with the same weights, not over the whole "
+                    f"projection ({H}x{D} for q, {Hkv}x{D} for k)", {}, sd, "qk_norm_per_head", None))
+        out.append(("qk_norm", "attn_q_norm / attn_k_norm left out", {}, sd, "qk_norm", None))
+        out.append(("no_pre_norms", "an RMSNorm (unit weight) added before attention and before the MLP, as "
+                    "llama's attn_norm / ffn_norm", {}, sd, "pre_norms", None))
+        out.append(("post_norms", "post_attention_norm / post_ffw_norm left out", {}, sd, "post_norms", None))
     if name in ("mistral", "smollm3"):
         def gguf_rows(new):
             for k in list(new):
@@ -664,9 +690,42 @@ def features(name, sd):
     return out
 
 
+class PerHeadNorm(nn.Module):
+    """An RMSNorm over the whole projection [.., H*D] run per head instead:
+    each [D] slice normed alone, times the same [H*D] weight."""
+
+    def __init__(self, norm, D):
+        super().__init__()
+        self.norm, self.D = norm, D
+
+    def forward(self, x):
+        h = x.reshape(*x.shape[:-1], -1, self.D)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.norm.variance_epsilon)
+        return self.norm.weight * h.reshape(x.shape)
+
+
+class PreNorm(nn.Module):
+    """A sublayer run on rmsnorm(x) (unit weight) instead of x."""
+
+    def __init__(self, inner, eps):
+        super().__init__()
+        self.inner, self.eps = inner, eps
+
+    def forward(self, hidden_states, *args, **kwargs):
+        h = hidden_states * torch.rsqrt(hidden_states.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.inner(h, *args, **kwargs)
+
+
 def apply_module_edit(model, what):
+    D = model.config.hidden_size // model.config.num_attention_heads
     for layer in model.model.layers:
-        if what == "qk_norm":
+        if what == "qk_norm_per_head":
+            layer.self_attn.q_norm = PerHeadNorm(layer.self_attn.q_norm, D)
+            layer.self_attn.k_norm = PerHeadNorm(layer.self_attn.k_norm, D)
+        elif what == "pre_norms":
+            layer.self_attn = PreNorm(layer.self_attn, model.config.rms_norm_eps)
+            layer.mlp = PreNorm(layer.mlp, model.config.rms_norm_eps)
+        elif what == "qk_norm":
             layer.self_attn.q_norm = nn.Identity()
             layer.self_attn.k_norm = nn.Identity()
         elif what == "post_norms":
@@ -711,12 +770,12 @@ def make_family(name, out_root, manifest):
     print(f"\n== {name}: {path} {os.path.getsize(path)} bytes; n {n}, V {V}, L {L}, Hq {Hq}; "
           f"logit std {logits.std().item():.2f}")
 
-    # transformers' own GGUF reader, with and without the config fixes (smollm3:
-    # the file read back by gguf-py, transformers' reader has no such arch)
-    if name == "smollm3":
+    # transformers' own GGUF reader, with and without the config fixes (smollm3,
+    # olmo2: the file read back by gguf-py, transformers' reader has no such arch)
+    if name in READ_BACK:
         gm, changes = read_back_gguf(name, path, sd)
-        changes = ["transformers' GGUF reader has no smollm3: read back with gguf.GGUFReader (q/k rows "
-                   "un-permuted)"] + changes
+        changes = [f"transformers' GGUF reader has no {name}: read back with gguf.GGUFReader" +
+                   (" (q/k rows un-permuted)" if name == "smollm3" else " (q/k rows as stored)")] + changes
     else:
         gm, changes, err = load_gguf_model(path, fixes=True)
         assert gm is not None, err
