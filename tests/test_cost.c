@@ -326,6 +326,13 @@ TEST(cost_presets_match_published_parameter_counts) {
     CHECK(qkv_cost_preset(&c, NULL, "smollm3-3b", &err) == QKV_OK && qkv_cost_eval(&r, &c, 0, 4096, 2, &err) == QKV_OK &&
               r.params_total == 3075098624.0 && c.no_rope_interval == 4 && !qkv_model_layer_rotates(&c, 35),
           "SmolLM3-3B: %.0f parameters %s", r.params_total, err.msg);
+    /* OLMo-2-1B: from its config, not checked against the hub: 16 x (4 x 2048^2
+     * + 3 x 2048 x 8192 + two post-norms of 2048 + QK-norms of 2048 and 2048)
+     * + the untied 100352 x 2048 embedding and lm_head + the final norm */
+    CHECK(qkv_cost_preset(&c, NULL, "olmo-2-1b", &err) == QKV_OK && qkv_cost_eval(&r, &c, 0, 4096, 2, &err) == QKV_OK &&
+              r.params_total == 16.0 * (4.0 * 2048 * 2048 + 3.0 * 2048 * 8192 + 4.0 * 2048) + 2.0 * 100352 * 2048 + 2048 &&
+              r.params_total == 1484916736.0,
+          "OLMo-2-1B: %.0f parameters %s", r.params_total, err.msg);
 }
 
 TEST(cost_gemma3_270m_kv_bytes_at_32k) {

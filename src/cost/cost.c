@@ -39,6 +39,10 @@ static const preset presets[] = {
     {"smollm2-135m", "SmolLM2-135M", ROW("llama", 30, 576, 9, 3, 64, 1536, 49152, 1, .window = 0)},
     /* HuggingFaceTB/SmolLM3-3B (transformers' SmolLM3Config defaults): NoPE every fourth layer */
     {"smollm3-3b", "SmolLM3-3B", ROW("smollm3", 36, 2048, 16, 4, 128, 11008, 128256, 1, .no_rope_interval = 4)},
+    /* allenai/OLMo-2-0425-1B: MHA, untied; post-norms only, QK-norm over the whole projection */
+    {"olmo-2-1b", "OLMo-2-1B",
+     ROW("olmo2", 16, 2048, 16, 16, 128, 8192, 100352, 0, .qk_norm = QKV_QK_NORM_FULL, .post_norms = 1,
+         .no_pre_norms = 1)},
     /* mistralai/Mistral-7B-v0.3: sliding_window null (v0.1's 4096 is gone) */
     {"mistral-7b", "Mistral-7B-v0.3", ROW("llama", 32, 4096, 32, 8, 128, 14336, 32768, 0, .window = 0)},
     /* Qwen/Qwen2.5-0.5B: biases on q, k, v */
