@@ -206,10 +206,14 @@ class ActivationCache(collections.abc.Mapping):
         divided by the RMS the norm at the input of `layer` (None or -1: the final
         norm; mlp_input: that layer's MLP norm) took in this run, frozen:
         sqrt(mean(x^2) + eps) of that cached residual at the positions pos_slice
-        picks. The norm's weight is not applied (see the class). float32."""
+        picks. The norm's weight is not applied (see the class). float32. OLMo 2
+        has no norm at a layer's input, only the final one: ValueError for a layer."""
         layer = self._layer(layer, "apply_ln_to_stack")
         if mlp_input and layer == self._model.config.n_layer:
             raise ValueError("apply_ln_to_stack: mlp_input needs a layer below n_layer")
+        if self._model.config.no_pre_norms and layer < self._model.config.n_layer:
+            raise ValueError(f"apply_ln_to_stack: {self._model.config.arch} has no norm at the input of layer "
+                             f"{layer} (its sublayers read the residual stream itself); only the final norm")
         name = self._ln_input(layer, mlp_input)
         self._need([name], "apply_ln_to_stack")
         x = self._acts[name].astype(np.float64)

@@ -37,7 +37,7 @@ class LayerAttention:
     window: int
     softcap: float
     rope_theta: float
-    qk_norm: bool
+    qk_norm: int  # 0 none, 1 per head (qwen3, gemma3), 2 over the whole projection (olmo2)
     qkv_bias: bool
     no_rope: bool  # q and k unrotated (SmolLM3's every fourth layer)
 
@@ -45,7 +45,7 @@ class LayerAttention:
 Config = dataclasses.make_dataclass("Config", _qkv.CONFIG_FIELDS, frozen=True, namespace={
     "__module__": __name__,
     "__doc__": """What the GGUF says about the model (qkv_model_config), plus the open context
-    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3, smollm3);
+    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2);
     layers holds each layer's attention spec (LayerAttention). The fields are the C
     struct's, as the extension lists them (qkv._qkv.CONFIG_FIELDS)."""})
 

@@ -121,10 +121,10 @@ static PyObject *open_layers(const model_object *o) {
     for (int l = 0; layers && l < c->n_layer; l++) {
         qkv_layer_attn a;
         qkv_model_layer_attn(&a, c, l);
-        PyObject *one = Py_BuildValue("{s:i,s:i,s:i,s:f,s:i,s:f,s:f,s:O,s:O,s:O}", "n_head", a.n_head, "n_kv_head",
+        PyObject *one = Py_BuildValue("{s:i,s:i,s:i,s:f,s:i,s:f,s:f,s:i,s:O,s:O}", "n_head", a.n_head, "n_kv_head",
                                       a.n_kv_head, "head_dim", a.head_dim, "scale", (double)a.scale, "window",
                                       a.window, "softcap", (double)a.softcap, "rope_theta", (double)a.rope.theta,
-                                      "qk_norm", a.qk_norm ? Py_True : Py_False, "qkv_bias",
+                                      "qk_norm", a.qk_norm, "qkv_bias",
                                       a.qkv_bias ? Py_True : Py_False, "no_rope", a.no_rope ? Py_True : Py_False);
         if (!one) Py_CLEAR(layers);
         else PyList_SET_ITEM(layers, l, one);
@@ -167,9 +167,10 @@ static const struct {
     CFG(rope_theta_swa, CFG_FLOAT),
     CFG(no_rope_interval, CFG_INT),
     CFG(attn_softcap, CFG_FLOAT),
-    CFG(qk_norm, CFG_BOOL),
+    CFG(qk_norm, CFG_INT), /* qkv_qk_norm: 0 none, 1 per head, 2 the whole projection */
     CFG(qkv_bias, CFG_BOOL),
     CFG(post_norms, CFG_BOOL),
+    CFG(no_pre_norms, CFG_BOOL),
     CFG_ENUM_OF("ffn_act", ffn_act, ffn_acts),
     CFG(embd_scale, CFG_FLOAT),
     CFG(final_softcap, CFG_FLOAT),
