@@ -199,6 +199,27 @@ TEST(model_family_mistral_as_llama) { check_family("mistral", "llama"); }
 TEST(model_family_smollm3) { check_family("smollm3", "smollm3"); }
 TEST(model_family_olmo2) { check_family("olmo2", "olmo2"); }
 
+/* What config.c's olmo2 row makes of the fixture: post-norms without
+ * pre-norms, QK-norm over the whole projection, rotate-half pairs. */
+TEST(model_family_olmo2_config) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/families/olmo2/model.gguf", test_fixture_dir());
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    if (qkv_model_open(&m, path, &(qkv_model_params){.n_ctx = 16, .n_threads = 2}, &err)) {
+        CHECK(0, "%s: %s", path, err.msg);
+        return;
+    }
+    const qkv_model_config *c = qkv_model_get_config(m);
+    qkv_layer_attn a;
+    qkv_model_layer_attn(&a, c, 1);
+    CHECK(c->no_pre_norms && c->post_norms && c->qk_norm == QKV_QK_NORM_FULL && a.qk_norm == QKV_QK_NORM_FULL &&
+              c->rope.pairing == QKV_ROPE_HALF && !c->tied_embeddings && c->swa_period == 1 && !a.window,
+          "olmo2: no_pre_norms %d post_norms %d qk_norm %d pairing %d tied %d", c->no_pre_norms, c->post_norms,
+          c->qk_norm, (int)c->rope.pairing, c->tied_embeddings);
+    qkv_model_close(m);
+}
+
 /* A copy of one hooked activation ([n, H, D] at hook_q / hook_rot_q), or of
  * the layer's cached keys rows [0, n) at hook_pattern ([Hkv, n, D]). */
 typedef struct {
