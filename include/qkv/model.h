@@ -19,7 +19,7 @@ extern "C" {
 
 /* A decoder model from a GGUF file, in one of the families llama.cpp writes:
  * llama (Llama 2/3.x, Mistral, SmolLM), qwen2, qwen3, gemma2, gemma3,
- * smollm3. Every
+ * smollm3, phi3. Every
  * family is embedding, L x [RMSNorm, attention (libqkv), RMSNorm, gated
  * FFN], final norm, lm_head; what differs is named below and read from the
  * same metadata keys llama.cpp reads. Weights stay in the file's mapping in
@@ -31,7 +31,8 @@ typedef enum {
 } qkv_ffn_act;
 
 typedef struct {
-    char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3" */
+    char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3",
+                               "phi3" */
     int n_layer;            /* L */
     int n_embd;             /* residual width E */
     int n_head;             /* Hq */
@@ -42,7 +43,13 @@ typedef struct {
     int n_ctx_train;        /* <arch>.context_length */
     float norm_eps;         /* RMSNorm epsilon */
     qkv_rope rope;          /* the global layers' RoPE: pairing interleaved for llama (its converter
-                               permuted q/k), rotate-half for the others; theta, factors */
+                               permuted q/k), rotate-half for the others; theta, factors; n_rot from
+                               <arch>.rope.dimension_count below head_dim (phi3: partial rotary), 0
+                               otherwise; attn_factor: LongRoPE's (phi3), 0 otherwise */
+    int rope_ctx_orig;      /* LongRoPE (phi3): <arch>.rope.scaling.original_context_length, else
+                               n_ctx_train; a context (n_ctx) above it rotates with
+                               rope_factors_long.weight, else rope_factors_short.weight (llama.cpp's
+                               choice); 0 for the other families */
     int tied_embeddings;    /* 1: lm_head is token_embd.weight */
     /* attention */
     float attn_scale;       /* softmax scale: <arch>.attention.scale, else the family's rule (1/sqrt(D);
@@ -56,6 +63,8 @@ typedef struct {
     float attn_softcap;     /* c > 0: scores become c tanh(s / c) (gemma2); 0: none */
     int qk_norm;            /* RMSNorm of each head's q and k before RoPE (qwen3, gemma3) */
     int qkv_bias;           /* q, k and v projections have biases (qwen2) */
+    int fused;              /* phi3: blk.N.attn_qkv.weight [Hq*D + 2 Hkv*D, E] holds q, k, v rows and
+                               blk.N.ffn_up.weight [2F, E] gate then up rows (read in place, split) */
     /* the rest of the block */
     int post_norms;         /* gemma's sandwich: each sublayer's output is RMS-normed before it is added */
     qkv_ffn_act ffn_act;
@@ -102,18 +111,20 @@ QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c
  * (1, 1e30), soft-caps and the attention scale finite and > 0 when present,
  * the sliding window >= 1, each failure naming the key and its range.
  * general.architecture must be one of the families (qkv_model_family_name)
- * (QKV_ERR_UNSUPPORTED naming them otherwise, and for partial RoPE, rope
+ * (QKV_ERR_UNSUPPORTED naming them otherwise, and for rope
  * scaling types other than "none", head_dim outside [16, 256] or odd, a
  * value_length other than key_length); QKV_ERR_FORMAT for
  * a missing required key, a value out of range, heads not a multiple of KV
- * heads, or no vocabulary (token_embd.weight's rows, else the length of
+ * heads, a rope.dimension_count odd or above head_dim, or no vocabulary
+ * (token_embd.weight's rows, else the length of
  * tokenizer.ggml.tokens), and when the rows, the token list and
  * <arch>.vocab_size do not all agree. rope.freq_factors is NULL here:
- * qkv_model_open fills it from rope_freqs.weight. */
+ * qkv_model_open fills it from rope_freqs.weight, or LongRoPE's
+ * rope_factors_long/short.weight ([n_rot/2] each) by its context. */
 QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* The i-th supported family's general.architecture ("llama", "qwen2",
- * "qwen3", "gemma2", "gemma3", "smollm3"); NULL past the last (i < 0 too). */
+ * "qwen3", "gemma2", "gemma3", "smollm3", "phi3"); NULL past the last (i < 0 too). */
 QKV_API const char *qkv_model_family_name(int i);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
@@ -159,8 +170,10 @@ typedef struct qkv_model qkv_model;
  */
 
 /* Opens the model at path: qkv_model_config_read, then every weight's shape
- * and type, and every norm weight finite and every rope_freqs.weight factor
- * finite and > 0 (QKV_ERR_FORMAT naming the tensor and element otherwise).
+ * and type, and every norm weight finite and every rope_freqs.weight (or
+ * LongRoPE: both rope_factors_long and _short.weight, the one this context
+ * uses and the other) factor finite and > 0 (QKV_ERR_FORMAT naming the
+ * tensor and element otherwise).
  * Allocates, once, the run state for p->n_batch tokens and the KV cache for
  * p->n_ctx positions (fewer rows in sliding layers with swa_cache); before
  * allocating, their size is checked against physical memory, RLIMIT_DATA
