@@ -262,6 +262,7 @@ TEST(families_cli_gemma2) { check_family("gemma2"); }
 TEST(families_cli_gemma3) { check_family("gemma3"); }
 TEST(families_cli_mistral) { check_family("mistral"); }
 TEST(families_cli_smollm3) { check_family("smollm3"); }
+TEST(families_cli_phi3) { check_family("phi3"); }
 
 /* The real Gemma 3 270M (18 layers, 15 of them sliding over 512 keys): the
  * commands that cost one forward pass or a few, on short text. */

@@ -194,6 +194,8 @@ TEST(model_family_gemma3) { check_family("gemma3", "gemma3"); }
 /* arch "llama": supported today */
 TEST(model_family_mistral_as_llama) { check_family("mistral", "llama"); }
 TEST(model_family_smollm3) { check_family("smollm3", "smollm3"); }
+TEST(model_family_phi3) { check_family("phi3", "phi3"); }
+TEST(model_family_phi3_long) { check_family("phi3_long", "phi3"); }
 
 /* A copy of one hooked activation ([n, H, D] at hook_q / hook_rot_q), or of
  * the layer's cached keys rows [0, n) at hook_pattern ([Hkv, n, D]). */
