@@ -18,6 +18,10 @@
  *   smollm3  8 layers, layers 3 and 7 without RoPE (llama.cpp's
  *            n_no_rope_layer_step 4; transformers' no_rope_layers), q/k
  *            permuted as llama's (SmolLM3Model is a LlamaModel), F16, GQA 2:1
+ *   phi3     fused attn_qkv and ffn_up (gate, up), partial rotary 16 of 32
+ *            dims, LongRoPE of context 512 at original 128 (n_ctx 128: the
+ *            short factors) and the attention factor; phi3_long: original 8
+ *            (the long factors)
  *
  * Per family, one prompt of 48 tokens (tests/fixtures/families/<family>/):
  *   - logits of every position, one forward call (all_logits);
@@ -267,9 +271,10 @@ TEST(model_family_smollm3_nope_layers) {
 /* Every fixture's tokenizer (the converter's minimal ones) loads with the
  * vocabulary the model has: the GGUFs are complete llama.cpp files. */
 TEST(model_family_tokenizers_load) {
-    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3"};
-    static const int vocab[] = {272, 272, 288, 288, 320, 272};
-    for (int i = 0; i < 6; i++) {
+    static const char *const names[] = {"qwen2",   "qwen3",   "gemma2", "gemma3",
+                                        "mistral", "smollm3", "phi3",   "phi3_long"};
+    static const int vocab[] = {272, 272, 288, 288, 320, 272, 320, 320};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         char path[700];
         snprintf(path, sizeof path, "%s/families/%s/model.gguf", test_fixture_dir(), names[i]);
         qkv_gguf *g = NULL;
