@@ -8,7 +8,7 @@ static const cli_dispatch_cmd commands[] = {
     {"scaling", cmd_scaling, "why 1/sqrt(d): Monte Carlo of q.k spread and the largest softmax weight"},
     {"cost", cmd_cost, "attention FLOPs, score-table and KV-cache bytes from a model configuration"},
     {"attend", cmd_attend, "attention of .npy arrays (q, k, v) with masks, RoPE and a kernel choice"},
-    {"run", cmd_run, "a GGUF model (llama, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2) reading a prompt and continuing it (prefill, then decode)"},
+    {"run", cmd_run, "a GGUF model (llama, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2, phi3) reading a prompt and continuing it (prefill, then decode)"},
     {"bench", cmd_bench, "time one attention shape through a kernel: GFLOP/s, KV GB/s, peak RSS"},
     {"tokenize", cmd_tokenize, "token ids and pieces of a text under a GGUF's own tokenizer"},
     {"inspect", cmd_inspect, "attention maps of a real model on your text: HTML page, PNG, .npy, JSON"},

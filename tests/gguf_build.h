@@ -117,6 +117,10 @@ static inline void gguf_put_kv_arr4(gguf_buf *b, const char *key, uint32_t type,
  *           soft-caps, rope.freq_base 1e6
  *   olmo2   no attn_norm / ffn_norm; post_attention_norm / post_ffw_norm,
  *           attn_q_norm [Hq*D] / attn_k_norm [Hkv*D] (the whole projection)
+ *   phi3    attn_qkv [Hq*D + 2 Hkv*D, E] and ffn_up [2F, E] (gate, up) instead
+ *           of q/k/v and gate/up; rope.dimension_count D/2 (partial rotary),
+ *           rope.scaling.original_context_length 64 of context 256,
+ *           attn_factor 1.19, rope_factors_long (1.5) / _short (1) [D/4]
  * Matrices F32 of small varied values, norms 1, biases 0.01. The vocabulary:
  * byte_vocab 0: "t0", "t1", ... (n_tokens of them); 1: <unk> <s> </s> and
  * the 256 <0xXX> byte tokens of SentencePiece's byte fallback, so any text
@@ -127,6 +131,7 @@ typedef struct {
     int n_tokens, n_rows;       /* tokenizer entries, token_embd.weight rows (0: as many as tokens) */
     int byte_vocab;
     int rope_freqs;             /* a rope_freqs.weight [head_dim / 2] of ones */
+    int rope_factors_len;       /* phi3: rope_factors_long.weight's length (0: D/4, the right one) */
     const gguf_kv *kv;          /* [n_kv] replace the builder's keys of the same name, or are added */
     int n_kv;
     const char *drop;           /* a key or tensor left out; NULL: none */
@@ -159,7 +164,7 @@ static inline void gguf_put_tiny_model(gguf_buf *b, const gguf_tiny_spec *s) {
     const char *a = s->arch;
     const int L = s->n_layer, E = s->n_embd, HQ = s->n_head, HKV = s->n_kv_head, D = s->head_dim, F = s->n_ff;
     const int qwen2 = !strcmp(a, "qwen2"), gemma2 = !strcmp(a, "gemma2"), gemma3 = !strcmp(a, "gemma3");
-    const int olmo2 = !strcmp(a, "olmo2");
+    const int olmo2 = !strcmp(a, "olmo2"), phi3 = !strcmp(a, "phi3");
     const int qk_norm = gemma3 || !strcmp(a, "qwen3") || olmo2, post_norms = gemma2 || gemma3 || olmo2;
     const int qn = olmo2 ? HQ * D : D, kn = olmo2 ? HKV * D : D; /* QK-norm widths */
     const int n_tok = s->byte_vocab ? 259 : s->n_tokens, n_rows = s->n_rows ? s->n_rows : n_tok;
@@ -189,6 +194,12 @@ static inline void gguf_put_tiny_model(gguf_buf *b, const gguf_tiny_spec *s) {
         TINY_KV("final_logit_softcapping", QKV_GGUF_TYPE_F32, 0, 30.0f, NULL);
     }
     if (gemma3) TINY_KV("rope.freq_base", QKV_GGUF_TYPE_F32, 0, 1e6f, NULL);
+    if (phi3) {
+        TINY_KV("rope.dimension_count", QKV_GGUF_TYPE_U32, (uint32_t)D / 2, 0, NULL);
+        TINY_KV("rope.scaling.original_context_length", QKV_GGUF_TYPE_U32, 64, 0, NULL);
+        TINY_KV("rope.scaling.attn_factor", QKV_GGUF_TYPE_F32, 0, 1.19f, NULL);
+        TINY_KV("attention.sliding_window", QKV_GGUF_TYPE_U32, 8, 0, NULL); /* read by llama.cpp, then disabled */
+    }
 #undef TINY_KV
     kv[nk++] = (gguf_kv){.key = "tokenizer.ggml.model", .type = QKV_GGUF_TYPE_STRING, .s = "llama"};
     kv[nk++] = (gguf_kv){.key = "tokenizer.ggml.bos_token_id", .type = QKV_GGUF_TYPE_U32, .u = 1};
@@ -208,15 +219,20 @@ static inline void gguf_put_tiny_model(gguf_buf *b, const gguf_tiny_spec *s) {
     TINY_T("token_embd.weight", (uint64_t)n_rows, E, 0.0f);
     TINY_T("output_norm.weight", E, 0, 1.0f);
     if (s->rope_freqs) TINY_T("rope_freqs.weight", D / 2, 0, 1.0f);
+    if (phi3) {
+        TINY_T("rope_factors_long.weight", s->rope_factors_len ? s->rope_factors_len : D / 4, 0, 1.5f);
+        TINY_T("rope_factors_short.weight", D / 4, 0, 1.0f);
+    }
     for (int l = 0; l < L && nt + 16 <= MAX_T; l++) {
         const struct { const char *suffix; int d0, d1; float fill; int on; } per_layer[] = {
-            {"attn_norm.weight", E, 0, 1, !olmo2},   {"attn_q.weight", HQ * D, E, 0, 1},
-            {"attn_k.weight", HKV * D, E, 0, 1},     {"attn_v.weight", HKV * D, E, 0, 1},
+            {"attn_norm.weight", E, 0, 1, !olmo2},   {"attn_q.weight", HQ * D, E, 0, !phi3},
+            {"attn_k.weight", HKV * D, E, 0, !phi3}, {"attn_v.weight", HKV * D, E, 0, !phi3},
+            {"attn_qkv.weight", (HQ + 2 * HKV) * D, E, 0, phi3},
             {"attn_q.bias", HQ * D, 0, 0.01f, qwen2}, {"attn_k.bias", HKV * D, 0, 0.01f, qwen2},
             {"attn_v.bias", HKV * D, 0, 0.01f, qwen2}, {"attn_q_norm.weight", qn, 0, 1, qk_norm},
             {"attn_k_norm.weight", kn, 0, 1, qk_norm}, {"attn_output.weight", E, HQ * D, 0, 1},
             {"post_attention_norm.weight", E, 0, 1, post_norms}, {"ffn_norm.weight", E, 0, 1, !olmo2},
-            {"ffn_gate.weight", F, E, 0, 1},         {"ffn_up.weight", F, E, 0, 1},
+            {"ffn_gate.weight", F, E, 0, !phi3},     {"ffn_up.weight", phi3 ? 2 * F : F, E, 0, 1},
             {"ffn_down.weight", E, F, 0, 1},         {"post_ffw_norm.weight", E, 0, 1, post_norms},
         };
         for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++) {

@@ -1,8 +1,11 @@
 /*
  * test_families_cli.c — every model command on every family: the committed
  * tiny models (tests/fixtures/families/: qwen2, qwen3, gemma2, gemma3,
- * smollm3, olmo2 and mistral as llama) and the real Gemma 3 270M, small sizes so each run takes
- * well under a second (Gemma 3: a few commands, a few seconds in all).
+ * smollm3, olmo2, mistral as llama, phi3 and phi3_long) and the real Gemma 3 270M,
+ * small sizes so each run takes well under a second (Gemma 3: a few
+ * commands, a few seconds in all). phi3_long's original context (8) is below
+ * every context opened here (stream's evicting cache: 9 rows), so every
+ * path takes its long LongRoPE factors and stream's two caches agree.
  *
  * Per model: tokenize (BOS where the family's tokenizer asks for one), run
  * (greedy ids in the vocabulary, every prompt position's logits), inspect
@@ -263,6 +266,8 @@ TEST(families_cli_gemma3) { check_family("gemma3"); }
 TEST(families_cli_mistral) { check_family("mistral"); }
 TEST(families_cli_smollm3) { check_family("smollm3"); }
 TEST(families_cli_olmo2) { check_family("olmo2"); }
+TEST(families_cli_phi3) { check_family("phi3"); }
+TEST(families_cli_phi3_long) { check_family("phi3_long"); }
 
 /* The real Gemma 3 270M (18 layers, 15 of them sliding over 512 keys): the
  * commands that cost one forward pass or a few, on short text. */

@@ -106,7 +106,8 @@ TEST(model_config_refuses_hostile_metadata) {
         {{"llama.rope.freq_base", 1, 0, NAN}, 0, QKV_ERR_FORMAT, "llama.rope.freq_base = nan is outside (1, 1e+30)"},
         {{"llama.rope.freq_base", 1, 0, INFINITY}, 0, QKV_ERR_FORMAT, "llama.rope.freq_base = inf is outside"},
         {{"llama.block_count", 0, 0, 0}, 1, QKV_ERR_FORMAT, "missing metadata key llama.block_count"},
-        {{"llama.rope.dimension_count", 0, 8, 0}, 0, QKV_ERR_UNSUPPORTED, "partial RoPE (8 of 16 dims)"},
+        {{"llama.rope.dimension_count", 0, 18, 0}, 0, QKV_ERR_FORMAT, "llama.rope.dimension_count 18 must be even and at most head_dim 16"},
+        {{"llama.rope.dimension_count", 0, 7, 0}, 0, QKV_ERR_FORMAT, "llama.rope.dimension_count 7 must be even and at most head_dim 16"},
         {{"llama.vocab_size", 0, 12, 0}, 0, QKV_ERR_FORMAT, "llama.vocab_size = 12, the vocabulary has 10 tokens: they must agree"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -172,4 +173,40 @@ TEST(model_config_layer_rotates) {
     }
     c.no_rope_interval = 0;
     for (int l = 0; l < 12; l++) CHECK(qkv_model_layer_rotates(&c, l), "interval 0: layer %d without RoPE", l);
+}
+
+/* phi3 (gguf_build.h's tiny one: head 16, rope.dimension_count 8, context 256
+ * of original 64): partial rotary, fused weights, LongRoPE's original context
+ * and attention factor: the file's 1.19, else llama.cpp's converter's
+ * sqrt(1 + ln(256 / 64) / ln(64)) = sqrt(4 / 3). The llama row: neither. */
+TEST(model_config_phi3_partial_rotary_and_longrope) {
+    const gguf_kv none = {.key = "phi3.rope.scaling.attn_factor", .type = QKV_GGUF_TYPE_F32, .f = 1.19f};
+    for (int drop = 0; drop < 2; drop++) {
+        gguf_tiny_spec s = {.arch = "phi3", .n_layer = 2, .n_embd = 32, .n_head = 2, .n_kv_head = 1, .head_dim = 16,
+                            .n_ff = 64, .byte_vocab = 1, .bad_block = -1, .kv = &none, .n_kv = 1,
+                            .drop = drop ? "phi3.rope.scaling.attn_factor" : NULL};
+        gguf_buf b = {0};
+        gguf_put_tiny_model(&b, &s);
+        char path[600];
+        snprintf(path, sizeof path, "%s/phi3-%d.gguf", test_tmpdir(), drop);
+        CHECK(gguf_buf_save(&b, path), "cannot write %s", path);
+        free(b.p);
+        qkv_gguf *g = NULL;
+        qkv_model_config c;
+        qkv_error err = {0};
+        CHECK(qkv_gguf_open(&g, path, &err) == QKV_OK && qkv_model_config_read(&c, g, &err) == QKV_OK, "%s", err.msg);
+        qkv_gguf_close(g);
+        if (test_failures()) return;
+        const float want = drop ? sqrtf(4.0f / 3.0f) : 1.19f;
+        CHECK(c.rope.n_rot == 8 && c.fused && c.rope_ctx_orig == 64 && c.rope.pairing == QKV_ROPE_HALF &&
+                  fabsf(c.rope.attn_factor - want) < 1e-6f && c.window == 0,
+              "drop %d: n_rot %d fused %d orig %d attn_factor %g (want %g) window %d", drop, c.rope.n_rot, c.fused,
+              c.rope_ctx_orig, (double)c.rope.attn_factor, (double)want, c.window);
+    }
+    qkv_model_config c;
+    qkv_error err = {0};
+    CHECK(read_with(NULL, 0, 0, "llama", &c, &err) == QKV_OK && c.rope.n_rot == 0 && c.rope.attn_factor == 0 &&
+              c.rope_ctx_orig == 0 && !c.fused,
+          "llama: n_rot %d attn_factor %g orig %d fused %d", c.rope.n_rot, (double)c.rope.attn_factor, c.rope_ctx_orig,
+          c.fused);
 }

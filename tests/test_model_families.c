@@ -21,6 +21,10 @@
  *   olmo2    no pre-norms (x + post_norm(attn(x))), post-norms, QK-norm over
  *            the whole projection ([Hq*D] for q, [Hkv*D] for k) before the
  *            head split, NEOX RoPE on unpermuted q/k, F16, untied, GQA 2:1
+ *   phi3     fused attn_qkv and ffn_up (gate, up), partial rotary 16 of 32
+ *            dims, LongRoPE of context 512 at original 128 (n_ctx 128: the
+ *            short factors) and the attention factor; phi3_long: original 8
+ *            (the long factors)
  *
  * Per family, one prompt of 48 tokens (tests/fixtures/families/<family>/):
  *   - logits of every position, one forward call (all_logits);
@@ -219,6 +223,41 @@ TEST(model_family_olmo2_config) {
           c->qk_norm, (int)c->rope.pairing, c->tied_embeddings);
     qkv_model_close(m);
 }
+TEST(model_family_phi3) { check_family("phi3", "phi3"); }
+TEST(model_family_phi3_long) { check_family("phi3_long", "phi3"); }
+
+/* rope_ctx picks LongRoPE's table apart from the cache's size (qkv-mpi's ranks
+ * hold part of a sequence): phi3's original context is 128, so a 64-row cache
+ * told the context is 256 rotates with the long factors, exactly as a 256-row
+ * cache does, and not as a plain 64-row one. */
+TEST(model_family_phi3_rope_ctx_picks_the_table) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/families/phi3/model.gguf", test_fixture_dir());
+    const qkv_model_params ps[3] = {{.n_ctx = 64, .n_threads = 2, .rope_ctx = 256},
+                                    {.n_ctx = 256, .n_threads = 2},
+                                    {.n_ctx = 64, .n_threads = 2}};
+    enum { N = 12 };
+    static float logits[3][N * 320];
+    int32_t toks[N];
+    for (int t = 0; t < N; t++) toks[t] = (int32_t)(3 + t * 17 % 300);
+    for (int i = 0; i < 3; i++) {
+        qkv_model *m = NULL;
+        qkv_error err = {0};
+        if (qkv_model_open(&m, path, &ps[i], &err)) {
+            CHECK(0, "%s: %s", path, err.msg);
+            return;
+        }
+        CHECK(qkv_model_get_config(m)->n_vocab == 320, "vocab %d", qkv_model_get_config(m)->n_vocab);
+        CHECK(qkv_model_forward(m, logits[i], toks, N, 1, NULL, &err) == QKV_OK, "%s", err.msg);
+        qkv_model_close(m);
+    }
+    CHECK(!memcmp(logits[0], logits[1], sizeof logits[0]), "rope_ctx 256 on 64 rows differs from a 256-row cache");
+    CHECK(memcmp(logits[0], logits[2], sizeof logits[0]), "rope_ctx 256 rotated as the 64-row cache's short table");
+    qkv_error err = {0};
+    qkv_model *m = NULL;
+    CHECK(qkv_model_open(&m, path, &(qkv_model_params){.rope_ctx = -1}, &err) == QKV_ERR_INVALID && !m,
+          "a negative rope_ctx: %s", err.msg);
+}
 
 /* A copy of one hooked activation ([n, H, D] at hook_q / hook_rot_q), or of
  * the layer's cached keys rows [0, n) at hook_pattern ([Hkv, n, D]). */
@@ -290,9 +329,10 @@ TEST(model_family_smollm3_nope_layers) {
 /* Every fixture's tokenizer (the converter's minimal ones) loads with the
  * vocabulary the model has: the GGUFs are complete llama.cpp files. */
 TEST(model_family_tokenizers_load) {
-    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3", "olmo2"};
-    static const int vocab[] = {272, 272, 288, 288, 320, 272, 272};
-    for (int i = 0; i < 7; i++) {
+    static const char *const names[] = {"qwen2",   "qwen3", "gemma2", "gemma3",    "mistral",
+                                        "smollm3", "olmo2", "phi3",   "phi3_long"};
+    static const int vocab[] = {272, 272, 288, 288, 320, 272, 272, 320, 320};
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         char path[700];
         snprintf(path, sizeof path, "%s/families/%s/model.gguf", test_fixture_dir(), names[i]);
         qkv_gguf *g = NULL;

@@ -1,6 +1,6 @@
 /*
  * test_model_hostile.c — hostile GGUFs of the model families (qwen2, qwen3,
- * gemma2, gemma3, llama, smollm3, olmo2), built here (gguf_build.h's gguf_put_tiny_model,
+ * gemma2, gemma3, llama, smollm3, olmo2, phi3), built here (gguf_build.h's gguf_put_tiny_model,
  * one fault per file) from a good tiny model of each that loads and runs.
  * Each fault is refused by qkv_model_open with one message naming the file
  * and the key or tensor, and by `qkv run`, `qkv inspect` and `qkv sinks` with
@@ -25,13 +25,21 @@
  *   attn_logit_softcapping, final_logit_softcapping   finite and > 0 (llama.cpp
  *                             divides by them: 0 gives inf, NaN every logit)
  *   rope.freq_base, rope.freq_base_swa   finite and > 1; attention.scale > 0
+ *   rope.dimension_count      even and <= key_length (partial rotary, phi3;
+ *                             llama.cpp asserts n_rot <= head dim in ggml's
+ *                             rope and pairs within it)
+ *   rope_factors_long/short   phi3's LongRoPE: both or neither, [n_rot/2]
+ *                             each, finite and > 0, both checked whichever
+ *                             the context takes (llama.cpp: create_tensor's
+ *                             shape, and the pair read together)
  *   general.architecture      one of llama, qwen2, qwen3, gemma2, gemma3, smollm3,
- *                             olmo2; olmo2 without attention.sliding_window
+ *                             olmo2, phi3; olmo2 without attention.sliding_window
  *                             (OLMo 3's sliding layers, under the same arch)
  *   tensors                   present for the family (qwen2's q/k/v biases,
  *                             QK-norms of qwen3 and gemma3, gemma's and olmo2's
  *                             post-norms, olmo2's QK-norms over the whole
- *                             projection: [Hq*D] and [Hkv*D], not [D])
+ *                             projection: [Hq*D] and [Hkv*D], not [D]; phi3's
+ *                             fused attn_qkv and ffn_up [2F, E])
  *                             and every value finite: in the block types the
  *                             scales are checked (a NaN or inf d or dmin makes
  *                             its whole block non-finite)
@@ -67,7 +75,7 @@ TEST(model_hostile_good_family_models_load_and_run) {
     const char *archs[16];
     int n = 0;
     while (n < 16 && (archs[n] = qkv_model_family_name(n))) n++;
-    CHECK(n == 7 && !qkv_model_family_name(-1), "%d families", n);
+    CHECK(n == 8 && !qkv_model_family_name(-1), "%d families", n);
     for (int i = 0; i < n; i++) {
         char name[64];
         snprintf(name, sizeof name, "good-%s.gguf", archs[i]);
@@ -200,9 +208,21 @@ static const hostile k_cases[] = {
     {"o2-window.gguf", "olmo2", U32("olmo2.attention.sliding_window", 4096), .want = QKV_ERR_UNSUPPORTED,
      .msg = "o2-window.gguf: olmo2.attention.sliding_window (sliding layers, as OLMo 3 has) is not supported in "
             "olmo2"},
+    {"p3-rotdim18.gguf", "phi3", U32("phi3.rope.dimension_count", 18), .want = QKV_ERR_FORMAT,
+     .msg = "p3-rotdim18.gguf: phi3.rope.dimension_count 18 must be even and at most head_dim 16"},
+    {"p3-rotdim7.gguf", "phi3", U32("phi3.rope.dimension_count", 7), .want = QKV_ERR_FORMAT,
+     .msg = "p3-rotdim7.gguf: phi3.rope.dimension_count 7 must be even and at most head_dim 16"},
+    {"p3-no-qkv.gguf", "phi3", .drop = "blk.1.attn_qkv.weight", .want = QKV_ERR_FORMAT,
+     .msg = "p3-no-qkv.gguf: missing tensor blk.1.attn_qkv.weight"},
+    {"p3-no-short.gguf", "phi3", .drop = "rope_factors_short.weight", .want = QKV_ERR_FORMAT,
+     .msg = "p3-no-short.gguf: missing tensor rope_factors_short.weight (LongRoPE needs both tables)"},
+    {"p3-short-nan.gguf", "phi3", .poison = "rope_factors_short.weight", .poison_value = NAN, .want = QKV_ERR_FORMAT,
+     .msg = "p3-short-nan.gguf: rope_factors_short.weight[3] = nan is not finite"},
+    {"p3-attnfactor0.gguf", "phi3", F32("phi3.rope.scaling.attn_factor", 0), .want = QKV_ERR_FORMAT,
+     .msg = "p3-attnfactor0.gguf: phi3.rope.scaling.attn_factor = 0 is outside (0, 1e+30)"},
     {"falcon.gguf", "falcon", .want = QKV_ERR_UNSUPPORTED,
      .msg = "falcon.gguf: general.architecture 'falcon' is not supported (llama, qwen2, qwen3, gemma2, gemma3, smollm3, "
-            "olmo2)"},
+            "olmo2, phi3)"},
 };
 
 /* Files in the test's directory. */
@@ -260,4 +280,24 @@ TEST(model_hostile_families_refused) {
         free(b);
         CHECK(count_files() == files, "%s: %d files after the commands, %d before", h->file, count_files(), files);
     }
+}
+
+/* phi3's LongRoPE tables must be [n_rot/2]: a long table of 5 (n_rot 8 wants
+ * 4) is refused naming it, at a context that takes the short table too. */
+TEST(model_hostile_phi3_longrope_table_length) {
+    gguf_tiny_spec s = family("phi3");
+    s.rope_factors_len = 5;
+    const char *path = write_model("p3-long5.gguf", &s);
+    const int ctxs[2] = {64, 128}; /* short factors, long factors */
+    for (int i = 0; i < 2; i++) {
+        qkv_model *m = (qkv_model *)1;
+        qkv_error err = {0};
+        const qkv_model_params p = {.n_ctx = ctxs[i]};
+        qkv_status st = qkv_model_open(&m, path, &p, &err);
+        CHECK(st == QKV_ERR_FORMAT && !m, "n_ctx %d: status %d (%s)", ctxs[i], (int)st, err.msg);
+        CHECK(strstr(err.msg, "p3-long5.gguf: tensor rope_factors_long.weight has 5 elements, expected 4"),
+              "n_ctx %d: message '%s'", ctxs[i], err.msg);
+    }
+    CHECK_BAD_CLI(((const char *const[]){"run", "-m", path, "-p", "hi", "-n", "1", NULL}),
+                  "tensor rope_factors_long.weight has 5 elements, expected 4");
 }

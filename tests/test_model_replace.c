@@ -108,7 +108,8 @@ static qkv_status checks_layer(void *user, int layer, float *att, float *lse, co
 }
 
 TEST(model_attention_replacement_on_every_family) {
-    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3", "olmo2"};
+    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3", "olmo2",
+                                        "phi3", "phi3_long"};
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         char path[600];
         snprintf(path, sizeof path, "%s/families/%s/model.gguf", test_fixture_dir(), names[i]);

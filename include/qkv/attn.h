@@ -219,18 +219,29 @@ typedef struct {
     float low_freq_factor;        /* llama3: 1 */
     float high_freq_factor;       /* llama3: 4 */
     int original_max_position;    /* llama3: 8192 */
-    const float *freq_factors;    /* [D/2] or NULL: inv_freq[i] /= freq_factors[i] after
-                                     any scaling (GGUF's rope_freqs.weight, as ggml does) */
+    const float *freq_factors;    /* [n_rot/2] or NULL: inv_freq[i] /= freq_factors[i] after
+                                     any scaling (GGUF's rope_freqs.weight, LongRoPE's
+                                     rope_factors_long/short.weight, as ggml does) */
+    int n_rot;                    /* partial rotary: only dims [0, n_rot) of each head rotate, the
+                                     frequencies those of a head of n_rot (inv_freq[i] =
+                                     theta^(-2i/n_rot)), the pairs taken within them (rotate-half:
+                                     (i, i + n_rot/2)); dims [n_rot, D) pass unchanged (Phi-3,
+                                     transformers' partial_rotary_factor, ggml's n_dims). Even,
+                                     2 <= n_rot <= D; 0: the whole head */
+    float attn_factor;            /* cos and sin are multiplied by it (LongRoPE's attention factor,
+                                     ggml's mscale): 0 means 1 */
 } qkv_rope;
 
-/* Defaults: rotate-half, theta 10000, no scaling. */
+/* Defaults: rotate-half, theta 10000, no scaling, the whole head, factor 1. */
 QKV_API qkv_rope qkv_rope_default(void);
 
 /* Inverse frequencies as transformers computes them (float32 arithmetic).
- *   inv_freq: [D/2] output */
+ *   inv_freq: [n_rot/2] output (n_rot 0: [D/2]) */
 QKV_API qkv_status qkv_rope_inv_freq(float *inv_freq, const qkv_rope *r, int head_dim, qkv_error *err);
 
-/* Rotates x in place by position: angle = (float)pos[t] * inv_freq[i].
+/* Rotates x in place by position: angle = (float)pos[t] * inv_freq[i],
+ * each pair (x_a, x_b) of the first n_rot dims becomes
+ * (x_a c - x_b s, x_b c + x_a s) with c, s = cos, sin(angle) x attn_factor.
  *   x:   [n_head, n_tok, D] f32
  *   pos: [n_tok] absolute positions */
 QKV_API qkv_status qkv_rope_apply(float *x, const int64_t *pos, const qkv_rope *r, int n_head, int n_tok,
@@ -277,7 +288,8 @@ QKV_API qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, 
  * that row r holds its key as if rotated at position r (positions re-indexed
  * within the cache: StreamingLLM, llama.cpp's context shift). RoPE composes
  * (R(a) R(b) = R(a + b)), so this equals rotating the unrotated keys at their
- * new rows, up to float rounding (and the cache dtype's, once more). Never
+ * new rows, up to float rounding (and the cache dtype's, once more); the
+ * rotation by -n is pure (rope's attn_factor is not applied again). Never
  * allocates. QKV_ERR_INVALID for a range outside [0, length) or a bad rope. */
 QKV_API qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err);
 

@@ -19,7 +19,7 @@ extern "C" {
 
 /* A decoder model from a GGUF file, in one of the families llama.cpp writes:
  * llama (Llama 2/3.x, Mistral, SmolLM), qwen2, qwen3, gemma2, gemma3,
- * smollm3, olmo2. Every
+ * smollm3, olmo2, phi3. Every
  * family is embedding, L x [RMSNorm, attention (libqkv), RMSNorm, gated
  * FFN], final norm, lm_head (OLMo 2: no RMSNorm before the sublayers, one
  * after each); what differs is named below and read from the
@@ -41,7 +41,7 @@ typedef enum {
 
 typedef struct {
     char arch[32];          /* general.architecture: "llama", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3",
-                               "olmo2" */
+                               "olmo2", "phi3" */
     int n_layer;            /* L */
     int n_embd;             /* residual width E */
     int n_head;             /* Hq */
@@ -52,7 +52,13 @@ typedef struct {
     int n_ctx_train;        /* <arch>.context_length */
     float norm_eps;         /* RMSNorm epsilon */
     qkv_rope rope;          /* the global layers' RoPE: pairing interleaved for llama (its converter
-                               permuted q/k), rotate-half for the others; theta, factors */
+                               permuted q/k), rotate-half for the others; theta, factors; n_rot from
+                               <arch>.rope.dimension_count below head_dim (phi3: partial rotary), 0
+                               otherwise; attn_factor: LongRoPE's (phi3), 0 otherwise */
+    int rope_ctx_orig;      /* LongRoPE (phi3): <arch>.rope.scaling.original_context_length, else
+                               n_ctx_train; a context (n_ctx) above it rotates with
+                               rope_factors_long.weight, else rope_factors_short.weight (llama.cpp's
+                               choice); 0 for the other families */
     int tied_embeddings;    /* 1: lm_head is token_embd.weight */
     /* attention */
     float attn_scale;       /* softmax scale: <arch>.attention.scale, else the family's rule (1/sqrt(D);
@@ -67,6 +73,8 @@ typedef struct {
     int qk_norm;            /* qkv_qk_norm: RMSNorm of q and k before RoPE, per head (qwen3, gemma3) or
                                over the whole projection (olmo2); 0: none */
     int qkv_bias;           /* q, k and v projections have biases (qwen2) */
+    int fused;              /* phi3: blk.N.attn_qkv.weight [Hq*D + 2 Hkv*D, E] holds q, k, v rows and
+                               blk.N.ffn_up.weight [2F, E] gate then up rows (read in place, split) */
     /* the rest of the block */
     int post_norms;         /* each sublayer's output is RMS-normed before it is added (gemma's sandwich,
                                olmo2) */
@@ -117,18 +125,20 @@ QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c
  * (1, 1e30), soft-caps and the attention scale finite and > 0 when present,
  * the sliding window >= 1, each failure naming the key and its range.
  * general.architecture must be one of the families (qkv_model_family_name)
- * (QKV_ERR_UNSUPPORTED naming them otherwise, and for partial RoPE, rope
+ * (QKV_ERR_UNSUPPORTED naming them otherwise, and for rope
  * scaling types other than "none", head_dim outside [16, 256] or odd, a
  * value_length other than key_length); QKV_ERR_FORMAT for
  * a missing required key, a value out of range, heads not a multiple of KV
- * heads, or no vocabulary (token_embd.weight's rows, else the length of
+ * heads, a rope.dimension_count odd or above head_dim, or no vocabulary
+ * (token_embd.weight's rows, else the length of
  * tokenizer.ggml.tokens), and when the rows, the token list and
  * <arch>.vocab_size do not all agree. rope.freq_factors is NULL here:
- * qkv_model_open fills it from rope_freqs.weight. */
+ * qkv_model_open fills it from rope_freqs.weight, or LongRoPE's
+ * rope_factors_long/short.weight ([n_rot/2] each) by its context. */
 QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* The i-th supported family's general.architecture ("llama", "qwen2",
- * "qwen3", "gemma2", "gemma3", "smollm3", "olmo2"); NULL past the last (i < 0 too). */
+ * "qwen3", "gemma2", "gemma3", "smollm3", "olmo2", "phi3"); NULL past the last (i < 0 too). */
 QKV_API const char *qkv_model_family_name(int i);
 
 /* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
@@ -149,6 +159,10 @@ typedef struct {
     int swa_cache;          /* 1: each sliding layer keeps only the keys its window can still reach
                                (the sliding-window cache, below); 0: every layer holds n_ctx rows.
                                No effect on a model without sliding layers */
+    int rope_ctx;           /* the context length that picks LongRoPE's factors (phi3: the long table
+                               beyond rope.scaling.original_context_length, as llama.cpp picks by its
+                               n_ctx); 0 = n_ctx. A sequence split over ranks (qkv-mpi) gives every
+                               rank the whole sequence's, so that all rotate alike */
 } qkv_model_params;
 
 typedef struct qkv_model qkv_model;
@@ -174,8 +188,10 @@ typedef struct qkv_model qkv_model;
  */
 
 /* Opens the model at path: qkv_model_config_read, then every weight's shape
- * and type, and every norm weight finite and every rope_freqs.weight factor
- * finite and > 0 (QKV_ERR_FORMAT naming the tensor and element otherwise).
+ * and type, and every norm weight finite and every rope_freqs.weight (or
+ * LongRoPE: both rope_factors_long and _short.weight, the one this context
+ * uses and the other) factor finite and > 0 (QKV_ERR_FORMAT naming the
+ * tensor and element otherwise).
  * Allocates, once, the run state for p->n_batch tokens and the KV cache for
  * p->n_ctx positions (fewer rows in sliding layers with swa_cache); before
  * allocating, their size is checked against physical memory, RLIMIT_DATA

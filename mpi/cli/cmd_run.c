@@ -163,9 +163,10 @@ static int run(const mpi_run_args *a) {
     if (qkv_cp_wait(&req, 1, a->timeout, g_job.comm, "the prompt's ids", &err)) { rc = mpi_cli_fail(&err); goto done; }
     qkv_cp_rows rows;
     qkv_cp_rows_of(&rows, n, g_job.size, g_job.rank, QKV_CP_CONTIGUOUS, NULL);
+    /* every rank picks LongRoPE's factors by the whole sequence's context, as qkv run with that --ctx */
     const qkv_model_params mp = {.n_ctx = a->ctx ? a->ctx : rows.total + a->n_gen + 1, .kv_dtype = (qkv_dtype)a->kv_dtype,
                                  .n_threads = a->threads, .n_batch = a->batch ? a->batch : rows.total,
-                                 .swa_cache = 0};
+                                 .swa_cache = 0, .rope_ctx = a->ctx ? a->ctx : n + a->n_gen + 1};
     const qkv_status ost = qkv_model_open(&m, a->model, &mp, &err);
     if (ost) cli_model_fail(&err, a->model); /* rank 0's line; another rank's goes to its quiet stderr */
     if ((rc = mpi_cli_agree(ost ? CLI_EXIT_BAD_INPUT : 0, a->timeout))) goto done;

@@ -373,13 +373,20 @@ static char *gpl_ids(int n) { return gpl_ids_of(test_model_path(), n); }
 
 /* `qkv run` and `mpirun -np 1 .. 4 qkv-mpi run` on model with the same ids
  * (-n n_gen, greedy): the same continuation, and every prompt position's
- * logits within rtol of qkv run's, relative to the row's largest |logit|. */
+ * logits within rtol of qkv run's, relative to the row's largest |logit|.
+ * qkv run opens the context qkv-mpi run's one rank does by default,
+ * n + n_gen + 1 (its own default is the model's, 512 for the tiny families):
+ * a LongRoPE model (phi3) takes its long or short factors by the context.
+ * With more ranks each opens its own rows + n_gen + 1; for phi3 (original
+ * 128) and phi3_long (original 8) every rank stays on the same side. */
 static void run_matches_qkv_run(const char *model, const char *ids, int n, int V, int n_gen, double rtol) {
-    char l1[512], l2[512], gen[16];
+    char l1[512], l2[512], gen[16], ctx[16];
     snprintf(l1, sizeof l1, "%s/run.npy", test_tmpdir());
     snprintf(l2, sizeof l2, "%s/mpi.npy", test_tmpdir());
     snprintf(gen, sizeof gen, "%d", n_gen);
-    const char *argv1[] = {"run", "-m", model, "--tokens", ids, "-n", gen, "--print-ids", "--logits", l1, NULL};
+    snprintf(ctx, sizeof ctx, "%d", n + n_gen + 1);
+    const char *argv1[] = {"run",     "-m", model, "--tokens", ids, "-n", gen, "--ctx", ctx, "--print-ids",
+                           "--logits", l1, NULL};
     const char *argv2[] = {"run", "-m", model, "--tokens", ids, "-n", gen, "--print-ids", "--logits", l2, NULL};
     char *out1 = NULL, *err = NULL;
     int rc = test_run_cli(argv1, NULL, &out1, &err);
@@ -417,13 +424,15 @@ static void run_matches_qkv_run(const char *model, const char *ids, int n, int V
 /* Every family's tiny model (tests/fixtures/families: qwen2's biases,
  * qwen3's QK-norm, gemma2's soft-caps and window of 8 on layer 0, gemma3's 5
  * sliding layers of window 12 and QK-norm, mistral, smollm3's NoPE layers,
- * olmo2's post-norms only and whole-width QK-norm) on its prompt
+ * olmo2's post-norms only and whole-width QK-norm,
+ * phi3's fused projections, partial rotary and LongRoPE) on its prompt
  * at 1 .. 4 ranks: windows of 8 and 12 keys against blocks of 12 to 48 rows
  * put rows in every class of mpi/block.c and send blocks 1 to 3 hops. The
  * logits within 1e-4 of the row's largest (float32 merges through the
  * layers; measured at most 1.2e-6), the 8 greedy ids equal. */
 TEST(mpi_run_every_family_matches_qkv_run) {
-    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3", "olmo2"};
+    static const char *const names[] = {"qwen2", "qwen3", "gemma2", "gemma3", "mistral", "smollm3", "olmo2",
+                                        "phi3", "phi3_long"};
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         char dir[600], model[700];
         snprintf(dir, sizeof dir, "%s/families/%s", test_fixture_dir(), names[i]);

@@ -45,8 +45,8 @@ class LayerAttention:
 Config = dataclasses.make_dataclass("Config", _qkv.CONFIG_FIELDS, frozen=True, namespace={
     "__module__": __name__,
     "__doc__": """What the GGUF says about the model (qkv_model_config), plus the open context
-    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3, smollm3, olmo2);
-    layers holds each layer's attention spec (LayerAttention). The fields are the C
+    (n_ctx, bos, eos, path). arch names the family (llama, qwen2, qwen3, gemma2, gemma3, smollm3,
+    olmo2, phi3); layers holds each layer's attention spec (LayerAttention). The fields are the C
     struct's, as the extension lists them (qkv._qkv.CONFIG_FIELDS)."""})
 
 

@@ -160,6 +160,9 @@ static const struct {
     CFG_ROPE(low_freq_factor, CFG_FLOAT),
     CFG_ROPE(high_freq_factor, CFG_FLOAT),
     CFG_ROPE(original_max_position, CFG_INT),
+    CFG_ROPE(n_rot, CFG_INT),         /* 0: the whole head rotates */
+    CFG_ROPE(attn_factor, CFG_FLOAT), /* 0: 1 */
+    CFG(rope_ctx_orig, CFG_INT),
     CFG(tied_embeddings, CFG_BOOL),
     CFG(attn_scale, CFG_FLOAT),
     CFG(window, CFG_INT),
@@ -169,6 +172,7 @@ static const struct {
     CFG(attn_softcap, CFG_FLOAT),
     CFG(qk_norm, CFG_INT), /* qkv_qk_norm: 0 none, 1 per head, 2 the whole projection */
     CFG(qkv_bias, CFG_BOOL),
+    CFG(fused, CFG_BOOL),
     CFG(post_norms, CFG_BOOL),
     CFG(no_pre_norms, CFG_BOOL),
     CFG_ENUM_OF("ffn_act", ffn_act, ffn_acts),

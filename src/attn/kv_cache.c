@@ -145,6 +145,9 @@ qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *
     const int moved = c->len - from - n, D = c->head_dim;
     const size_t es = qkv_dtype_size(c->dtype);
     const int64_t back = -(int64_t)n; /* R(p) then R(-n) is R(p - n) */
+    /* a pure rotation: the keys already carry the attention factor once */
+    qkv_rope pure = rope ? *rope : qkv_rope_default();
+    pure.attn_factor = 0;
     for (int h = 0; h < c->n_kv_head; h++) {
         memmove((char *)c->k + offset(c, h, from), (char *)c->k + offset(c, h, from + n), (size_t)moved * D * es);
         memmove((char *)c->v + offset(c, h, from), (char *)c->v + offset(c, h, from + n), (size_t)moved * D * es);
@@ -156,7 +159,7 @@ qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *
             float rows[SHIFT_ROWS * QKV_HEAD_DIM_MAX]; /* [nr, D] keys, f32 */
             char *dst = (char *)c->k + offset(c, h, r);
             qkv_convert_to_f32(rows, dst, c->dtype, (size_t)nr * D);
-            qkv_status st = qkv_rope_apply(rows, &back, rope, nr, 1, D, err);
+            qkv_status st = qkv_rope_apply(rows, &back, &pure, nr, 1, D, err);
             if (st) return st;
             qkv_convert_from_f32(dst, c->dtype, rows, (size_t)nr * D);
         }

@@ -5,7 +5,7 @@
  * rules where the file says nothing, one row of FAMILIES per family
  * (llama.cpp's load_hparams: Gemma's sliding pattern and query scale,
  * Gemma 3's local RoPE base, SmolLM3's layers without RoPE, OLMo 2's
- * norms after the sublayers only). Reads
+ * norms after the sublayers only, Phi-3's partial rotary and LongRoPE). Reads
  * metadata only: no weight is touched, so a metadata-only file is enough.
  */
 #include "qkv/model.h"
@@ -76,6 +76,10 @@ typedef struct {
                                  n_no_rope_layer_step, a constant: no key); 0: none */
     int swa_refused;          /* 1: a file with <arch>.attention.sliding_window is refused (arch olmo2
                                  is also OLMo 3's, whose sliding layers this row does not run) */
+    int fused;                /* 1: blk.N.attn_qkv.weight (q, k, v rows) and ffn_up.weight (gate, up
+                                 rows) instead of the separate matrices (llama.cpp's phi3) */
+    int longrope;             /* 1: reads rope.scaling.original_context_length and .attn_factor;
+                                 rope_factors_long/short.weight when the file has them */
 } family;
 
 static const family FAMILIES[] = {
@@ -95,6 +99,11 @@ static const family FAMILIES[] = {
      * NEOX RoPE (Olmo2Model is a TextModel: q/k stored unpermuted) */
     {"olmo2", QKV_ROPE_HALF, .qk_norm = QKV_QK_NORM_FULL, .post_norms = 1, .no_pre_norms = 1,
      .ffn_act = QKV_FFN_SILU, .swa_period = 1, .swa_refused = 1},
+    /* Phi-3: fused qkv and gate/up, NEOX RoPE on the first rope.dimension_count
+     * dims, LongRoPE. Its converter writes attention.sliding_window, which
+     * llama.cpp reads and disables for phi3 (every layer causal over all keys,
+     * "Phi SWA is currently disabled"): swa_period 1 never reads it either */
+    {"phi3", QKV_ROPE_HALF, .ffn_act = QKV_FFN_SILU, .swa_period = 1, .fused = 1, .longrope = 1},
 };
 #define N_FAMILIES ((int)(sizeof FAMILIES / sizeof FAMILIES[0]))
 
@@ -113,6 +122,7 @@ static void family_defaults(qkv_model_config *c, const family *f) {
     c->attn_softcap = f->attn_softcap;
     c->final_softcap = f->final_softcap;
     c->no_rope_interval = f->no_rope_interval;
+    c->fused = f->fused;
     const int by_width = f->width_scale_layers && c->n_layer == f->width_scale_layers;
     c->attn_scale = 1.0f / sqrtf((float)(by_width ? c->n_embd / c->n_head : c->head_dim));
 }
@@ -182,9 +192,10 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
                         qkv_gguf_path(g), arch, value_dim, c->head_dim);
     int rope_dims;
     if ((st = meta_int(&rope_dims, g, arch, "rope.dimension_count", 0, c->head_dim, QKV_HEAD_DIM_MAX, err))) return st;
-    if (rope_dims != c->head_dim)
-        return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: partial RoPE (%d of %d dims) is not supported",
-                        qkv_gguf_path(g), rope_dims, c->head_dim);
+    /* partial rotary (Phi-3): the first rope_dims of each head, in pairs */
+    if (rope_dims > c->head_dim || rope_dims % 2)
+        return util_fail(err, QKV_ERR_FORMAT, "%s: %s.rope.dimension_count %d must be even and at most head_dim %d",
+                        qkv_gguf_path(g), arch, rope_dims, c->head_dim);
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if (qkv_gguf_find_key(g, key) >= 0) {
@@ -194,6 +205,7 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
             return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: rope scaling '%s' is not supported", qkv_gguf_path(g), type);
     }
     c->rope = qkv_rope_default();
+    c->rope.n_rot = rope_dims < c->head_dim ? rope_dims : 0;
     family_defaults(c, fam);
     if ((st = meta_float(&c->rope.theta, g, arch, "rope.freq_base", 10000.0f, 1, 1e30, err))) return st;
     c->rope_theta_swa = fam->rope_theta_swa > 0 ? fam->rope_theta_swa : c->rope.theta;
@@ -206,6 +218,18 @@ qkv_status qkv_model_config_read(qkv_model_config *c, const qkv_gguf *g, qkv_err
     if (fam->swa_refused && qkv_gguf_find_key(g, key) >= 0)
         return util_fail(err, QKV_ERR_UNSUPPORTED, "%s: %s (sliding layers, as OLMo 3 has) is not supported in %s",
                         qkv_gguf_path(g), key, arch);
+    if (fam->longrope) {
+        /* LongRoPE: a context beyond original_context_length takes the long
+         * factors (qkv_model_open); cos and sin are scaled by attn_factor,
+         * else by the converter's and transformers' default
+         * sqrt(1 + ln(s) / ln(orig)), s = context_length / orig (1 for s <= 1) */
+        if ((st = meta_int(&c->rope_ctx_orig, g, arch, "rope.scaling.original_context_length", 0, c->n_ctx_train,
+                           QKV_MODEL_MAX_CTX, err)))
+            return st;
+        const double s = (double)c->n_ctx_train / c->rope_ctx_orig;
+        const float dflt = s > 1 && c->rope_ctx_orig > 1 ? (float)sqrt(1 + log(s) / log(c->rope_ctx_orig)) : 1.0f;
+        if ((st = meta_float(&c->rope.attn_factor, g, arch, "rope.scaling.attn_factor", dflt, 0, 1e30, err))) return st;
+    }
     if (fam->swa_period > 1) {
         /* as llama.cpp: a family's window has a default (gemma2: 4096) or
          * must be said (gemma3); a window of 0 (which llama.cpp would take as

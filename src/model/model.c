@@ -1,7 +1,8 @@
 /*
  * model.c — opening a model: its config (config.c), every weight found and
- * checked in the GGUF mapping (the matrices stay there in their types; the
- * norms, QK-norms and biases are dequantised once), and the run state for
+ * checked in the GGUF mapping (the matrices stay there in their types, a
+ * fused matrix split into row ranges in place; the norms, QK-norms, biases
+ * and RoPE factors are dequantised once), and the run state for
  * n_batch tokens per call and the KV caches (sequence.c) allocated once.
  * The pass itself is forward.c.
  */
@@ -65,6 +66,19 @@ static qkv_status load_checked(float *dst, const qkv_gguf *g, const char *name, 
     return QKV_OK;
 }
 
+/* *out <- rows [row0, row0 + rows) of the 2-D fused tensor t, named name:
+ * the same mapping, whole rows (every GGUF type's blocks lie within a row). */
+static void split_rows(qkv_gguf_tensor *out, const qkv_gguf_tensor *t, const char *name, int64_t row0, int64_t rows) {
+    const size_t row_bytes = qkv_ggml_row_size(t->type, t->shape[1]);
+    *out = *t;
+    out->name = name;
+    out->shape[0] = rows;
+    out->n_elements = rows * t->shape[1];
+    out->nbytes = (size_t)rows * row_bytes;
+    out->offset = t->offset + (uint64_t)row0 * row_bytes;
+    out->data = (const char *)t->data + (size_t)row0 * row_bytes;
+}
+
 static qkv_status load_norm(float *dst, const qkv_gguf *g, const char *name, int n, qkv_error *err) {
     return load_checked(dst, g, name, n, 0, err);
 }
@@ -100,12 +114,29 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
 #define WEIGHT(field, suffix, d0, d1)                                           \
     snprintf(name, sizeof name, "blk.%d.%s", l, suffix);                        \
     if ((st = find_weight(&w->field, g, name, d0, d1, 0, err))) return st;
-        WEIGHT(wq, "attn_q.weight", QD, E)
-        WEIGHT(wk, "attn_k.weight", KD, E)
-        WEIGHT(wv, "attn_v.weight", KD, E)
+        if (c->fused) {
+            /* phi3: attn_qkv [QD + 2 KD, E] is q, k, v rows; ffn_up [2F, E] gate then up
+             * (transformers' gate_up_proj.chunk(2), llama.cpp's swiglu of the fused up) */
+            const qkv_gguf_tensor *qkv, *gate_up;
+            WEIGHT(wq, "attn_qkv.weight", QD + 2 * KD, E)
+            qkv = w->wq;
+            WEIGHT(w_up, "ffn_up.weight", 2 * F, E)
+            gate_up = w->w_up;
+            split_rows(&w->split[0], qkv, "attn_qkv.weight[q]", 0, QD);
+            split_rows(&w->split[1], qkv, "attn_qkv.weight[k]", QD, KD);
+            split_rows(&w->split[2], qkv, "attn_qkv.weight[v]", QD + KD, KD);
+            split_rows(&w->split[3], gate_up, "ffn_up.weight[gate]", 0, F);
+            split_rows(&w->split[4], gate_up, "ffn_up.weight[up]", F, F);
+            w->wq = &w->split[0], w->wk = &w->split[1], w->wv = &w->split[2];
+            w->w_gate = &w->split[3], w->w_up = &w->split[4];
+        } else {
+            WEIGHT(wq, "attn_q.weight", QD, E)
+            WEIGHT(wk, "attn_k.weight", KD, E)
+            WEIGHT(wv, "attn_v.weight", KD, E)
+            WEIGHT(w_gate, "ffn_gate.weight", F, E)
+            WEIGHT(w_up, "ffn_up.weight", F, E)
+        }
         WEIGHT(wo, "attn_output.weight", E, QD)
-        WEIGHT(w_gate, "ffn_gate.weight", F, E)
-        WEIGHT(w_up, "ffn_up.weight", F, E)
         WEIGHT(w_down, "ffn_down.weight", E, F)
 #undef WEIGHT
     }
@@ -144,11 +175,33 @@ static qkv_status load_weights(qkv_model *m, qkv_error *err) {
             (st = load_per_layer(m->bias + QD + KD, row, g, "attn_v.bias", KD, L, err)))
             return st;
     }
-    /* Llama-3.1 scaling: each frequency is divided by its factor */
-    if (qkv_gguf_find_tensor(g, "rope_freqs.weight") >= 0) {
-        m->rope_factors = malloc((size_t)(D / 2) * sizeof(float));
+    /* Llama-3.1 scaling (rope_freqs.weight) and LongRoPE (phi3: the long
+     * factors for a context beyond rope_ctx_orig, else the short, as
+     * llama.cpp's get_rope_factors): each frequency is divided by its factor.
+     * Both tables of LongRoPE are checked, whichever this context takes. */
+    const int half = (c->rope.n_rot ? c->rope.n_rot : D) / 2;
+    const char *factors = qkv_gguf_find_tensor(g, "rope_freqs.weight") >= 0 ? "rope_freqs.weight" : NULL;
+    if (c->rope_ctx_orig && !factors) {
+        const int has_long = qkv_gguf_find_tensor(g, "rope_factors_long.weight") >= 0;
+        const int has_short = qkv_gguf_find_tensor(g, "rope_factors_short.weight") >= 0;
+        if (has_long != has_short)
+            return util_fail(err, QKV_ERR_FORMAT, "%s: missing tensor %s (LongRoPE needs both tables)",
+                            qkv_gguf_path(g), has_long ? "rope_factors_short.weight" : "rope_factors_long.weight");
+        if (has_long) {
+            float *other = malloc((size_t)half * sizeof(float));
+            if (!other) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
+            const int long_ctx = m->rope_ctx > c->rope_ctx_orig;
+            st = load_checked(other, g, long_ctx ? "rope_factors_short.weight" : "rope_factors_long.weight", half, 1,
+                              err);
+            free(other);
+            if (st) return st;
+            factors = long_ctx ? "rope_factors_long.weight" : "rope_factors_short.weight";
+        }
+    }
+    if (factors) {
+        m->rope_factors = malloc((size_t)half * sizeof(float));
         if (!m->rope_factors) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
-        if ((st = load_checked(m->rope_factors, g, "rope_freqs.weight", D / 2, 1, err))) return st;
+        if ((st = load_checked(m->rope_factors, g, factors, half, 1, err))) return st;
         m->cfg.rope.freq_factors = m->rope_factors;
         for (int l = 0; l < L; l++) m->attn[l].rope.freq_factors = m->rope_factors;
     }
@@ -220,17 +273,20 @@ qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_par
     *out = NULL;
     const qkv_model_params defaults = {0}; /* zero is every field's default */
     if (!p) p = &defaults;
-    if (p->n_ctx < 0 || p->n_threads < 0 || p->n_batch < 0)
-        return util_fail(err, QKV_ERR_INVALID, "model: negative n_ctx, n_threads or n_batch");
+    if (p->n_ctx < 0 || p->n_threads < 0 || p->n_batch < 0 || p->rope_ctx < 0)
+        return util_fail(err, QKV_ERR_INVALID, "model: negative n_ctx, n_threads, n_batch or rope_ctx");
     qkv_model *m = calloc(1, sizeof *m);
     if (!m) return util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     qkv_status st = qkv_gguf_open(&m->gguf, path, err);
     if (!st) st = qkv_model_config_read(&m->cfg, m->gguf, err);
-    if (!st) st = load_weights(m, err);
-    if (!st) {
-        m->n_threads = p->n_threads > 0 ? p->n_threads : qkv_cpu_count();
+    if (!st) { /* the context first: LongRoPE's factors depend on it */
         m->n_ctx = p->n_ctx > 0 ? p->n_ctx
                                 : (m->cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? m->cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX);
+        m->rope_ctx = p->rope_ctx > 0 ? p->rope_ctx : m->n_ctx;
+        st = load_weights(m, err);
+    }
+    if (!st) {
+        m->n_threads = p->n_threads > 0 ? p->n_threads : qkv_cpu_count();
         m->n_batch = p->n_batch ? p->n_batch : p->swa_cache && m->cfg.window ? QKV_MODEL_DEFAULT_BATCH : m->n_ctx;
         if (m->n_batch > m->n_ctx) m->n_batch = m->n_ctx;
         st = alloc_state(m, p, err);

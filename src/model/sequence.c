@@ -112,7 +112,9 @@ static qkv_status rotate_back(qkv_kv_cache *c, int from, int n, const qkv_rope *
     qkv_status st = k && v && back ? QKV_OK : util_fail(err, QKV_ERR_NOMEM, "model: out of memory");
     for (int r = 0; r < rows && back; r++) back[r] = -(int64_t)n;
     if (!st) st = qkv_kv_cache_read(k, v, c, from, rows, err); /* k, v: [Hkv, rows, D] */
-    if (!st) st = qkv_rope_apply(k, back, rope, Hkv, rows, D, err);
+    qkv_rope pure = *rope; /* a pure rotation: the keys already carry the attention factor once */
+    pure.attn_factor = 0;
+    if (!st) st = qkv_rope_apply(k, back, &pure, Hkv, rows, D, err);
     if (!st) st = qkv_kv_cache_truncate(c, from, err);
     if (!st) st = qkv_kv_cache_append(c, k, v, rows, err);
     free(k);

@@ -14,6 +14,9 @@
 /* One layer's weights: matrices in the mapping, in their GGUF types. */
 typedef struct {
     const qkv_gguf_tensor *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    /* a fused family's (phi3) row ranges of attn_qkv and ffn_up: wq, wk, wv,
+     * w_gate, w_up point here, their data into the mapping (no copy) */
+    qkv_gguf_tensor split[5];
 } layer_weights;
 
 struct qkv_model {
@@ -21,6 +24,7 @@ struct qkv_model {
     qkv_model_config cfg;
     qkv_layer_attn *attn;    /* [L] each layer's attention spec (qkv_model_layer_attn) */
     int n_ctx, n_threads;
+    int rope_ctx;            /* the context that picked LongRoPE's factors (qkv_model_params.rope_ctx) */
     int n_batch;             /* most tokens per forward call: the run state's rows (B below) */
     /* weights */
     const qkv_gguf_tensor *tok_embd, *output;
@@ -31,7 +35,8 @@ struct qkv_model {
     float *qk_norm_w;        /* [L, 2D] attn_q_norm, attn_k_norm per layer (QKV_QK_NORM_FULL:
                                 [L, Hq*D + Hkv*D]), or NULL */
     float *bias;             /* [L, Hq*D + 2 Hkv*D] attn_q, attn_k, attn_v biases per layer, or NULL */
-    float *rope_factors;     /* [D/2] or NULL */
+    float *rope_factors;     /* [n_rot/2] rope_freqs.weight, or LongRoPE's long or short factors
+                                (the context decides), or NULL */
     /* run state, sized for B = n_batch tokens per call */
     qkv_kv_cache **cache;    /* [L] n_ctx rows, or min(n_ctx, W - 1 + B) in a sliding layer with swa_cache */
     qkv_attn_plan *plan;     /* every layer's attention: up to B queries against n_ctx keys */

@@ -62,7 +62,7 @@ Per family, everything seeded (FAMILIES below has the sizes):
                            the window)
        gen.npy   [16] int32   greedy continuation of the prompt (argmax,
                               lowest id on ties) and gen_margin.npy [16] f32
-                              its top-2 margins
+                              its top-2 margins (each >= MIN_MARGIN, 0.03)
      and OUT/manifest.txt: versions, one `family` line per model, the config
      fixes and the feature table.
 
@@ -83,14 +83,15 @@ from torch import nn
 import gguf
 from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma2ForCausalLM,
                           Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM,
-                          Olmo2Config, Olmo2ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
-                          Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
+                          Olmo2Config, Olmo2ForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, SmolLM3Config, SmolLM3ForCausalLM)
 
 PINNED = {"torch": "2.15.0", "transformers": "5.24.0", "numpy": "2.4.6", "gguf": "0.19.0",
           "tokenizers": "0.23.3", "accelerate": "1.15.0"}
 GPL3 = "/usr/share/common-licenses/GPL-3"
 N_PROMPT = 48
 N_GEN = 16
+MIN_MARGIN = 0.03   # the greedy top-2 margin test_model_families.c promises: far above any rounding
 TOL = 1e-4
 
 
@@ -132,6 +133,21 @@ FAMILIES = {
     "olmo2": dict(arch="olmo2", cfg=Olmo2Config, cls=Olmo2ForCausalLM, seed=5, emb=1.0, vocab=272, hidden=64,
                   layers=2, heads=4, kv_heads=2, head_dim=None, ff=64, theta=5e5, eps=1e-6, tied=False,
                   wtype="F16", tok="bpe"),
+    # Phi-3: fused qkv_proj / gate_up_proj, partial rotary 0.5 (16 of 32 dims),
+    # LongRoPE of context 512. phi3: original context 128, so the test's
+    # n_ctx 128 and the 64 positions of prompt + greedy take the short
+    # factors; phi3_long: original 8 < the 48-token prompt, so transformers
+    # and llama.cpp's rule (n_ctx > 8) both take the long factors, on every
+    # context the tests open (the fewest: qkv stream's evicting cache of
+    # window 6 - 1 + chunk 4 = 9 rows in test_families_cli.c; at original 32
+    # it took the short factors where --via-mask's 96 rows took the long).
+    # Seeds: greedy top-2 margins >= MIN_MARGIN.
+    "phi3": dict(arch="phi3", cfg=Phi3Config, cls=Phi3ForCausalLM, seed=8, emb=1.0, vocab=320, hidden=64,
+                 layers=2, heads=2, kv_heads=1, head_dim=None, ff=64, theta=10000.0, eps=1e-5, tied=False,
+                 wtype="F32", tok="mistral", rot=0.5, ctx=512, orig=128),
+    "phi3_long": dict(arch="phi3", cfg=Phi3Config, cls=Phi3ForCausalLM, seed=12, emb=1.0, vocab=320, hidden=64,
+                      layers=2, heads=2, kv_heads=1, head_dim=None, ff=64, theta=10000.0, eps=1e-5, tied=False,
+                      wtype="F32", tok="mistral", rot=0.5, ctx=512, orig=8),
 }
 READ_BACK = ("smollm3", "olmo2")     # archs transformers' GGUF reader lacks
 GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]     # ids 0 1 2 3, as Gemma's
@@ -166,15 +182,37 @@ def hf_config(name, **over):
                   query_pre_attn_scalar=f["head_dim"], sliding_window=f["window"],
                   final_logit_softcapping=None, attn_logit_softcapping=None,
                   hidden_activation="gelu_pytorch_tanh", bos_token_id=2, eos_token_id=1, pad_token_id=0)
+    elif f["arch"] == "phi3":
+        kw.update(max_position_embeddings=f["ctx"], rope_parameters=longrope(name), sliding_window=None,
+                  bos_token_id=1, eos_token_id=2, pad_token_id=None)
     if name == "olmo2":
         kw.update(attention_bias=False)
     if name == "smollm3":
         kw.update(no_rope_layers=no_rope_layers(f["layers"], f["no_rope_step"]), use_sliding_window=False,
                   attention_bias=False, mlp_bias=False)
     kw.update(over)
+    if f["arch"] == "phi3":   # Phi3Config's own original_max_position_embeddings (default 4096) wins otherwise
+        kw["original_max_position_embeddings"] = kw["rope_parameters"].get("original_max_position_embeddings",
+                                                                           f["orig"])
     cfg = f["cfg"](**kw)
     cfg._attn_implementation = "eager"
     return cfg
+
+
+def longrope(name, rot=None, short=None, long=None, attention_factor=None, rope_type="longrope"):
+    """Phi-3's rope_parameters: partial rotary rot, LongRoPE's seeded factors
+    (short in [1, 2], long in [1, 8]: [n_rot/2] each) of original context orig."""
+    f = FAMILIES[name]
+    n_rot = int(f["hidden"] // f["heads"] * f["rot"])
+    r = np.random.default_rng(2000 + f["seed"])
+    p = {"rope_type": rope_type, "rope_theta": f["theta"], "partial_rotary_factor": rot or f["rot"]}
+    if rope_type == "longrope":
+        p.update(short_factor=short or (1 + r.random(n_rot // 2)).round(3).tolist(),
+                 long_factor=long or (1 + 7 * r.random(n_rot // 2)).round(3).tolist(),
+                 original_max_position_embeddings=f["orig"])
+        if attention_factor is not None:
+            p["attention_factor"] = attention_factor
+    return p
 
 
 def no_rope_layers(L, step):
@@ -222,7 +260,7 @@ def draw_weights(name):
             gain = 1.0
             if "embed_tokens" in key:
                 gain = f.get("emb", 1.0) * math.sqrt(p.shape[1])
-            elif "q_proj" in key or "k_proj" in key:
+            elif "q_proj" in key or "k_proj" in key or "qkv_proj" in key:
                 gain = 2.5 if name == "gemma2" else 1.5
             elif "lm_head" in key:
                 gain = 3.0
@@ -344,7 +382,7 @@ def write_gguf(name, sd, path):
     D = f["head_dim"] or E // H
     w = gguf.GGUFWriter(path, arch=arch)
     w.add_name(f"qkv-tiny-{name}")
-    w.add_context_length(4096)
+    w.add_context_length(f.get("ctx", 4096))
     w.add_embedding_length(E)
     w.add_block_count(f["layers"])
     w.add_feed_forward_length(f["ff"])
@@ -364,6 +402,15 @@ def write_gguf(name, sd, path):
     if name in ("mistral", "smollm3"):
         w.add_vocab_size(f["vocab"])
         w.add_rope_dimension_count(D)
+    if arch == "phi3":
+        # Phi3MiniModel.set_gguf_parameters: rope_dims = int(rot_pct * n_embd) // n_head,
+        # original context; generate_extra_tensors: attn_factor sqrt(1 + ln s / ln orig)
+        # (s = ctx / orig), rope_factors_long / _short; no sliding window here
+        # (config's None: transformers attends every key, as llama.cpp does for phi3)
+        w.add_rope_dimension_count(int(f["rot"] * E) // H)
+        w.add_rope_scaling_orig_ctx_len(f["orig"])
+        s_ = f["ctx"] / f["orig"]
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(s_) / math.log(f["orig"])) if s_ > 1 else 1.0)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if f["wtype"] == "F32" else gguf.LlamaFileType.MOSTLY_F16)
 
     if f["tok"] == "bpe":
@@ -403,6 +450,10 @@ def write_gguf(name, sd, path):
 
     for key, gname, a in gguf_tensors(name, sd):
         w.add_tensor(gname, a)
+    if arch == "phi3":
+        rp = longrope(name)
+        w.add_tensor("rope_factors_long.weight", np.array(rp["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rp["short_factor"], dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -414,7 +465,7 @@ def gguf_tensors(name, sd):
     tensor of the family's GGUF."""
     f = FAMILIES[name]
     H, Hkv = f["heads"], f["kv_heads"]
-    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[name.upper() if name != "mistral" else "LLAMA"],
+    tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH[f["arch"].upper() if name != "mistral" else "LLAMA"],
                                     f["layers"])
     out = []
     for key in sorted(sd):
@@ -450,14 +501,29 @@ def read_back_gguf(name, path, sd):
     names = {gname: key for key, gname, _ in gguf_tensors(name, sd)}
     sd = {}
     for t in r.tensors:
+        if t.name.startswith("rope_factors_"):
+            continue                                   # config, not weights: checked below
         key = names[t.name]
         a = torch.from_numpy(np.array(t.data).astype(np.float32))
         if name == "smollm3" and (".q_proj." in key or ".k_proj." in key):
             a = unpermute(a, v["n_head"] if ".q_proj." in key else f["kv_heads"])
         sd[key] = a.reshape(tuple(reversed([int(x) for x in t.shape])))
-    assert set(sd) == set(names.values()) and len(sd) == len(r.tensors)
+    assert set(sd) == set(names.values())
     if f["tied"]:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    if f["arch"] == "phi3":
+        # LongRoPE from what llama.cpp reads: both tables, the original context,
+        # the attention factor, the rotary dims
+        tabs = {t.name: np.array(t.data).astype(np.float32).tolist() for t in r.tensors
+                if t.name.startswith("rope_factors_")}
+        n_rot = field(r, "phi3.rope.dimension_count")
+        rp = longrope(name, rot=n_rot / v["head_dim"], short=tabs["rope_factors_short.weight"],
+                      long=tabs["rope_factors_long.weight"],
+                      attention_factor=field(r, "phi3.rope.scaling.attn_factor"))
+        rp["original_max_position_embeddings"] = field(r, "phi3.rope.scaling.original_context_length")
+        cfg = hf_config(name, rope_parameters=rp, max_position_embeddings=field(r, "phi3.context_length"))
+        return build(name, cfg, sd), ["LongRoPE tables, original context, attn_factor and rotary dims from the "
+                                      "file's keys"]
     over = dict(rope_parameters={"rope_type": "default", "rope_theta": v["freq_base"]})
     fixes = [f"rope_theta: {v['freq_base']:g} (rope.freq_base)"]
     if name == "smollm3":
@@ -678,6 +744,24 @@ def features(name, sd):
         out.append(("no_pre_norms", "an RMSNorm (unit weight) added before attention and before the MLP, as "
                     "llama's attn_norm / ffn_norm", {}, sd, "pre_norms", None))
         out.append(("post_norms", "post_attention_norm / post_ffw_norm left out", {}, sd, "post_norms", None))
+    if f["arch"] == "phi3":
+        rp = longrope(name)
+        n_rot = len(rp["short_factor"]) * 2
+        D = f["hidden"] // H
+        pad = [1.0] * ((D - n_rot) // 2)
+        out.append(("partial_rotary", f"RoPE on all {D} dims of each head (not the first {n_rot}; factors 1 "
+                    "beyond them)", {"rope_parameters": longrope(name, rot=1.0, short=rp["short_factor"] + pad,
+                                                                 long=rp["long_factor"] + pad)}, sd, None, None))
+        out.append(("longrope", "plain RoPE (no LongRoPE factors, attention factor 1)",
+                    {"rope_parameters": longrope(name, rope_type="default")}, sd, None, None))
+        out.append(("attn_factor", "LongRoPE's attention factor 1 instead of sqrt(1 + ln(ctx/orig) / ln(orig))",
+                    {"rope_parameters": longrope(name, attention_factor=1.0)}, sd, None, None))
+        if name == "phi3":
+            out.append(("long_factors", "the long factors instead of the short (n_ctx <= original context)",
+                        {"rope_parameters": longrope(name, short=rp["long_factor"])}, sd, None, None))
+        else:
+            out.append(("short_factors", "the short factors instead of the long (n_ctx > original context)",
+                        {"rope_parameters": longrope(name, long=rp["short_factor"])}, sd, None, None))
     if name in ("mistral", "smollm3"):
         def gguf_rows(new):
             for k in list(new):
@@ -776,6 +860,9 @@ def make_family(name, out_root, manifest):
         gm, changes = read_back_gguf(name, path, sd)
         changes = [f"transformers' GGUF reader has no {name}: read back with gguf.GGUFReader" +
                    (" (q/k rows un-permuted)" if name == "smollm3" else " (q/k rows as stored)")] + changes
+    elif f["arch"] == "phi3":
+        gm, changes = read_back_gguf(name, path, sd)
+        changes = ["read back with gguf.GGUFReader (fused attn_qkv / ffn_up as stored)"] + changes
     else:
         gm, changes, err = load_gguf_model(path, fixes=True)
         assert gm is not None, err
@@ -824,7 +911,7 @@ def make_family(name, out_root, manifest):
                                     eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
     assert hf_gen == gen, (hf_gen, gen)
     print(f"  greedy {gen} (generate() agrees), min top-2 margin {min(margins):.3g}")
-    assert min(margins) > 1e-3, margins
+    assert min(margins) >= MIN_MARGIN, margins
 
     save(out, "ids.npy", np.array(ids, dtype=np.int32))
     save(out, "logits.npy", logits.numpy().astype(np.float32))
@@ -834,6 +921,9 @@ def make_family(name, out_root, manifest):
     size = sum(os.path.getsize(os.path.join(out, x)) for x in os.listdir(out))
     D = f["head_dim"] or f["hidden"] // f["heads"]
     extra = ""
+    if f["arch"] == "phi3":
+        extra = (f" n_rot {int(f['rot'] * f['hidden']) // f['heads']} ctx {f['ctx']} orig {f['orig']} factors "
+                 f"{'short' if n + N_GEN <= f['orig'] else 'long'}")
     if name == "smollm3":
         extra = " no_rope_layers " + ",".join(
             str(i) for i, r in enumerate(llamacpp_view(path)["no_rope_layers"]) if not r)
