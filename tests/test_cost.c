@@ -333,6 +333,12 @@ TEST(cost_presets_match_published_parameter_counts) {
               r.params_total == 16.0 * (4.0 * 2048 * 2048 + 3.0 * 2048 * 8192 + 4.0 * 2048) + 2.0 * 100352 * 2048 + 2048 &&
               r.params_total == 1484916736.0,
           "OLMo-2-1B: %.0f parameters %s", r.params_total, err.msg);
+    /* Phi-3-mini: 32 x (4 x 3072^2 + 3 x 3072 x 8192 + two norms of 3072) + the
+     * untied 32064 x 3072 embedding and lm_head + the final norm: the 3.82 B
+     * of its model card */
+    CHECK(qkv_cost_preset(&c, NULL, "phi-3-mini", &err) == QKV_OK && qkv_cost_eval(&r, &c, 0, 4096, 2, &err) == QKV_OK &&
+              r.params_total == 3821079552.0,
+          "Phi-3-mini: %.0f parameters %s", r.params_total, err.msg);
 }
 
 TEST(cost_gemma3_270m_kv_bytes_at_32k) {

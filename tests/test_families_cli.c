@@ -244,6 +244,47 @@ static void check_needle(const model_info *mi, const char *length) {
                   "--system needs the chat template, not --no-chat");
 }
 
+/* patch, attribute and lens --json on five ids every vocabulary has, the
+ * clean and corrupted prompts differing at position 2: the arrays have the
+ * model's shapes; resid_pre patched at layer 0, position 2 makes the corrupted
+ * run the clean one (recovery 1) and where the runs agree it is 0; the
+ * attribution's parts add up to the logit difference (its own identity, to
+ * float rounding of a sum over L + 1 parts). */
+static void check_probes(const model_info *mi) {
+    const int L = mi->cfg.n_layer;
+    char *o = run_ok((const char *const[]){"patch", "-m", mi->path, "--clean-tokens", "3,5,7,9,11", "--corrupt-tokens",
+                                           "3,5,8,9,11", "--json", NULL},
+                     1);
+    if (o) {
+        const char *rp = json_get(o, "resid_pre");
+        CHECK(json_len(rp) == L && json_len(json_at(rp, 0)) == 5 && json_len(json_get(o, "head_out")) == L &&
+                  json_len(json_get(o, "attn_out")) == L && json_len(json_get(o, "mlp_out")) == L,
+              "%s: patch shapes: %.300s", mi->path, o);
+        if (json_len(rp) == L) {
+            const double at2 = json_num(json_at(json_at(rp, 0), 2)), at0 = json_num(json_at(json_at(rp, 0), 0));
+            CHECK(fabs(at2 - 1) < 1e-6 && at0 == 0, "%s: patch resid_pre[0]: position 2 %g, position 0 %g", mi->path,
+                  at2, at0);
+        }
+        free(o);
+    }
+    o = run_ok((const char *const[]){"attribute", "-m", mi->path, "--tokens", "3,5,7,9,11", "--json", NULL}, 1);
+    if (o) {
+        const double total = json_num(json_get(o, "total")), diff = json_num(json_get(o, "logit_diff"));
+        CHECK(json_len(json_get(o, "attn")) == L && json_len(json_get(o, "mlp")) == L &&
+                  fabs(total - diff) <= 1e-4 * (1 + fabs(diff)),
+              "%s: attribute: total %g, logit_diff %g: %.200s", mi->path, total, diff, o);
+        free(o);
+    }
+    o = run_ok((const char *const[]){"lens", "-m", mi->path, "--tokens", "3,5,7,9,11", "-k", "3", "--json", NULL}, 1);
+    if (o) {
+        const char *ids = json_get(o, "top_ids");
+        CHECK(json_len(ids) == L && json_len(json_at(ids, 0)) == 5 && json_len(json_at(json_at(ids, 0), 0)) == 3 &&
+                  json_len(json_get(o, "target_prob")) == L,
+              "%s: lens shapes: %.200s", mi->path, o);
+        free(o);
+    }
+}
+
 static void check_family(const char *name) {
     char path[600];
     snprintf(path, sizeof path, "%s/families/%s/model.gguf", test_fixture_dir(), name);
@@ -257,6 +298,7 @@ static void check_family(const char *name) {
     check_ablate(&mi, n);
     check_stream(&mi, PROMPT " " PROMPT, "6", "4", "96"); /* sinks + window within gemma2's 8, gemma3's 12 */
     check_needle(&mi, "96");
+    check_probes(&mi);
 }
 
 TEST(families_cli_qwen2) { check_family("qwen2"); }

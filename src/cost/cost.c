@@ -43,6 +43,9 @@ static const preset presets[] = {
     {"olmo-2-1b", "OLMo-2-1B",
      ROW("olmo2", 16, 2048, 16, 16, 128, 8192, 100352, 0, .qk_norm = QKV_QK_NORM_FULL, .post_norms = 1,
          .no_pre_norms = 1)},
+    /* microsoft/Phi-3-mini-4k-instruct: MHA, untied; its sliding_window 2047 is
+     * one llama.cpp reads and disables for phi3 */
+    {"phi-3-mini", "Phi-3-mini-4k", ROW("phi3", 32, 3072, 32, 32, 96, 8192, 32064, 0, .window = 0)},
     /* mistralai/Mistral-7B-v0.3: sliding_window null (v0.1's 4096 is gone) */
     {"mistral-7b", "Mistral-7B-v0.3", ROW("llama", 32, 4096, 32, 8, 128, 14336, 32768, 0, .window = 0)},
     /* Qwen/Qwen2.5-0.5B: biases on q, k, v */
