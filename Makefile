@@ -156,7 +156,8 @@ check: all
 # their parts; every command on each tiny family model), the tests' JSON
 # reader, and the PNG encoder (png_: tests/test_png_encode.c and the inspect figure).
 SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks model_hostile tokenizer_load_checks tok_ \
-                     fuzz_replay families_cli_qwen families_cli_gemma families_cli_mistral families_cli_json \
+                     fuzz_replay families_cli_qwen families_cli_gemma families_cli_mistral families_cli_smollm3 \
+                     families_cli_olmo2 families_cli_phi3 families_cli_json rope_partial \
                      dequant alloc_counter attn_plan_runs sampler_draws bad_input rejects_bad cli_every_command \
                      cli_one_bos explain_json scaling_is_deterministic cost_model_from_gguf attend_cli_matches \
                      run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json \
