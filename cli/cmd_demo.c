@@ -25,10 +25,7 @@
 /* Deterministic N(0,1) fill (splitmix64 + Box-Muller). */
 static void fill_normal(float *x, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++) {
-        uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
+        const uint64_t z = cli_splitmix64(&seed);
         double u1 = ((double)(z >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(z & 0x7ff) / 2048.0;
         x[i] = (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
     }

@@ -98,10 +98,7 @@ static int capture_run(capture *c, qkv_model *m, const int32_t *ids, int n) {
 static void shuffle_prefix(int *perm, int n, uint64_t *state) {
     for (int i = 0; i < n; i++) perm[i] = i;
     for (int i = n - 2; i > 0; i--) {
-        uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        const int j = (int)((z ^ (z >> 31)) % (uint64_t)(i + 1)), t = perm[i];
+        const int j = (int)(cli_splitmix64(state) % (uint64_t)(i + 1)), t = perm[i];
         perm[i] = perm[j];
         perm[j] = t;
     }

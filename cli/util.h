@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* One generated token on stdout, flushed: its id (space-separated after the
@@ -44,5 +45,15 @@ double cli_peak_rss_mib(void);  /* VmHWM, else getrusage's ru_maxrss */
  * (qkv_model_kv_bytes, qkv_model_kv_rows; dtype: the one m was opened with). */
 void cli_print_kv_cache(const char *prog, const qkv_model *m, qkv_dtype dtype);
 double cli_now_s(void);         /* monotonic seconds (util/clock.h) */
+
+/* The next number of a splitmix64 stream (Steele, Lea and Flood 2014):
+ * *state advances by the golden-ratio constant, the output is its mix. Small,
+ * portable and the same everywhere, so a seed reproduces a run. */
+static inline uint64_t cli_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 #endif /* QKV_CLI_UTIL_H */

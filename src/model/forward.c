@@ -12,8 +12,8 @@
  *               h = rmsnorm(x) ; x += post_norm((act(h Wgate) * (h Wup)) Wdown)
  *   logits = softcap(rmsnorm(x) Wout)                           [n, V]
  * post_norm is Gemma's sandwich norm and OLMo 2's (identity elsewhere); OLMo 2
- * has no pre-norm (h = x), act SiLU or GELU (tanh). The run state is allocated at open (model.c): forward never
- * allocates, tests/test_alloc.c counts. What one call changes (masks,
+ * has no pre-norm (h = x), act SiLU or GELU (tanh). The run state is
+ * allocated at open (model.c): forward never allocates, tests/test_alloc.c counts. What one call changes (masks,
  * exclusions, zeroed heads, hooks at the named activation points) comes with
  * that call (qkv_forward_opts, forward_opts.c) and is never kept; a
  * resumed call (start_resid) enters at a later layer with a given residual
