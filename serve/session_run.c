@@ -14,17 +14,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Progress inside one forward call: after each layer (hook_resid_post), the
+ * call's tokens counted in proportion, so that a long chunk reports often
+ * and a client that went away stops it within a layer. */
+typedef struct {
+    int (*progress)(void *user, int done, int total);
+    void *user;
+    int done, chunk, total, n_layer;
+} layer_progress;
+
+static qkv_status on_layer(void *user, const qkv_activation *a, qkv_error *err) {
+    const layer_progress *lp = user;
+    const int done = lp->done + (int)((int64_t)lp->chunk * (a->layer + 1) / lp->n_layer);
+    if (!lp->progress(lp->user, done, lp->total)) return QKV_OK;
+    if (err) snprintf(err->msg, sizeof err->msg, "cancelled");
+    return QKV_ERR_CANCELLED;
+}
+
 int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids, int n,
                          int (*progress)(void *user, int done, int total), void *user, char *msg, size_t cap) {
-    (void)sv;
     if (s->n + n > s->cap) {
         snprintf(msg, cap, "the session holds %d of its %d positions: %d more do not fit", s->n, s->cap, n);
         return -1;
     }
+    layer_progress lp = {.progress = progress, .user = user, .total = n, .n_layer = sv->cfg.n_layer};
+    const qkv_hook hook = {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = on_layer, .user = &lp};
+    const qkv_forward_opts opts = {.hooks = &hook, .n_hooks = 1};
     for (int done = 0; done < n;) {
         const int chunk = n - done < SERVE_CHUNK ? n - done : SERVE_CHUNK;
         qkv_error err = {0};
-        if (qkv_model_forward(s->m, s->logits, ids + done, chunk, 0, NULL, &err)) {
+        lp.done = done;
+        lp.chunk = chunk;
+        if (qkv_model_forward(s->m, s->logits, ids + done, chunk, 0, progress ? &opts : NULL, &err)) {
             snprintf(msg, cap, "%s", err.msg);
             return -1;
         }
@@ -37,10 +58,6 @@ int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids,
             s->n++;
         }
         done += chunk;
-        if (progress && progress(user, done, n)) {
-            snprintf(msg, cap, "cancelled");
-            return -1;
-        }
     }
     return 0;
 }
