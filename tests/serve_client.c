@@ -73,6 +73,7 @@ void serve_stop(serve_child *s) {
         return;
     }
     char *err = test_read_file(s->err_path, NULL);
+    if (getenv("SERVE_DEBUG")) fprintf(stderr, "%s", err ? err : "");
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "qkv serve exited with status %d (signal %d); stderr: %s",
           WIFEXITED(status) ? WEXITSTATUS(status) : -1, WIFSIGNALED(status) ? WTERMSIG(status) : 0, err ? err : "");
     free(err);
