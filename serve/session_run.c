@@ -62,34 +62,23 @@ int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids,
     return 0;
 }
 
-int serve_session_restore(serve_server *sv, serve_session *s, char *msg, size_t cap) {
-    (void)sv;
+qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n) {
+    const qkv_model_params mp = {.n_ctx = n, .kv_dtype = sv->o.kv_dtype, .n_threads = sv->o.threads};
+    qkv_model *m = NULL;
     qkv_error err = {0};
-    if (qkv_model_rewind(s->m, 0, &err)) {
-        snprintf(msg, cap, "%s", err.msg);
-        return -1;
+    if (qkv_model_new(&m, sv->weights, &mp, &err)) {
+        http_error(c, err.status == QKV_ERR_TOO_LARGE ? 413 : 500, "%s", err.msg);
+        return NULL;
     }
-    for (int done = 0; done < s->n;) {
-        const int chunk = s->n - done < SERVE_CHUNK ? s->n - done : SERVE_CHUNK;
-        if (qkv_model_forward(s->m, s->logits, s->ids + done, chunk, 0, NULL, &err)) {
-            snprintf(msg, cap, "%s", err.msg);
-            return -1;
-        }
-        done += chunk;
-    }
-    return 0;
+    return m;
 }
 
-/* Bytes a session holds: its model's KV cache and run state, ids, pieces, logits. */
+/* Bytes a session holds: its model's state (run state, attention plan, KV
+ * cache: qkv_model_state_bytes), ids, pieces (their pointers and about 16
+ * bytes of label each) and the logits row. */
 static size_t session_bytes(const serve_server *sv, const serve_session *s) {
-    const qkv_model_config *g = &sv->cfg;
-    const size_t batch = (size_t)qkv_model_n_batch(s->m);
-    /* the run state: a batch's activations (residual, norms, q/k/v, scores' LSE, FFN) */
-    const size_t run = batch * sizeof(float) *
-                       ((size_t)6 * g->n_embd + 3 * (size_t)g->n_ff + 4 * (size_t)g->n_head * g->head_dim +
-                        2 * (size_t)g->n_kv_head * g->head_dim);
-    return qkv_model_kv_bytes(s->m) + run + (size_t)s->cap * (sizeof(int32_t) + sizeof(char *) + 16) +
-           (size_t)g->n_vocab * sizeof(float);
+    return qkv_model_state_bytes(s->m) + (size_t)s->cap * (sizeof(int32_t) + sizeof(char *) + 16) +
+           (size_t)sv->cfg.n_vocab * sizeof(float);
 }
 
 /* ---------------------------------------------------------------- create */
@@ -151,7 +140,7 @@ int serve_api_sessions_create(struct mg_connection *c, serve_server *sv) {
                                  .n_batch = n_ctx < SERVE_CHUNK ? n_ctx : SERVE_CHUNK};
     qkv_model *m = NULL;
     qkv_error err = {0};
-    if (qkv_model_open(&m, sv->o.model, &mp, &err)) {
+    if (qkv_model_new(&m, sv->weights, &mp, &err)) {
         free(ids);
         return http_error(c, err.status == QKV_ERR_TOO_LARGE ? 413 : 500, "%s", err.msg);
     }
