@@ -76,6 +76,10 @@ static int handle(struct mg_connection *c, void *user) {
             if (strcmp(method, "GET")) return http_error(c, 405, "%s is not allowed on /api/model", method);
             return serve_api_model(c, sv);
         }
+        if (!strcmp(path, "/api/tokenize")) {
+            if (strcmp(method, "POST")) return http_error(c, 405, "%s is not allowed on /api/tokenize", method);
+            return serve_api_tokenize(c, sv);
+        }
         if (!strcmp(path, "/api/sessions") || !strcmp(path, "/api/sessions/")) {
             if (!strcmp(method, "GET")) return serve_api_sessions_list(c, sv);
             if (!strcmp(method, "POST")) return serve_api_sessions_create(c, sv);
@@ -85,6 +89,10 @@ static int handle(struct mg_connection *c, void *user) {
         return http_error(c, 404, "no such endpoint: %.80s", path);
     }
     if (strcmp(method, "GET") && strcmp(method, "HEAD")) return http_error(c, 405, "%s is not allowed on %.80s", method, path);
+    if (!strcmp(path, "/health")) { /* llama.cpp's server answers the same */
+        mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"status\": \"ok\"}\n");
+        return 200;
+    }
     return serve_assets(c, path);
 }
 

@@ -36,6 +36,7 @@ typedef struct {
 
 /* ------------------------------------------------------------ handlers */
 int serve_api_model(struct mg_connection *c, serve_server *sv);
+int serve_api_tokenize(struct mg_connection *c, serve_server *sv);
 int serve_api_sessions_create(struct mg_connection *c, serve_server *sv);
 int serve_api_sessions_list(struct mg_connection *c, serve_server *sv);
 /* the handlers of one session: s holds a reference and its mutex is held */
