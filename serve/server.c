@@ -66,8 +66,7 @@ static int session_request(struct mg_connection *c, serve_server *sv, const char
     return st;
 }
 
-static int handle(struct mg_connection *c, void *user) {
-    serve_server *sv = user;
+static int route(struct mg_connection *c, serve_server *sv) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     const char *method = ri->request_method, *path = ri->local_uri_raw ? ri->local_uri_raw : ri->local_uri;
     if (!path) return http_error(c, 404, "no such path");
@@ -94,6 +93,36 @@ static int handle(struct mg_connection *c, void *user) {
         return 200;
     }
     return serve_assets(c, path);
+}
+
+/* CivetWeb's workers have small stacks (Debian builds it with 100 KiB);
+ * libqkv's kernels keep their tiles on the stack, as on any thread of their
+ * own pool (the default 8 MiB). A request runs on a thread of this size while
+ * the worker waits for it. */
+#define REQUEST_STACK_BYTES ((size_t)16 << 20)
+
+typedef struct {
+    struct mg_connection *c;
+    serve_server *sv;
+    int status;
+} request_job;
+
+static void *run_request(void *user) {
+    request_job *j = user;
+    j->status = route(j->c, j->sv);
+    return NULL;
+}
+
+static int handle(struct mg_connection *c, void *user) {
+    request_job j = {.c = c, .sv = user, .status = 500};
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr)) return http_error(c, 503, "cannot start a request thread");
+    const int started = !pthread_attr_setstacksize(&attr, REQUEST_STACK_BYTES) && !pthread_create(&t, &attr, run_request, &j);
+    pthread_attr_destroy(&attr);
+    if (!started) return http_error(c, 503, "cannot start a request thread");
+    pthread_join(t, NULL);
+    return j.status;
 }
 
 static int log_message(const struct mg_connection *c, const char *message) {
@@ -162,6 +191,7 @@ int serve_run(const serve_opts *o) {
         int sig = 0;
         sigwait(&wait, &sig);
         fprintf(stderr, "qkv serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        sv.stopping = 1;
         mg_stop(ctx);
     }
     mg_exit_library();

@@ -15,6 +15,7 @@
 #include "http.h"
 
 #include <civetweb.h>
+#include <signal.h>
 
 typedef struct {
     serve_opts o;
@@ -23,6 +24,7 @@ typedef struct {
     qkv_tokenizer *tok;
     qkv_model_config cfg;
     serve_table table;
+    volatile sig_atomic_t stopping; /* SIGINT/SIGTERM came: running prefills stop */
 } serve_server;
 
 /* Positions one forward call of a session runs (its model's n_batch): the
