@@ -1,18 +1,19 @@
 #!/bin/sh
 # serve_timings.sh [MODEL] [TOKENS] — issue 40's server-side figures: starts
-# `qkv serve` on a free port, prefills a session from GPL-3 repeated to
-# TOKENS tokens (default 4096), then times with curl (time_total, seconds):
-# one attention row of one head (the last query and one halfway), the grid of
-# every layer x head for a query, 256 rows x 4096 keys, an edit (a zeroed head;
-# a hidden key), the next-token top; and states the session's bytes.
-# Prints one line per figure. Needs curl and python3.
+# `qkv serve` on a free port (--ctx $CTX, default TOKENS + 300; --threads
+# $THREADS), prefills a session from GPL-3 repeated to TOKENS tokens (default
+# 4096), then times with curl (time_total, seconds): one attention row of one
+# head (the last query and one halfway), the grid of every layer x head for a
+# query, 256 rows x 4096 keys, an edit (a zeroed head; a hidden key), the
+# next-token top; and states the session's bytes. One line per figure.
+# Needs curl and python3.
 set -eu
 model=${1:-models/gemma-3-270m-q4_k_m.gguf}
 tokens=${2:-4096}
 qkv=${QKV_BIN:-build/qkv}
 out=$(mktemp -d)
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$out"' EXIT
-"$qkv" serve -m "$model" --port 0 --ctx $((tokens + 300)) ${THREADS:+--threads $THREADS} > "$out/line" 2> "$out/err" &
+"$qkv" serve -m "$model" --port 0 --ctx ${CTX:-$((tokens + 300))} ${THREADS:+--threads $THREADS} > "$out/line" 2> "$out/err" &
 pid=$!
 for _ in $(seq 600); do grep -q "^qkv serve: http" "$out/line" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\)\/.*/\1/p' "$out/line")

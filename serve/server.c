@@ -125,9 +125,12 @@ static int handle(struct mg_connection *c, void *user) {
     return j.status;
 }
 
+/* CivetWeb's messages once it listens go to stderr; those before (a port
+ * that cannot be bound) become serve_run's one line. */
 static int log_message(const struct mg_connection *c, const char *message) {
-    (void)c;
-    fprintf(stderr, "qkv serve: civetweb: %s\n", message);
+    const struct mg_context *ctx = c ? mg_get_context(c) : NULL;
+    const serve_server *sv = ctx ? mg_get_user_data(ctx) : NULL;
+    if (sv && sv->listening) fprintf(stderr, "qkv serve: civetweb: %s\n", message);
     return 1;
 }
 
@@ -156,9 +159,6 @@ int serve_run(const serve_opts *o) {
         fprintf(stderr, "qkv: out of memory\n");
         return 2;
     }
-    if (!is_loopback(o->host))
-        fprintf(stderr, "qkv serve: warning: listening on %s, not loopback: anyone who can reach this address can run "
-                        "the model and read every session (there is no authentication)\n", o->host);
     /* the workers inherit this mask: only the main thread takes SIGINT and SIGTERM */
     sigset_t stop;
     sigemptyset(&stop);
@@ -179,7 +179,11 @@ int serve_run(const serve_opts *o) {
         fprintf(stderr, "qkv: could not listen on %s (in use, or not an address of this machine)\n", ports);
         rc = 2;
     } else {
+        sv.listening = 1;
         mg_set_request_handler(ctx, "/", handle, &sv);
+        if (!is_loopback(o->host))
+            fprintf(stderr, "qkv serve: warning: listening on %s, not loopback: anyone who can reach this address can "
+                            "run the model and read every session (there is no authentication)\n", o->host);
         struct mg_server_port sp[4];
         const int np = mg_get_server_ports(ctx, 4, sp);
         printf("qkv serve: http://%s%s%s:%d/ (model %s, ctx %d, %d sessions, %lld MiB)\n", strchr(o->host, ':') ? "[" : "",

@@ -25,6 +25,7 @@ typedef struct {
     qkv_model_config cfg;
     serve_table table;
     volatile sig_atomic_t stopping; /* SIGINT/SIGTERM came: running prefills stop */
+    volatile sig_atomic_t listening; /* CivetWeb started (its log lines go to stderr from then on) */
 } serve_server;
 
 /* Positions one forward call of a session runs (its model's n_batch): the
