@@ -1,11 +1,13 @@
 /*
  * test_serve_api.c — `qkv serve`'s API against the CLI, one good run of each
- * endpoint: on SmolLM2, rows equal `qkv inspect --npy` rows, the edit's KL
- * `qkv ablate --scope last`'s, lens `qkv lens --json` and patch `qkv patch
+ * endpoint (in make test's ASan subset): on SmolLM2, rows equal `qkv inspect
+ * --npy` rows, the edit's KL `qkv ablate --scope last`'s, lens `qkv lens
  * --json`; on the tiny Gemma 3 fixture (window 12, layers 0-4 sliding), rows
- * of a 40-token prompt in sliding and global layers. The hostile requests
- * are tests/test_serve_hostile.c, the real Gemma 3 past its 512 window
- * tests/test_serve_gemma3.c.
+ * and the overview of a 40-token prompt in sliding and global layers, the
+ * edit's KL, lens, and patch (logit-diff, every sweep) = `qkv patch --json`.
+ * The hostile requests are tests/test_serve_hostile.c, the real Gemma 3 past
+ * its 512 window tests/test_serve_gemma3.c, SmolLM2's patch
+ * tests/test_serve_probes.c.
  */
 #include "serve_client.h"
 #include "testing.h"
@@ -57,48 +59,6 @@ static void check_row(int port, const char *sid, const float *maps, int n, int l
     CHECK(worst < 2e-5, "%s: differs from qkv inspect --npy by %g", path, worst);
     CHECK(fabs(sum - 1) < 1e-4, "%s: the weights sum to %g", path, sum);
     test_json_free(j);
-}
-
-/* The CLI's stdout for argv (exit 0 checked); malloc'd. */
-static char *cli_stdout(const char *const *argv) {
-    char *out = NULL, *err = NULL;
-    const int rc = test_run_cli(argv, NULL, &out, &err);
-    CHECK(rc == 0, "qkv %s: exit %d: %s", argv[0], rc, err ? err : "");
-    free(err);
-    return out;
-}
-
-/* Two JSON texts hold the same keys and values, numbers within tol (relative to 1). */
-static void check_same_json(const char *what, const test_json *a, const test_json *b, double tol) {
-    if (a->kind != b->kind) {
-        CHECK(0, "%s: kinds differ", what);
-        return;
-    }
-    if (a->kind == TEST_JSON_NUMBER) {
-        CHECK(fabs(a->number - b->number) <= tol * (1 + fabs(b->number)) || (isnan(a->number) && isnan(b->number)),
-              "%s: %g != %g", what, a->number, b->number);
-    } else if (a->kind == TEST_JSON_STRING) {
-        CHECK(!strcmp(a->string, b->string), "%s: '%s' != '%s'", what, a->string, b->string);
-    } else if (a->kind == TEST_JSON_ARRAY || a->kind == TEST_JSON_OBJECT) {
-        CHECK(a->n == b->n, "%s: %d items != %d", what, a->n, b->n);
-        for (int i = 0; i < a->n && i < b->n && test_failures() < 10; i++) {
-            char sub[200];
-            snprintf(sub, sizeof sub, "%s.%s", what, a->kind == TEST_JSON_OBJECT ? a->keys[i] : "[]");
-            if (a->kind == TEST_JSON_OBJECT) CHECK(!strcmp(a->keys[i], b->keys[i]), "%s: key %s != %s", what, a->keys[i], b->keys[i]);
-            check_same_json(sub, &a->items[i], &b->items[i], tol);
-        }
-    }
-}
-
-static void check_same_as_cli(int port, const char *method, const char *path, const char *body, const char *const *argv, double tol) {
-    test_json *api = serve_json(port, method, path, body, NULL);
-    char *out = cli_stdout(argv), err[200] = "";
-    test_json *cli = out ? test_json_parse(out, err, sizeof err) : NULL;
-    CHECK(cli != NULL, "qkv %s --json: not JSON (%s)", argv[0], err);
-    if (api && cli) check_same_json(path, api, cli, tol);
-    test_json_free(api);
-    test_json_free(cli);
-    free(out);
 }
 
 TEST(serve_api_smollm2_every_endpoint) {
@@ -188,7 +148,7 @@ TEST(serve_api_smollm2_every_endpoint) {
     test_json_free(nx);
     /* edit: hiding key 1 from the last query = qkv ablate --scope last's KL at position 1 */
     const char *ab[] = {"ablate", "-m", model, "-p", PROMPT, "--scope", "last", "--json", NULL};
-    char *abl = cli_stdout(ab), perr[200] = "";
+    char *abl = serve_cli_stdout(ab), perr[200] = "";
     test_json *aj = abl ? test_json_parse(abl, perr, sizeof perr) : NULL;
     const test_json *pos = aj ? test_json_get(aj, "positions") : NULL;
     for (int j = 0; pos && j < 5; j += 2) {
@@ -212,13 +172,9 @@ TEST(serve_api_smollm2_every_endpoint) {
     nt = nx ? test_json_get(nx, "top") : NULL;
     CHECK(nt && serve_num(&nt->items[0], "p") == serve_num(&top->items[0], "p"), "the session changed under the probes");
     test_json_free(nx);
-    /* lens = qkv lens --json; patch = qkv patch --json */
+    /* lens = qkv lens --json (patch: the tiny Gemma 3 below, and tests/test_serve_probes.c) */
     const char *lens[] = {"lens", "-m", model, "-p", PROMPT, "--json", NULL};
-    check_same_as_cli(port, "GET", "/api/sessions/s1/lens?k=5", NULL, lens, 1e-5);
-    const char *patch[] = {"patch", "-m", model, "--clean", PROMPT, "--corrupt", "The capital of Italy is", "--sweeps",
-                           "resid_pre", "--json", NULL};
-    check_same_as_cli(port, "POST", "/api/sessions/s1/patch",
-                      "{\"corrupt\": \"The capital of Italy is\", \"sweeps\": [\"resid_pre\"]}", patch, 1e-4);
+    serve_check_same_as_cli(port, "GET", "/api/sessions/s1/lens?k=5", NULL, lens, 1e-5);
     /* generate: greedy continues with the top token; as events too */
     test_json *gj = serve_json(port, "POST", "/api/sessions/s1/generate", "{\"n\": 2}", &st);
     const test_json *toks = gj ? test_json_get(gj, "tokens") : NULL;
@@ -308,7 +264,7 @@ TEST(serve_api_family_gemma3_sliding_rows) {
     for (int k = 0; a && k < 28; k++) CHECK(w[k] == 0, "key %d is outside layer 0's window: weight %g", k, w[k]);
     test_json_free(a);
     const char *ab[] = {"ablate", "-m", model, "--tokens", ids, "--scope", "last", "--json", NULL};
-    char *abl = cli_stdout(ab), perr[200] = "";
+    char *abl = serve_cli_stdout(ab), perr[200] = "";
     test_json *aj = abl ? test_json_parse(abl, perr, sizeof perr) : NULL;
     const test_json *pos = aj ? test_json_get(aj, "positions") : NULL;
     test_json *e = serve_json(sv.port, "POST", "/api/sessions/s1/edit", "{\"exclude\": [35]}", &st);
@@ -325,8 +281,8 @@ TEST(serve_api_family_gemma3_sliding_rows) {
              "\"per_position\": true}", cor, 44, 45);
     const char *patch[] = {"patch", "-m", model, "--clean-tokens", ids, "--corrupt-tokens", cor, "--metric", "logit-diff",
                            "--answer", "(", "--wrong", ")", "--per-position", "--json", NULL};
-    check_same_as_cli(sv.port, "POST", "/api/sessions/s1/patch", pbody, patch, 1e-4);
+    serve_check_same_as_cli(sv.port, "POST", "/api/sessions/s1/patch", pbody, patch, 1e-4);
     const char *lens[] = {"lens", "-m", model, "--tokens", ids, "-k", "3", "--json", NULL};
-    check_same_as_cli(sv.port, "GET", "/api/sessions/s1/lens?k=3", NULL, lens, 1e-5);
+    serve_check_same_as_cli(sv.port, "GET", "/api/sessions/s1/lens?k=3", NULL, lens, 1e-5);
     serve_stop(&sv);
 }
