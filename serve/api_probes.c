@@ -41,7 +41,7 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
     qkv_error err = {0};
     qkv_model *m = NULL;
     if (!ids || !probs || !tp || !labels || !target_label) st = http_error(c, 500, "out of memory");
-    else if (!(m = serve_scratch_model(c, sv, n))) st = 500;
+    else if (!(m = serve_scratch_model(c, sv, n))) st = 400;
     else if (qkv_lens(&out, m, s->ids, n, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
     qkv_model_close(m);
     for (size_t i = 0; !st && i < cells * k; i++)
@@ -180,7 +180,7 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     const qkv_patch_params pp = {.metric = {.kind = kind, .answer = answer, .wrong = wrong}, .max_bytes = limit};
     qkv_error err = {0};
     if (!(m = serve_scratch_model(c, sv, n))) {
-        st = 500;
+        st = 400;
         goto done;
     }
     if (qkv_patch(&out, &sum, m, s->ids, corrupt, n, &pp, &err)) {

@@ -74,7 +74,8 @@ int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids,
                          int (*progress)(void *user, int done, int total), void *user, char *msg, size_t cap);
 /* A model of its own for a probe that runs a whole sequence of n tokens
  * from position 0 (lens, patch), over the server's weights: the session's
- * cache is left as it is. NULL with the status sent. */
+ * cache is left as it is. Its state alone may not pass --max-mib (400).
+ * NULL with the status sent. */
 qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n);
 /* The body as a cJSON object (400 sent otherwise: not JSON, not an object). */
 struct cJSON;

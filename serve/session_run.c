@@ -71,6 +71,13 @@ qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n)
         http_error(c, err.status == QKV_ERR_TOO_LARGE ? 413 : 500, "%s", err.msg);
         return NULL;
     }
+    const size_t bytes = qkv_model_state_bytes(m);
+    if ((int64_t)bytes > sv->o.max_bytes) {
+        qkv_model_close(m);
+        http_error(c, 400, "this probe runs the session's %d tokens in one call: %.1f MiB of run state, above --max-mib %lld",
+                   n, (double)bytes / (1 << 20), (long long)(sv->o.max_bytes >> 20));
+        return NULL;
+    }
     return m;
 }
 

@@ -182,6 +182,33 @@ TEST(serve_hostile_session_too_large) {
     serve_stop(&sv);
 }
 
+/* Lens and patch run the whole sequence in one call on a model of their own:
+ * its state is held to --max-mib too. */
+TEST(serve_hostile_probe_too_large) {
+    char model[700];
+    fixture(model, sizeof model, "qwen2");
+    if (!test_require_file(model, "the family fixtures")) return;
+    serve_child sv;
+    const char *extra[] = {"--max-mib", "3", "--ctx", "4096", NULL};
+    if (!serve_start(&sv, model, extra)) return;
+    char *body = malloc(1200 * 8 + 32);
+    if (body) {
+        size_t len = (size_t)sprintf(body, "{\"tokens\": [5");
+        for (int i = 1; i < 1200; i++) len += (size_t)sprintf(body + len, ", %d", 5 + (i * 7) % 250);
+        strcpy(body + len, "]}");
+        int st;
+        test_json *s = serve_json(sv.port, "POST", "/api/sessions", body, &st);
+        CHECK(st == 200 && s && serve_num(s, "bytes") < 3 << 20, "create: %d", st);
+        test_json_free(s);
+        SERVE_CHECK_ERROR(sv.port, "GET", "/api/sessions/s1/lens", NULL, 400, "above --max-mib 3");
+        test_json *a = serve_json(sv.port, "GET", "/api/sessions/s1/attention?layer=1&head=0&query=600", NULL, &st);
+        CHECK(st == 200, "the session after the refused probe: %d", st);
+        test_json_free(a);
+    }
+    free(body);
+    serve_stop(&sv);
+}
+
 /* ------------------------------------------------ disconnect, concurrency */
 
 /* {"tokens": [...n ids...]} of SmolLM2 ids, malloc'd. */
