@@ -300,7 +300,7 @@ TEST(serve_hostile_rows_during_prefill) {
     double want[13];
     CHECK(a && test_json_numbers(test_json_get(a, "weights"), want, 13) == 13, "reference row: %d", st);
     test_json_free(a);
-    prefill_client pc = {.port = sv.port, .body = long_tokens(700)};
+    prefill_client pc = {.port = sv.port, .body = long_tokens(400)};
     row_client rc[8];
     pthread_t tp, tr[8];
     pthread_create(&tp, NULL, prefill, &pc);
