@@ -5,8 +5,10 @@
 // generation. The modules beside it each draw one of these; this file
 // decides what to fetch when. window.qkv exposes the state to the browser
 // tests (tests/python/test_serve_browser.py): `busy` counts requests in
-// flight, `errors` every failure shown, `paintMs` / `frameMs` the last row's
-// paint time.
+// flight, `errors` every failure shown, `row` the row painted last and
+// `rowId` its number (the data-row of the chunks that show it), `paintMs` /
+// `frameMs` its paint time: the DOM update with the style and layout it
+// forces, and until the next frame.
 
 import { getJSON, sendJSON, getF32, postStream, sessionPath, query } from './api.js';
 import { TokenView, topKeys } from './tokens.js';
@@ -23,7 +25,7 @@ const TOP_KEYS = 12;
 const st = {
   ready: false, busy: 0, errors: [],
   model: null, session: null, tokens: [],
-  query: 0, layer: 0, head: 'mean', row: null, paintMs: null, frameMs: null,
+  query: 0, layer: 0, head: 'mean', row: null, rowId: 0, paintMs: null, frameMs: null,
   metric: 'sink', key: 1, grid: null, overview: null, lens: null, patch: null,
   edit: new Edit(), editResult: null, generatedFrom: {}, abort: null,
 };
@@ -178,6 +180,7 @@ function paintRow(w, q, l, h, label) {
   st.row = { weights: w, query: q, layer: l, head: h, label };
   const t0 = performance.now();
   st.paintMs = view.paint(w, q, st.model.windows[l], marks());
+  st.rowId = view.rowId;
   requestAnimationFrame(() => setTimeout(() => {
     st.frameMs = performance.now() - t0;
     $('paint-ms').textContent = `painted ${q + 1} weights in ${st.paintMs.toFixed(1)} ms ` +
