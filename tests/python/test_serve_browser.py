@@ -1,0 +1,377 @@
+"""The page of `qkv serve` in a real browser: Debian's chromium driven by
+Debian's chromedriver through Selenium (explicit paths, headless; the driver
+path given, so Selenium Manager never runs and nothing is downloaded),
+against a real `qkv serve --port 0` on Gemma 3 270M.
+
+What the page shows is read back from the DOM (each painted token's data-w,
+the grid's and the lens's data attributes, the KL's data-kl) and compared
+with what the JSON API answers for the same question:
+
+- the article's prompt 年假怎么申请？: click 申请, its row painted for a global
+  layer's mean of heads and for a sliding layer's head; the grid; zero a head
+  and hide a key, the KL and the recomputed row; the lens grid's top-1;
+  patching against 病假怎么申请？; three generated tokens, one of them clicked.
+  Saves a screenshot (build/serve-page.png; docs/serve.png is a copy);
+- a document of >= 8,000 tokens (GPL-3 and part of LGPL-3) opened as a file:
+  a prefill cancelled mid-way frees its session; the full prefill; the row
+  of a late token over a sliding and a global layer, in the chunks painted
+  at once and in the first chunk once it is scrolled to; an edit's KL; the
+  lens grid's top-1. The row's paint time is printed, not asserted (a
+  benchmark, BENCHMARKS.md).
+"""
+import json
+import math
+import os
+import pathlib
+import select
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import GEMMA3, ROOT, qkv_cli_bin
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+PROMPT = "年假怎么申请？"
+CORRUPT = "病假怎么申请？"
+LONG_TOKENS = 8000
+SHOT = ROOT / "build" / "serve-page.png"
+
+# The page's float32 weights against the API's JSON (9 significant digits:
+# the same float32): equal up to the float32 rounding of the text.
+REL = 1e-6
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=REL, abs_tol=1e-9)
+
+
+@pytest.fixture(scope="module")
+def server():
+    """`qkv serve` on Gemma 3, a free loopback port; yields its base URL.
+    Stopped with SIGTERM at the end, which must exit 0."""
+    qkv = qkv_cli_bin()
+    if not GEMMA3.exists():
+        pytest.skip(f"{GEMMA3} missing (make model)")
+    proc = subprocess.Popen([str(qkv), "serve", "-m", str(GEMMA3), "--port", "0", "--ctx", "8448", "--threads", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = ""
+    if select.select([proc.stdout], [], [], 120)[0]:
+        line = proc.stdout.readline()
+    if not line.startswith("qkv serve: http://"):
+        proc.kill()
+        pytest.fail(f"qkv serve did not start: {line!r} {proc.stderr.read()}")
+    url = line.split()[2].rstrip("/")
+    yield url
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+
+
+def api(url, path, body=None, method=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method or ("POST" if data else "GET"),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def browser():
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not os.access(path, os.X_OK):
+            pytest.skip(f"{path} missing (make deps installs chromium and chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager, were it ever asked, may not download
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1280,900", "--force-device-scale-factor=1", "--lang=zh-CN"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    yield driver
+    driver.quit()
+
+
+class Page:
+    """The page in the browser: script calls, waits, and the pieces the tests read."""
+
+    def __init__(self, driver, url):
+        self.d = driver
+        self.url = url
+        driver.get(url + "/")
+        self.wait("window.qkv && window.qkv.ready", 60)
+
+    def js(self, expr, *args):
+        return self.d.execute_script("return " + expr, *args)
+
+    def wait(self, expr, timeout=120):
+        end = time.time() + timeout
+        while time.time() < end:
+            if self.js(expr):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out after {timeout} s waiting for {expr}; errors {self.js('window.qkv.errors')}")
+
+    def idle(self, timeout=300):
+        self.wait("window.qkv.busy === 0", timeout)
+        assert self.js("window.qkv.errors") == []
+
+    def el(self, css):
+        from selenium.webdriver.common.by import By
+        return self.d.find_element(By.CSS_SELECTOR, css)
+
+    def click(self, css):
+        e = self.el(css)
+        self.d.execute_script("arguments[0].scrollIntoView({block: 'center'})", e)
+        e.click()
+
+    def choose(self, select_id, value):
+        from selenium.webdriver.support.ui import Select
+        Select(self.el("#" + select_id)).select_by_value(str(value))
+
+    def sid(self):
+        return self.js("window.qkv.session.id")
+
+    def token(self, i):
+        return f"#tokens span.t[data-i='{i}']"
+
+    def click_token(self, i):
+        self.click(self.token(i))
+
+    def painted(self):
+        """{position: weight} of every span in the chunks that show the current row."""
+        pairs = self.js("Array.from(document.querySelectorAll("
+                        "`#tokens .chunk[data-row='${window.qkv.rowId}'] span.t[data-w]`))"
+                        ".map(s => [Number(s.dataset.i), Number(s.dataset.w)])")
+        return dict(pairs)
+
+    def show_row(self, query, layer, head):
+        """Choose layer and head, click token `query`; wait for its row."""
+        self.choose("layer", layer)
+        self.choose("head", head)
+        self.click_token(query)
+        self.wait(f"window.qkv.row && window.qkv.row.query === {query} && window.qkv.row.layer === {layer}"
+                  f" && String(window.qkv.row.head) === '{head}'")
+        self.idle()
+
+
+def check_row(page, url, query, layer, head, need=None):
+    """The painted row equals the API's; `need`: positions that must be among the painted ones."""
+    row = api(url, f"/api/sessions/{page.sid()}/attention?layer={layer}&head={head}&query={query}")["weights"]
+    assert len(row) == query + 1
+    painted = page.painted()
+    assert painted, "no painted token"
+    assert query in painted
+    for i in need if need is not None else range(query + 1):
+        assert i in painted, f"position {i} is not painted"
+    bad = [(i, w, row[i]) for i, w in painted.items() if not close(w, row[i])]
+    assert not bad, f"{len(bad)} painted weights differ from the API's, first {bad[:5]}"
+    assert close(float(page.el("#sink").get_attribute("data-w")), row[0])
+    top = max(range(1, query + 1), key=lambda k: row[k])
+    assert int(page.el("#top-keys li").get_attribute("data-key")) == top
+    if top in painted:
+        assert "w15" in page.el(page.token(top)).get_attribute("class").split()
+    return row
+
+
+def apply_edit(page, url, zero, hide):
+    """Pick heads in the grid and hide keys by clicking tokens, apply; the KL
+    and the distributions equal the API's for the same edit."""
+    page.click("input[name=mode][value=hide]")
+    for i in hide:
+        page.click_token(i)
+    page.click("input[name=mode][value=row]")
+    page.click("#zero-mode")
+    for l, h in zero:
+        page.click(f"#grid td.cell[data-layer='{l}'][data-head='{h}']")
+    page.click("#zero-mode")
+    assert all(f"L{l} h{h}" in page.el("#zero-list").text for l, h in zero)
+    page.js("document.getElementById('kl').removeAttribute('data-kl')")
+    page.click("#apply-edit")
+    page.wait("document.getElementById('kl').dataset.kl !== undefined", 300)
+    page.idle()
+    kl = float(page.el("#kl").get_attribute("data-kl"))
+    want = api(url, f"/api/sessions/{page.sid()}/edit", {"zero_heads": [list(z) for z in zero], "exclude": sorted(hide)})
+    assert close(kl, want["kl"]), (kl, want["kl"])
+    assert kl > 0
+    after = [int(li.get_attribute("data-id")) for li in page.d.find_elements("css selector", "#edit-after li")]
+    assert after == [t["id"] for t in want["after"]["top"]][:len(after)] and after
+    return want
+
+
+def check_lens(page, url, positions):
+    """Every lens cell's top-1 (id, piece, p) equals the API's lens."""
+    lens = api(url, f"/api/sessions/{page.sid()}/lens?k=5")
+    cells = page.js("Array.from(document.querySelectorAll('#lens td.lcell'))"
+                    ".map(c => [Number(c.dataset.layer), Number(c.dataset.pos), Number(c.dataset.id),"
+                    " Number(c.dataset.p), c.textContent])")
+    assert len(cells) == lens["n_layer"] * len(positions)
+    assert {p for _, p, _, _, _ in cells} == set(positions)
+    for l, p, tid, prob, text in cells:
+        assert tid == lens["top_ids"][l][p][0], (l, p)
+        assert text == lens["top_pieces"][l][p][0]
+        assert close(prob, lens["top_probs"][l][p][0])
+
+
+def prefill(page, timeout=600):
+    page.click("#prefill")
+    page.wait("window.qkv.session && window.qkv.abort === null", timeout)
+    page.idle(timeout)
+
+
+def test_article_prompt(server, browser):
+    page = Page(browser, server)
+    box = page.el("#prompt")
+    box.clear()
+    box.send_keys(PROMPT)
+    prefill(page)
+    tokens = page.js("window.qkv.tokens")
+    pieces = [t["piece"] for t in tokens]
+    assert "申请" in pieces, pieces
+    q = pieces.index("申请")
+    model = api(server, "/api/model")
+    glob = model["windows"].index(0)
+    slide = model["windows"].index(next(w for w in model["windows"] if w))
+
+    page.show_row(q, glob, "mean")
+    check_row(page, server, q, glob, "mean")
+    page.show_row(q, slide, 1)
+    check_row(page, server, q, slide, 1)
+
+    grid = api(server, f"/api/sessions/{page.sid()}/grid?query={q}&metric=sink")
+    cells = page.js("Array.from(document.querySelectorAll('#grid td.cell'))"
+                    ".map(c => [Number(c.dataset.layer), Number(c.dataset.head), Number(c.dataset.v)])")
+    assert len(cells) == model["n_layer"] * model["n_head"]
+    assert all(close(v, grid["values"][l][h]) for l, h, v in cells)
+
+    # the lens (loaded with the session: few tokens) before any edit
+    page.wait("document.querySelectorAll('#lens td.lcell').length > 0")
+    check_lens(page, server, list(range(len(tokens))))
+
+    apply_edit(page, server, [(3, 1)], [])
+    page.click("#clear-edit")
+    page.idle()
+    apply_edit(page, server, [(3, 1)], [pieces.index("假")])
+    # the recomputed row of the last query, painted "after" for the chosen head
+    n = len(tokens)
+    row = api(server, f"/api/sessions/{page.sid()}/edit",
+              {"zero_heads": [[3, 1]], "exclude": [pieces.index("假")], "layer": slide, "head": 1})["row"]
+    assert page.js("window.qkv.row.query") == n - 1
+    painted = page.painted()
+    assert all(close(painted[i], row["after"][i]) for i in range(n)), (painted, row["after"])
+    assert "hid" in page.el(page.token(pieces.index("假"))).get_attribute("class").split()
+    page.click("#clear-edit")
+    page.idle()
+
+    page.show_row(q, glob, "mean")
+    page.js("window.scrollTo(0, 0)")
+    SHOT.parent.mkdir(exist_ok=True)
+    page.d.save_screenshot(str(SHOT))
+    assert SHOT.stat().st_size > 10000
+
+    # patching: the head_out map equals the API's; clicking a head opens it
+    corrupt = page.el("#corrupt")
+    corrupt.clear()
+    corrupt.send_keys(CORRUPT)
+    page.click("#run-patch")
+    page.wait("document.querySelectorAll('#head-out td.pcell').length > 0", 300)
+    page.idle()
+    patch = api(server, f"/api/sessions/{page.sid()}/patch", {"corrupt": CORRUPT})
+    cells = page.js("Array.from(document.querySelectorAll('#head-out td.pcell'))"
+                    ".map(c => [Number(c.dataset.layer), Number(c.dataset.head), c.dataset.v])")
+    assert len(cells) == model["n_layer"] * model["n_head"]
+    for l, h, v in cells:
+        w = patch["head_out"][l][h]
+        assert (v == "" and w is None) or close(float(v), w), (l, h, v, w)
+    page.click("#head-out td.pcell[data-layer='4'][data-head='2']")
+    page.wait("window.qkv.row && window.qkv.row.layer === 4 && window.qkv.row.head === 2")
+    page.idle()
+    check_row(page, server, n - 1, 4, 2)
+
+    # generation: three greedy tokens, appended and inspectable
+    page.el("#gen-n").clear()
+    page.el("#gen-n").send_keys("3")
+    page.click("#generate")
+    page.wait(f"window.qkv.session.n_tokens === {n + 3} && window.qkv.abort === null", 120)
+    page.idle()
+    assert page.js("document.querySelectorAll('#tokens span.t.gen').length") == 3
+    session = api(server, f"/api/sessions/{page.sid()}")
+    assert [t["id"] for t in session["tokens"]] == [t["id"] for t in page.js("window.qkv.tokens")]
+    page.show_row(n + 1, glob, 0)
+    check_row(page, server, n + 1, glob, 0)
+    logs = [e for e in page.d.get_log("browser") if e["level"] == "SEVERE"]
+    assert not logs, logs
+
+
+def long_text():
+    """GPL-3 and as much of LGPL-3 as takes the document past LONG_TOKENS tokens."""
+    lic = pathlib.Path("/usr/share/common-licenses")
+    return (lic / "GPL-3").read_text() + (lic / "LGPL-3").read_text()[:3000]
+
+
+def test_long_document(server, browser, tmp_path):
+    page = Page(browser, server)
+    doc = tmp_path / "long.txt"
+    doc.write_text(long_text())
+    page.el("#file").send_keys(str(doc))
+    page.wait("document.getElementById('prompt').value.length > 30000")
+    before = {s["id"] for s in api(server, "/api/sessions")["sessions"]}
+
+    # a prefill cancelled once its progress shows: the server frees the session
+    page.click("#prefill")
+    page.wait("document.getElementById('progress').value > 0", 120)
+    page.click("#cancel")
+    page.wait("window.qkv.abort === null")
+    page.idle()
+    assert page.el("#status").text == "cancelled"
+    end = time.time() + 30
+    while {s["id"] for s in api(server, "/api/sessions")["sessions"]} - before and time.time() < end:
+        time.sleep(0.2)
+    assert not {s["id"] for s in api(server, "/api/sessions")["sessions"]} - before
+
+    t0 = time.time()
+    prefill(page)
+    n = page.js("window.qkv.session.n_tokens")
+    print(f"\nlong document: {n} tokens prefilled in {time.time() - t0:.1f} s")
+    assert n >= LONG_TOKENS
+    model = api(server, "/api/model")
+    glob = model["windows"].index(0)
+    slide = model["windows"].index(next(w for w in model["windows"] if w))
+    window = model["windows"][slide]
+    q = n - 3
+
+    # a sliding layer: keys outside the window are drawn `out` with weight 0
+    page.show_row(q, slide, 2)
+    row = check_row(page, server, q, slide, 2, need=range(q - window + 1, q + 1))
+    out = page.js("Array.from(document.querySelectorAll("
+                  "`#tokens .chunk[data-row='${window.qkv.rowId}'] span.t.out`)).map(s => Number(s.dataset.i))")
+    assert out and all(i < q - window + 1 and row[i] == 0 for i in out)
+
+    page.show_row(q, glob, 0)
+    check_row(page, server, q, glob, 0, need=range(q - 400, q + 1))
+    print(f"row over {q + 1} keys painted in {page.js('window.qkv.paintMs'):.1f} ms, "
+          f"{page.js('window.qkv.frameMs'):.1f} ms to the next frame (chromium, headless)")
+    # the first chunk, painted once scrolled to
+    page.js("document.getElementById('tokens').scrollTop = 0")
+    page.wait("document.querySelector('#tokens .chunk').dataset.row === String(window.qkv.rowId)")
+    check_row(page, server, q, glob, 0, need=range(0, 300))
+
+    apply_edit(page, server, [(glob, 1)], [q - 1])
+    page.click("#clear-edit")
+    page.idle()
+
+    page.click("#load-lens")
+    page.wait("document.querySelectorAll('#lens td.lcell').length > 0", 300)
+    page.idle()
+    cols = page.js("Array.from(new Set(Array.from(document.querySelectorAll('#lens td.lcell'))"
+                   ".map(c => Number(c.dataset.pos))))")
+    assert n - 1 in cols or q in cols
+    check_lens(page, server, sorted(cols))
+    logs = [e for e in page.d.get_log("browser") if e["level"] == "SEVERE"]
+    assert not logs, logs
