@@ -49,6 +49,9 @@ SO_FILE  := $(SONAME).$(VERSION_MINOR).$(VERSION_PATCH)
 LIB_SRC    := $(sort $(wildcard src/*/*.c))
 RENDER_SRC := $(sort $(wildcard render/*.c render/*.S))
 CLI_SRC    := $(sort $(wildcard cli/*.c))
+SERVE_SRC  := $(sort $(wildcard serve/*.c))
+# the page's files, embedded in qkv by scripts/embed-web.sh (gzip -9n + .incbin)
+WEB_FILES  := $(sort $(wildcard web/*))
 TEST_SRC   := $(sort $(wildcard tests/*.c))
 ifeq ($(NATIVE),1)
 # valgrind's virtual CPU has no AVX-512: a -march=native binary may not run under it
@@ -66,6 +69,11 @@ LIB_OBJ    := $(LIB_SRC:%.c=$(BUILD)/%.o)
 RENDER_OBJ := $(patsubst %.S,$(BUILD)/%.o,$(RENDER_SRC:%.c=$(BUILD)/%.o))
 CLI_OBJ    := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TEST_OBJ   := $(TEST_SRC:%.c=$(BUILD)/%.o)
+# qkv serve (serve/): only the qkv binary and the test runner (whose API tests
+# are CivetWeb clients) link it and its two libraries; libqkv links neither
+WEB_GEN    := $(BUILD)/serve/gen
+SERVE_OBJ  := $(SERVE_SRC:%.c=$(BUILD)/%.o) $(WEB_GEN)/web.o $(WEB_GEN)/web_table.o
+SERVE_LIBS := -lcivetweb -lcjson
 # fuzz/fuzz_<target>.c: libFuzzer targets (the fuzzing section below)
 FUZZ_TARGETS := chat flags gguf npy tokenizer
 # the roofline loops live beside qkv bench; their test links them, and the
@@ -93,6 +101,17 @@ $(BUILD)/render/page.o: render/page.S render/inspect_page.html
 	@echo "as $<"
 	@$(CC) -c $< -o $@ -Wa,-I,$(CURDIR)
 $(BUILD)/render/%.o $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += -Irender
+$(BUILD)/cli/%.o $(BUILD)/serve/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += -Iserve -Icli -Irender
+# the page: web/* gzipped and embedded (the table, then the bytes by the assembler)
+$(WEB_GEN)/web.S $(WEB_GEN)/web_table.c &: scripts/embed-web.sh $(WEB_FILES)
+	@echo "embed $(WEB_FILES)"
+	@sh scripts/embed-web.sh $(WEB_GEN) $(WEB_FILES)
+$(WEB_GEN)/web.o: $(WEB_GEN)/web.S
+	@echo "as $<"
+	@$(CC) -c $< -o $@ -Wa,-I,$(CURDIR)
+$(WEB_GEN)/web_table.o: $(WEB_GEN)/web_table.c $(FLAGS_FILE)
+	@echo "cc $<"
+	@$(CC) $(ALL_CFLAGS) -Iserve -c $< -o $@
 $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += $(OMP_FLAGS)
 
 # The SIMD inner loops may fuse a*b+c into FMA; nothing else does (no -ffast-math:
@@ -114,15 +133,15 @@ $(BUILD)/libqkv_render.a: $(RENDER_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(LDLIBS) $(OMP_FLAGS)
+$(BUILD)/qkv: $(CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
+	$(CC) -o $@ $(CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(SERVE_LIBS) $(LDLIBS) $(OMP_FLAGS)
 
 # bench/model_steps.c: the model's forward alone, against libqkv only
 $(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a
 	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
 
-$(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv
-	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(LDLIBS) \
+$(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv
+	$(CC) -o $@ $(TEST_OBJ) $(TEST_CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(SERVE_LIBS) $(LDLIBS) \
 	    $(OMP_FLAGS)
 
 # `make test` fetches the real model (make model) if missing, then runs every
@@ -259,5 +278,5 @@ fuzz: model
 # context parallelism over MPI: make mpi, make mpi-test
 include mpi/mpi.mk
 
--include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) \
+-include $(LIB_OBJ:.o=.d) $(RENDER_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(SERVE_OBJ:.o=.d) \
          $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%.d) $(BUILD)/fuzz/replay.d

@@ -19,5 +19,6 @@ int cmd_needle(int argc, char **argv);
 int cmd_patch(int argc, char **argv);
 int cmd_attribute(int argc, char **argv);
 int cmd_lens(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif /* QKV_CLI_COMMANDS_H */

@@ -19,6 +19,7 @@ static const cli_dispatch_cmd commands[] = {
     {"lens", cmd_lens, "logit lens: what each layer's residual stream would predict, at every position"},
     {"stream", cmd_stream, "perplexity with a bounded KV cache: full, sliding window, attention sinks, recompute"},
     {"needle", cmd_needle, "needle in a haystack: is the fact found, and how much attention the answer puts on it"},
+    {"serve", cmd_serve, "the attention explorer: a page and a JSON API over one model (sessions, rows, edits, lens, patch)"},
     {"demo", cmd_demo, "the embedded default walk-through run by `make demo`"},
 };
 

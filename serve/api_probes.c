@@ -1,0 +1,239 @@
+/*
+ * api_probes.c — the probes that run a session's whole sequence again from
+ * position 0: the logit lens (GET .../lens, the fields of `qkv lens --json`)
+ * and activation patching (POST .../patch, the keys of `qkv patch --json`).
+ * Both leave the model's cache empty (qkv_lens, qkv_patch): the session's
+ * tokens are run again afterwards (serve_session_restore).
+ */
+#include "server.h"
+#include "json_out.h"
+#include "prompt.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void put_id(FILE *f, int64_t i, const void *ids) { fprintf(f, "%d", ((const int32_t *)ids)[i]); }
+static void put_label(FILE *f, int64_t i, const void *labels) { cli_json_string(f, ((char *const *)labels)[i]); }
+
+/* The session's tokens as the commands print a prompt. */
+static cli_prompt session_prompt(const serve_session *s) {
+    return (cli_prompt){.ids = s->ids, .labels = s->pieces, .n = s->n};
+}
+
+/* A probe failed or finished: the session's cache back; a failure there drops the session. */
+static int restore(struct mg_connection *c, serve_server *sv, serve_session *s) {
+    char msg[512], ignore[8];
+    if (!serve_session_restore(sv, s, msg, sizeof msg)) return 0;
+    serve_table_remove(&sv->table, s->id, ignore, sizeof ignore);
+    return http_error(c, 500, "%s (session %s dropped)", msg, s->id);
+}
+
+int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) {
+    const int V = sv->cfg.n_vocab, L = sv->cfg.n_layer, n = s->n;
+    int k, target, st;
+    int32_t top1 = 0;
+    for (int v = 1; v < V; v++)
+        if (s->logits[v] > s->logits[top1]) top1 = v;
+    if ((st = http_query_int(c, "k", &k, 1, SERVE_MAX_K, 1, 5)) || (st = http_query_int(c, "target", &target, 0, V - 1, 1, top1)))
+        return st;
+    const size_t cells = (size_t)L * n;
+    int32_t *ids = malloc(cells * k * sizeof(int32_t));
+    float *probs = malloc(cells * k * sizeof(float)), *tp = malloc(cells * sizeof(float));
+    char **labels = calloc(cells * k, sizeof(char *)), *target_label = serve_piece(sv, target);
+    qkv_lens_out out = {.top_ids = ids, .top_probs = probs, .target_prob = tp};
+    const qkv_lens_params lp = {.k = k, .target = target};
+    qkv_error err = {0};
+    if (!ids || !probs || !tp || !labels || !target_label) st = http_error(c, 500, "out of memory");
+    else if (qkv_lens(&out, s->m, s->ids, n, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
+    if (!st) st = restore(c, sv, s);
+    for (size_t i = 0; !st && i < cells * k; i++)
+        if (!(labels[i] = serve_piece(sv, ids[i]))) st = http_error(c, 500, "out of memory");
+    http_buf b;
+    if (!st && !(st = http_buf_open(c, &b) ? 500 : 0)) {
+        const cli_prompt pr = session_prompt(s);
+        const int64_t lnk[3] = {L, n, k};
+        fputs("{\n  \"model\": ", b.f);
+        cli_json_string(b.f, sv->o.model);
+        fprintf(b.f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"k\": %d,\n  \"tokens\": ", n, L, k);
+        cli_json_prompt(b.f, &pr);
+        fputs(",\n  \"target\": ", b.f);
+        cli_json_token(b.f, target, target_label);
+        fputs(",\n  \"top_ids\": ", b.f);
+        cli_json_nested(b.f, 3, lnk, 2, put_id, ids);
+        fputs(",\n  \"top_pieces\": ", b.f);
+        cli_json_nested(b.f, 3, lnk, 2, put_label, labels);
+        fputs(",\n  \"top_probs\": ", b.f);
+        cli_json_floats(b.f, probs, 3, lnk, 2);
+        fputs(",\n  \"target_prob\": ", b.f);
+        cli_json_floats(b.f, tp, 2, lnk, 2);
+        fputs("\n}\n", b.f);
+        http_buf_send(c, &b, 200, NULL);
+        st = 200;
+    }
+    cli_labels_free(labels, labels ? (int64_t)(cells * k) : 0);
+    free(ids);
+    free(probs);
+    free(tp);
+    free(target_label);
+    return st;
+}
+
+/* ----------------------------------------------------------------- patch */
+
+static const char *const metric_names[] = {"kl", "logit-diff"}; /* qkv_metric_kind order, as `qkv patch --metric` */
+
+/* "answer" / "wrong": one token, as text (exactly one token) or an id; 0 or 400 sent. */
+static int one_token(struct mg_connection *c, serve_server *sv, const cJSON *req, const char *key, int32_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, key);
+    if (!v) return http_error(c, 400, "\"metric\": \"logit-diff\" needs \"answer\" and \"wrong\" (one token each)");
+    if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < sv->cfg.n_vocab && v->valuedouble == floor(v->valuedouble)) {
+        *out = (int32_t)v->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsString(v) || !v->valuestring[0] || !http_utf8_valid(v->valuestring, strlen(v->valuestring)))
+        return http_error(c, 400, "\"%s\": want a token id or a text of exactly one token", key);
+    int32_t ids[4];
+    int64_t n = 0;
+    if (qkv_tokenize(sv->tok, v->valuestring, strlen(v->valuestring), 0, 0, ids, 4, &n, NULL) || n != 1)
+        return http_error(c, 400, "\"%s\": the text is not exactly one token", key);
+    *out = ids[0];
+    return 0;
+}
+
+/* The sweeps asked for (bit per qkv_sweep): "sweeps" names, "per_position" adds head_out_pos; 0 or 400 sent. */
+static int sweeps_of(struct mg_connection *c, const cJSON *req, int *sweeps) {
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(req, "sweeps"), *pp = cJSON_GetObjectItemCaseSensitive(req, "per_position");
+    *sweeps = ((1 << QKV_SWEEP_COUNT) - 1) & ~(1 << QKV_SWEEP_HEAD_OUT_POS); /* `qkv patch`'s default */
+    if (sw) {
+        if (!cJSON_IsArray(sw) || !cJSON_GetArraySize(sw)) return http_error(c, 400, "\"sweeps\" must be a non-empty array of sweep names");
+        *sweeps = 0;
+        for (const cJSON *e = sw->child; e; e = e->next) {
+            int found = -1;
+            for (int s = 0; s < QKV_SWEEP_COUNT && cJSON_IsString(e); s++)
+                if (!strcmp(e->valuestring, qkv_sweep_name((qkv_sweep)s))) found = s;
+            if (found < 0) return http_error(c, 400, "\"sweeps\": want names among head_out, head_out_pos, resid_pre, attn_out, mlp_out");
+            *sweeps |= 1 << found;
+        }
+    }
+    if (pp && !cJSON_IsBool(pp)) return http_error(c, 400, "\"per_position\" must be true or false");
+    if (cJSON_IsTrue(pp)) *sweeps |= 1 << QKV_SWEEP_HEAD_OUT_POS;
+    return 0;
+}
+
+int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s) {
+    cJSON *req;
+    int st = serve_body_json(c, sv, &req);
+    if (st) return st;
+    const int n = s->n, L = sv->cfg.n_layer, H = sv->cfg.n_head;
+    int32_t *corrupt = NULL, answer = -1, wrong = -1;
+    int nc = 0, sweeps = 0, max_mib = (int)(QKV_PATCH_DEFAULT_MAX_BYTES >> 20);
+    qkv_metric_kind kind = QKV_METRIC_KL;
+    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(req, "metric"), *jx = cJSON_GetObjectItemCaseSensitive(req, "max_mib");
+    qkv_patch_out out = {0};
+    int ndim[QKV_SWEEP_COUNT] = {0};
+    int64_t shape[QKV_SWEEP_COUNT][3];
+    char *al = NULL, *wl = NULL;
+    if ((st = serve_prompt_ids(c, sv, req, "corrupt", "corrupt_tokens", &corrupt, &nc)) || (st = sweeps_of(c, req, &sweeps)))
+        goto done;
+    if (jm && !(cJSON_IsString(jm) && (!strcmp(jm->valuestring, "kl") || !strcmp(jm->valuestring, "logit-diff")))) {
+        st = http_error(c, 400, "\"metric\": want \"kl\" or \"logit-diff\"");
+        goto done;
+    }
+    if (jm && !strcmp(jm->valuestring, "logit-diff")) kind = QKV_METRIC_LOGIT_DIFF;
+    if (jx && !(cJSON_IsNumber(jx) && jx->valuedouble >= 1 && jx->valuedouble <= 1 << 20)) {
+        st = http_error(c, 400, "\"max_mib\": want an integer in [1, %d]", 1 << 20);
+        goto done;
+    }
+    if (jx) max_mib = (int)jx->valuedouble;
+    if (kind == QKV_METRIC_LOGIT_DIFF) {
+        if ((st = one_token(c, sv, req, "answer", &answer)) || (st = one_token(c, sv, req, "wrong", &wrong))) goto done;
+        if (answer == wrong) {
+            st = http_error(c, 400, "\"answer\" and \"wrong\" are the same token (%d)", answer);
+            goto done;
+        }
+    } else if (cJSON_GetObjectItemCaseSensitive(req, "answer") || cJSON_GetObjectItemCaseSensitive(req, "wrong")) {
+        st = http_error(c, 400, "\"answer\" and \"wrong\" go with \"metric\": \"logit-diff\"");
+        goto done;
+    }
+    if (nc != n) {
+        st = http_error(c, 400, "the session is %d tokens and the corrupted prompt %d: patching needs the same count", n, nc);
+        goto done;
+    }
+    if (!memcmp(corrupt, s->ids, (size_t)n * sizeof(int32_t))) {
+        st = http_error(c, 400, "the corrupted prompt is the session's own %d tokens: nothing to patch", n);
+        goto done;
+    }
+    for (int w = 0; w < QKV_SWEEP_COUNT; w++) {
+        if (!(sweeps & (1 << w))) continue;
+        ndim[w] = qkv_sweep_shape(shape[w], (qkv_sweep)w, L, H, n);
+        if (!(out.recovery[w] = malloc((size_t)(shape[w][0] * shape[w][1] * shape[w][2]) * sizeof(float)))) {
+            st = http_error(c, 500, "out of memory");
+            goto done;
+        }
+    }
+    const int64_t need = qkv_patch_bytes(s->m, n, &out), limit = (int64_t)max_mib << 20;
+    if (need > limit) {
+        st = http_error(c, 400, "the sweeps would cache %lld bytes (%.1f MiB) of activations, above \"max_mib\" %d", (long long)need,
+                        (double)need / (1 << 20), max_mib);
+        goto done;
+    }
+    qkv_patch_summary sum = {0};
+    const qkv_patch_params pp = {.metric = {.kind = kind, .answer = answer, .wrong = wrong}, .max_bytes = limit};
+    qkv_error err = {0};
+    const qkv_status ps = qkv_patch(&out, &sum, s->m, s->ids, corrupt, n, &pp, &err);
+    if ((st = restore(c, sv, s))) goto done;
+    if (ps) {
+        st = http_error(c, ps == QKV_ERR_INVALID ? 400 : 500, "%s", err.msg);
+        goto done;
+    }
+    if ((answer >= 0 && !(al = serve_piece(sv, answer))) || (wrong >= 0 && !(wl = serve_piece(sv, wrong)))) {
+        st = http_error(c, 500, "out of memory");
+        goto done;
+    }
+    cli_prompt clean = session_prompt(s), cor = {.ids = corrupt, .n = n, .labels = calloc((size_t)n, sizeof(char *))};
+    for (int i = 0; cor.labels && i < n; i++)
+        if (!(cor.labels[i] = serve_piece(sv, corrupt[i]))) {
+            cli_labels_free(cor.labels, n);
+            cor.labels = NULL;
+        }
+    http_buf b;
+    if (!cor.labels) st = http_error(c, 500, "out of memory");
+    else if (!(st = http_buf_open(c, &b) ? 500 : 0)) {
+        fputs("{\n  \"model\": ", b.f);
+        cli_json_string(b.f, sv->o.model);
+        fprintf(b.f, ",\n  \"metric\": \"%s\",\n  \"answer\": ", metric_names[kind]);
+        cli_json_token(b.f, answer, al);
+        fputs(",\n  \"wrong\": ", b.f);
+        cli_json_token(b.f, wrong, wl);
+        fprintf(b.f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"clean_tokens\": ", n, L, H);
+        cli_json_prompt(b.f, &clean);
+        fputs(",\n  \"corrupt_tokens\": ", b.f);
+        cli_json_prompt(b.f, &cor);
+        fputs(",\n  \"clean\": ", b.f);
+        cli_json_double(b.f, sum.clean);
+        fputs(",\n  \"corrupt\": ", b.f);
+        cli_json_double(b.f, sum.corrupt);
+        fputs(",\n", b.f);
+        for (int w = 0; w < QKV_SWEEP_COUNT; w++) {
+            fprintf(b.f, "  \"%s\": ", qkv_sweep_name((qkv_sweep)w));
+            if (out.recovery[w]) cli_json_floats(b.f, out.recovery[w], ndim[w], shape[w], 2);
+            else fputs("null", b.f);
+            fputs(",\n", b.f);
+        }
+        fprintf(b.f, "  \"cost\": {\"layer_token_steps\": %lld, \"naive_layer_token_steps\": %lld, \"n_components\": %lld}\n}\n",
+                (long long)sum.layer_token_steps, (long long)sum.naive_layer_token_steps, (long long)sum.n_components);
+        http_buf_send(c, &b, 200, NULL);
+        st = 200;
+    }
+    if (cor.labels) cli_labels_free(cor.labels, n);
+done:
+    for (int w = 0; w < QKV_SWEEP_COUNT; w++) free(out.recovery[w]);
+    free(al);
+    free(wl);
+    free(corrupt);
+    cJSON_Delete(req);
+    return st;
+}
