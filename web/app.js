@@ -20,6 +20,9 @@ import { Edit } from './edit.js';
 
 const $ = (id) => document.getElementById(id);
 const LENS_COLUMNS = 48; // the lens grid shows at most this many positions, ending at the query
+// GET /lens reads every position (L x n unembeddings, the prompt run again):
+// offered up to this many tokens, read at once up to LENS_COLUMNS
+const LENS_MAX_TOKENS = 256;
 const TOP_KEYS = 12;
 
 const st = {
@@ -96,7 +99,10 @@ function showSession(s) {
   view.render(s.tokens, 0, st.generatedFrom[s.id]);
   renderTop($('next'), s.top);
   $('lens').textContent = '';
-  $('lens-info').textContent = '';
+  $('load-lens').disabled = s.n_tokens > LENS_MAX_TOKENS;
+  $('lens-info').textContent = s.n_tokens > LENS_MAX_TOKENS
+    ? `the lens API reads all ${s.n_tokens} positions (each layer's unembedding of each): offered up to ${LENS_MAX_TOKENS} tokens`
+    : '';
   showEdit();
   status(`${s.id}: ${s.n_tokens} tokens, ${(s.bytes / 1048576).toFixed(1)} MiB held by the session`);
   task(refreshSessions);
@@ -150,8 +156,8 @@ async function generate() {
   $('generate').disabled = true;
   try {
     const s = await postStream(sessionPath(id, 'generate'), body, 'session', (name, d) => {
-      if (name !== 'token') return;
-      live.push({ id: d.id, piece: d.piece });
+      if (name !== 'token') return; // {token: {id, piece}, n_tokens}
+      live.push(d.token);
       view.render(live, live.length - 1, st.generatedFrom[id]);
       status(`generated ${live.length - n0} of ${body.n}`);
     }, ctl.signal);

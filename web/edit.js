@@ -27,18 +27,13 @@ export class Edit {
 
   empty() { return !this.zeroed.size && !this.hidden.size; }
 
-  // The request body; the row of (layer, head) comes back when head is a number.
+  // The request body: the edit, and the row of (layer, head) (head: a number or 'mean') to recompute.
   body(layer, head, k) {
-    const b = {
+    return {
       zero_heads: [...this.zeroed].map((s) => s.split(',').map(Number)),
       exclude: [...this.hidden].sort((a, c) => a - c),
-      k,
+      k, layer, head,
     };
-    if (typeof head === 'number') {
-      b.layer = layer;
-      b.head = head;
-    }
-    return b;
   }
 
   describeHeads() {

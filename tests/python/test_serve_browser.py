@@ -15,9 +15,8 @@ with what the JSON API answers for the same question:
 - a document of >= 8,000 tokens (GPL-3 and part of LGPL-3) opened as a file:
   a prefill cancelled mid-way frees its session; the full prefill; the row
   of a late token over a sliding and a global layer, in the chunks painted
-  at once and in the first chunk once it is scrolled to; an edit's KL; the
-  lens grid's top-1. The row's paint time is printed, not asserted (a
-  benchmark, BENCHMARKS.md).
+  at once and in the first chunk once it is scrolled to; an edit's KL. The
+  row's paint time is printed, not asserted (a benchmark, BENCHMARKS.md).
 """
 import json
 import math
@@ -366,12 +365,7 @@ def test_long_document(server, browser, tmp_path):
     page.click("#clear-edit")
     page.idle()
 
-    page.click("#load-lens")
-    page.wait("document.querySelectorAll('#lens td.lcell').length > 0", 300)
-    page.idle()
-    cols = page.js("Array.from(new Set(Array.from(document.querySelectorAll('#lens td.lcell'))"
-                   ".map(c => Number(c.dataset.pos))))")
-    assert n - 1 in cols or q in cols
-    check_lens(page, server, sorted(cols))
+    # the lens reads every position: not offered at this length (the page says so)
+    assert not page.el("#load-lens").is_enabled()
     logs = [e for e in page.d.get_log("browser") if e["level"] == "SEVERE"]
     assert not logs, logs
