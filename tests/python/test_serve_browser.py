@@ -18,22 +18,15 @@ with what the JSON API answers for the same question:
   at once and in the first chunk once it is scrolled to; an edit's KL. The
   row's paint time is printed, not asserted (a benchmark, BENCHMARKS.md).
 """
-import json
 import math
-import os
 import pathlib
-import select
-import signal
-import subprocess
 import time
-import urllib.request
 
 import pytest
 
 from conftest import GEMMA3, ROOT, qkv_cli_bin
+from serve_page import Page, api, browser_missing, start_browser, start_server, stop_server
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 PROMPT = "年假怎么申请？"
 CORRUPT = "病假怎么申请？"
 LONG_TOKENS = 8000
@@ -55,109 +48,20 @@ def server():
     qkv = qkv_cli_bin()
     if not GEMMA3.exists():
         pytest.skip(f"{GEMMA3} missing (make model)")
-    proc = subprocess.Popen([str(qkv), "serve", "-m", str(GEMMA3), "--port", "0", "--ctx", "8448", "--threads", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = ""
-    if select.select([proc.stdout], [], [], 120)[0]:
-        line = proc.stdout.readline()
-    if not line.startswith("qkv serve: http://"):
-        proc.kill()
-        pytest.fail(f"qkv serve did not start: {line!r} {proc.stderr.read()}")
-    url = line.split()[2].rstrip("/")
+    proc, url = start_server(qkv, GEMMA3, ctx=8448)
     yield url
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0, proc.stderr.read()
-
-
-def api(url, path, body=None, method=None):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method or ("POST" if data else "GET"),
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
+    rc, err = stop_server(proc)
+    assert rc == 0, err
 
 
 @pytest.fixture(scope="module")
 def browser():
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if not os.access(path, os.X_OK):
-            pytest.skip(f"{path} missing (make deps installs chromium and chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager, were it ever asked, may not download
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1280,900", "--force-device-scale-factor=1", "--lang=zh-CN"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    missing = browser_missing()
+    if missing:
+        pytest.skip(missing)
+    driver = start_browser()
     yield driver
     driver.quit()
-
-
-class Page:
-    """The page in the browser: script calls, waits, and the pieces the tests read."""
-
-    def __init__(self, driver, url):
-        self.d = driver
-        self.url = url
-        driver.get(url + "/")
-        self.wait("window.qkv && window.qkv.ready", 60)
-
-    def js(self, expr, *args):
-        return self.d.execute_script("return " + expr, *args)
-
-    def wait(self, expr, timeout=120):
-        end = time.time() + timeout
-        while time.time() < end:
-            if self.js(expr):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout} s waiting for {expr}; errors {self.js('window.qkv.errors')}")
-
-    def idle(self, timeout=300):
-        self.wait("window.qkv.busy === 0", timeout)
-        assert self.js("window.qkv.errors") == []
-
-    def el(self, css):
-        from selenium.webdriver.common.by import By
-        return self.d.find_element(By.CSS_SELECTOR, css)
-
-    def click(self, css):
-        e = self.el(css)
-        self.d.execute_script("arguments[0].scrollIntoView({block: 'center'})", e)
-        e.click()
-
-    def choose(self, select_id, value):
-        from selenium.webdriver.support.ui import Select
-        Select(self.el("#" + select_id)).select_by_value(str(value))
-
-    def sid(self):
-        return self.js("window.qkv.session.id")
-
-    def token(self, i):
-        return f"#tokens span.t[data-i='{i}']"
-
-    def click_token(self, i):
-        self.click(self.token(i))
-
-    def painted(self):
-        """{position: weight} of every span in the chunks that show the current row."""
-        pairs = self.js("Array.from(document.querySelectorAll("
-                        "`#tokens .chunk[data-row='${window.qkv.rowId}'] span.t[data-w]`))"
-                        ".map(s => [Number(s.dataset.i), Number(s.dataset.w)])")
-        return dict(pairs)
-
-    def show_row(self, query, layer, head):
-        """Choose layer and head, click token `query`; wait for its row."""
-        self.choose("layer", layer)
-        self.choose("head", head)
-        self.click_token(query)
-        self.wait(f"window.qkv.row && window.qkv.row.query === {query} && window.qkv.row.layer === {layer}"
-                  f" && String(window.qkv.row.head) === '{head}'")
-        self.idle()
 
 
 def check_row(page, url, query, layer, head, need=None):
@@ -218,18 +122,12 @@ def check_lens(page, url, positions):
         assert close(prob, lens["top_probs"][l][p][0])
 
 
-def prefill(page, timeout=600):
-    page.click("#prefill")
-    page.wait("window.qkv.session && window.qkv.abort === null", timeout)
-    page.idle(timeout)
-
-
 def test_article_prompt(server, browser):
     page = Page(browser, server)
     box = page.el("#prompt")
     box.clear()
     box.send_keys(PROMPT)
-    prefill(page)
+    page.prefill()
     tokens = page.js("window.qkv.tokens")
     pieces = [t["piece"] for t in tokens]
     assert "申请" in pieces, pieces
@@ -304,8 +202,7 @@ def test_article_prompt(server, browser):
     assert [t["id"] for t in session["tokens"]] == [t["id"] for t in page.js("window.qkv.tokens")]
     page.show_row(n + 1, glob, 0)
     check_row(page, server, n + 1, glob, 0)
-    logs = [e for e in page.d.get_log("browser") if e["level"] == "SEVERE"]
-    assert not logs, logs
+    assert not page.severe_logs()
 
 
 def long_text():
@@ -335,7 +232,7 @@ def test_long_document(server, browser, tmp_path):
     assert not {s["id"] for s in api(server, "/api/sessions")["sessions"]} - before
 
     t0 = time.time()
-    prefill(page)
+    page.prefill()
     n = page.js("window.qkv.session.n_tokens")
     print(f"\nlong document: {n} tokens prefilled in {time.time() - t0:.1f} s")
     assert n >= LONG_TOKENS
@@ -367,5 +264,4 @@ def test_long_document(server, browser, tmp_path):
 
     # the lens reads every position: not offered at this length (the page says so)
     assert not page.el("#load-lens").is_enabled()
-    logs = [e for e in page.d.get_log("browser") if e["level"] == "SEVERE"]
-    assert not logs, logs
+    assert not page.severe_logs()
