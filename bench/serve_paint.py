@@ -43,7 +43,7 @@ def main():
     ap.add_argument("--qkv", default=str(ROOT / "build" / "qkv"))
     a = ap.parse_args()
     ids = document_ids(a.qkv, a.tokens)
-    proc, url = start_server(a.qkv, GEMMA3, ctx=a.tokens + 16)
+    proc, url = start_server(a.qkv, GEMMA3, ctx=a.tokens)
     driver = start_browser()
     try:
         page = Page(driver, url)

@@ -162,6 +162,10 @@ async function generate() {
       status(`generated ${live.length - n0} of ${body.n}`);
     }, ctl.signal);
     showSession(s);
+  } catch (e) {
+    if (e.name !== 'AbortError') throw e;
+    showSession(await getJSON(sessionPath(id))); // the server keeps what it generated
+    status('generation cancelled');
   } finally {
     st.abort = null;
     $('cancel').disabled = true;
@@ -344,6 +348,7 @@ function paintEditRow() {
   st.query = q;
   rowSeq++; // any row request in flight is now stale
   paintRow(Float32Array.from(r[which]), q, r.layer, r.head, `edited (${which}): `);
+  if (st.grid && st.grid.query !== q) task(loadGrid);
 }
 
 // ---- patching -----------------------------------------------------------
