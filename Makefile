@@ -173,14 +173,17 @@ check: all
 # tokenizer, .npy through attend, flags, the fuzz corpora, each family's hostile
 # files) and every command's bad input and one good run of each (demo, sinks:
 # their parts; every command on each tiny family model), the tests' JSON
-# reader, and the PNG encoder (png_: tests/test_png_encode.c and the inspect figure).
+# reader, the PNG encoder (png_: tests/test_png_encode.c and the inspect figure),
+# and qkv serve: its hostile requests and one good run of each endpoint
+# (serve_hostile, serve_api; the server is a child process of the ASan build).
 SANITIZE_CI_TESTS := gguf_ model_config model_gguf model_load_checks model_hostile tokenizer_load_checks tok_ \
                      fuzz_replay families_cli_qwen families_cli_gemma families_cli_mistral families_cli_smollm3 \
                      families_cli_olmo2 families_cli_phi3 families_cli_json rope_partial \
                      dequant alloc_counter attn_plan_runs sampler_draws bad_input rejects_bad cli_every_command \
                      cli_one_bos explain_json scaling_is_deterministic cost_model_from_gguf attend_cli_matches \
                      run_cli_generates inspect_cli_outputs bench_cli_one_shape_keeps stream_cli_json ablate_cli_json \
-                     patch_cli_json_npy_html patch_cli_attribute_equals patch_cli_lens_equals json_read_ png_
+                     patch_cli_json_npy_html patch_cli_attribute_equals patch_cli_lens_equals json_read_ png_ \
+                     serve_api serve_hostile
 SAN_ENV := $(if $(filter 1,$(SANITIZE)),ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 \
            UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1)
 sanitize: deps model
@@ -219,6 +222,9 @@ $(GEMMA3): models.sha256 scripts/get-model.sh
 demo: deps model
 	$(MAKE) all
 	./$(BUILD)/qkv demo --out-dir $(BUILD)
+	@echo
+	@echo "Next: the attention explorer in your browser (docs/serve.md):"
+	@echo "  ./$(BUILD)/qkv serve -m $(GEMMA3)    # then open http://127.0.0.1:8080/"
 
 # Debian packages beyond gcc and make (unifont, chromium, valgrind, ...), if missing.
 deps:

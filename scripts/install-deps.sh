@@ -9,6 +9,9 @@
 #   python3-venv, python3-dev  `make pytest` builds the Python package in a venv
 #               (Debian splits ensurepip and Python.h out of python3)
 #   valgrind    the CLI smoke tests under memcheck (tests/test_valgrind.c)
+#   libcivetweb-dev  CivetWeb, the HTTP server of `qkv serve` (and the HTTP client
+#               of its API tests); linked by the qkv binary only, not libqkv
+#   libcjson-dev     cJSON, which parses `qkv serve`'s JSON request bodies
 # and with FUZZ=1 (make fuzz) the libFuzzer toolchain:
 #   clang libclang-rt-14-dev
 #   openmpi-bin, libopenmpi-dev  mpicc and mpirun for libqkv_mpi and qkv-mpi (make mpi-test)
@@ -21,6 +24,8 @@ if [ "${FUZZ:-0}" = 1 ]; then
         need="$need libclang-rt-14-dev"
 fi
 [ -f /usr/share/unifont/unifont.hex ] || need="$need unifont"
+[ -f /usr/include/civetweb.h ] || need="$need libcivetweb-dev"
+[ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
 [ -x /usr/bin/chromedriver ] || need="$need chromium-driver"
 [ -f /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc ] || need="$need fonts-noto-cjk"

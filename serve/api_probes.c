@@ -2,8 +2,9 @@
  * api_probes.c — the probes that run a session's whole sequence again from
  * position 0: the logit lens (GET .../lens, the fields of `qkv lens --json`)
  * and activation patching (POST .../patch, the keys of `qkv patch --json`).
- * Both leave the model's cache empty (qkv_lens, qkv_patch): the session's
- * tokens are run again afterwards (serve_session_restore).
+ * Both run on a model of their own over the server's weights
+ * (serve_scratch_model), sized for the whole sequence in one call: the
+ * session's cache is not touched.
  */
 #include "server.h"
 #include "json_out.h"
@@ -23,14 +24,6 @@ static cli_prompt session_prompt(const serve_session *s) {
     return (cli_prompt){.ids = s->ids, .labels = s->pieces, .n = s->n};
 }
 
-/* A probe failed or finished: the session's cache back; a failure there drops the session. */
-static int restore(struct mg_connection *c, serve_server *sv, serve_session *s) {
-    char msg[512], ignore[8];
-    if (!serve_session_restore(sv, s, msg, sizeof msg)) return 0;
-    serve_table_remove(&sv->table, s->id, ignore, sizeof ignore);
-    return http_error(c, 500, "%s (session %s dropped)", msg, s->id);
-}
-
 int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) {
     const int V = sv->cfg.n_vocab, L = sv->cfg.n_layer, n = s->n;
     int k, target, st;
@@ -46,9 +39,11 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
     qkv_lens_out out = {.top_ids = ids, .top_probs = probs, .target_prob = tp};
     const qkv_lens_params lp = {.k = k, .target = target};
     qkv_error err = {0};
+    qkv_model *m = NULL;
     if (!ids || !probs || !tp || !labels || !target_label) st = http_error(c, 500, "out of memory");
-    else if (qkv_lens(&out, s->m, s->ids, n, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
-    if (!st) st = restore(c, sv, s);
+    else if (!(m = serve_scratch_model(c, sv, n))) st = 500;
+    else if (qkv_lens(&out, m, s->ids, n, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
+    qkv_model_close(m);
     for (size_t i = 0; !st && i < cells * k; i++)
         if (!(labels[i] = serve_piece(sv, ids[i]))) st = http_error(c, 500, "out of memory");
     http_buf b;
@@ -136,6 +131,7 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     int ndim[QKV_SWEEP_COUNT] = {0};
     int64_t shape[QKV_SWEEP_COUNT][3];
     char *al = NULL, *wl = NULL;
+    qkv_model *m = NULL;
     if ((st = serve_prompt_ids(c, sv, req, "corrupt", "corrupt_tokens", &corrupt, &nc)) || (st = sweeps_of(c, req, &sweeps)))
         goto done;
     if (jm && !(cJSON_IsString(jm) && (!strcmp(jm->valuestring, "kl") || !strcmp(jm->valuestring, "logit-diff")))) {
@@ -183,10 +179,12 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     qkv_patch_summary sum = {0};
     const qkv_patch_params pp = {.metric = {.kind = kind, .answer = answer, .wrong = wrong}, .max_bytes = limit};
     qkv_error err = {0};
-    const qkv_status ps = qkv_patch(&out, &sum, s->m, s->ids, corrupt, n, &pp, &err);
-    if ((st = restore(c, sv, s))) goto done;
-    if (ps) {
-        st = http_error(c, ps == QKV_ERR_INVALID ? 400 : 500, "%s", err.msg);
+    if (!(m = serve_scratch_model(c, sv, n))) {
+        st = 500;
+        goto done;
+    }
+    if (qkv_patch(&out, &sum, m, s->ids, corrupt, n, &pp, &err)) {
+        st = http_error(c, err.status == QKV_ERR_INVALID ? 400 : 500, "%s", err.msg);
         goto done;
     }
     if ((answer >= 0 && !(al = serve_piece(sv, answer))) || (wrong >= 0 && !(wl = serve_piece(sv, wrong)))) {
@@ -230,6 +228,7 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     }
     if (cor.labels) cli_labels_free(cor.labels, n);
 done:
+    qkv_model_close(m);
     for (int w = 0; w < QKV_SWEEP_COUNT; w++) free(out.recovery[w]);
     free(al);
     free(wl);

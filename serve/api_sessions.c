@@ -170,7 +170,7 @@ int serve_api_model(struct mg_connection *c, serve_server *sv) {
     for (int l = 0; l < g->n_layer; l++) fprintf(b.f, "%s%d", l ? ", " : "", qkv_model_layer_slides(g, l) ? g->window : 0);
     fprintf(b.f, "], \"chat_template\": %s, \"bos\": %d, \"weights_bytes\": %lld, \"max_sessions\": %d, \"max_mib\": %lld}\n",
             gguf_str(sv->gguf, "tokenizer.chat_template") ? "true" : "false", qkv_tokenizer_bos(sv->tok),
-            (long long)sv->file_bytes, sv->o.max_sessions, (long long)(sv->o.max_bytes >> 20));
+            (long long)qkv_weights_bytes(sv->weights), sv->o.max_sessions, (long long)(sv->o.max_bytes >> 20));
     http_buf_send(c, &b, 200, NULL);
     return 200;
 }

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 /* One session's handler, run with the session's mutex held. */
 typedef int (*session_handler)(struct mg_connection *c, serve_server *sv, serve_session *s);
@@ -102,20 +101,18 @@ static int is_loopback(const char *host) {
 int serve_run(const serve_opts *o) {
     serve_server sv = {.o = *o};
     qkv_error err = {0};
-    struct stat st;
-    if (qkv_gguf_open(&sv.gguf, o->model, &err) || qkv_tokenizer_load(&sv.tok, sv.gguf, &err) ||
-        qkv_model_config_read(&sv.cfg, sv.gguf, &err)) {
+    if (qkv_weights_open(&sv.weights, o->model, &err) ||
+        qkv_tokenizer_load(&sv.tok, (sv.gguf = qkv_weights_gguf(sv.weights)), &err)) {
         fprintf(stderr, "qkv: %s\n", err.msg);
-        qkv_tokenizer_free(sv.tok);
-        qkv_gguf_close(sv.gguf);
+        qkv_weights_close(sv.weights);
         return 2;
     }
-    sv.file_bytes = stat(o->model, &st) == 0 ? (int64_t)st.st_size : 0;
+    sv.cfg = *qkv_weights_config(sv.weights);
     if (sv.o.ctx <= 0) sv.o.ctx = sv.cfg.n_ctx_train < QKV_MODEL_DEFAULT_CTX ? sv.cfg.n_ctx_train : QKV_MODEL_DEFAULT_CTX;
     if (sv.o.ctx > sv.cfg.n_ctx_train) {
         fprintf(stderr, "qkv: --ctx %d: the model was trained on %d positions\n", sv.o.ctx, sv.cfg.n_ctx_train);
         qkv_tokenizer_free(sv.tok);
-        qkv_gguf_close(sv.gguf);
+        qkv_weights_close(sv.weights);
         return 2;
     }
     if (serve_table_init(&sv.table, o->max_sessions, o->max_bytes)) {
@@ -162,6 +159,6 @@ int serve_run(const serve_opts *o) {
     mg_exit_library();
     serve_table_free(&sv.table);
     qkv_tokenizer_free(sv.tok);
-    qkv_gguf_close(sv.gguf);
+    qkv_weights_close(sv.weights);
     return rc;
 }

@@ -18,10 +18,10 @@
 
 typedef struct {
     serve_opts o;
-    qkv_gguf *gguf;
+    qkv_weights *weights;       /* one copy, shared by every session's model */
+    const qkv_gguf *gguf;       /* the weights' */
     qkv_tokenizer *tok;
     qkv_model_config cfg;
-    int64_t file_bytes;
     serve_table table;
 } serve_server;
 
@@ -63,9 +63,10 @@ void serve_top_json(FILE *f, const serve_server *sv, const float *logits, int k)
  * session is then unusable). */
 int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids, int n,
                          int (*progress)(void *user, int done, int total), void *user, char *msg, size_t cap);
-/* Runs the session's tokens again from position 0 (after a probe that
- * starts from 0 and leaves the cache empty: lens, patch). 0, or -1 with msg. */
-int serve_session_restore(serve_server *sv, serve_session *s, char *msg, size_t cap);
+/* A model of its own for a probe that runs a whole sequence of n tokens
+ * from position 0 (lens, patch), over the server's weights: the session's
+ * cache is left as it is. NULL with the status sent. */
+qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n);
 /* The body as a cJSON object (400 sent otherwise: not JSON, not an object). */
 struct cJSON;
 int serve_body_json(struct mg_connection *c, serve_server *sv, struct cJSON **out);

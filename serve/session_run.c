@@ -14,17 +14,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Progress inside one forward call: after each layer (hook_resid_post), the
+ * call's tokens counted in proportion, so that a long chunk reports often
+ * and a client that went away stops it within a layer. */
+typedef struct {
+    int (*progress)(void *user, int done, int total);
+    void *user;
+    int done, chunk, total, n_layer;
+} layer_progress;
+
+static qkv_status on_layer(void *user, const qkv_activation *a, qkv_error *err) {
+    const layer_progress *lp = user;
+    const int done = lp->done + (int)((int64_t)lp->chunk * (a->layer + 1) / lp->n_layer);
+    if (!lp->progress(lp->user, done, lp->total)) return QKV_OK;
+    if (err) snprintf(err->msg, sizeof err->msg, "cancelled");
+    return QKV_ERR_CANCELLED;
+}
+
 int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids, int n,
                          int (*progress)(void *user, int done, int total), void *user, char *msg, size_t cap) {
-    (void)sv;
     if (s->n + n > s->cap) {
         snprintf(msg, cap, "the session holds %d of its %d positions: %d more do not fit", s->n, s->cap, n);
         return -1;
     }
+    layer_progress lp = {.progress = progress, .user = user, .total = n, .n_layer = sv->cfg.n_layer};
+    const qkv_hook hook = {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = on_layer, .user = &lp};
+    const qkv_forward_opts opts = {.hooks = &hook, .n_hooks = 1};
     for (int done = 0; done < n;) {
         const int chunk = n - done < SERVE_CHUNK ? n - done : SERVE_CHUNK;
         qkv_error err = {0};
-        if (qkv_model_forward(s->m, s->logits, ids + done, chunk, 0, NULL, &err)) {
+        lp.done = done;
+        lp.chunk = chunk;
+        if (qkv_model_forward(s->m, s->logits, ids + done, chunk, 0, progress ? &opts : NULL, &err)) {
             snprintf(msg, cap, "%s", err.msg);
             return -1;
         }
@@ -37,42 +58,27 @@ int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids,
             s->n++;
         }
         done += chunk;
-        if (progress && progress(user, done, n)) {
-            snprintf(msg, cap, "cancelled");
-            return -1;
-        }
     }
     return 0;
 }
 
-int serve_session_restore(serve_server *sv, serve_session *s, char *msg, size_t cap) {
-    (void)sv;
+qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n) {
+    const qkv_model_params mp = {.n_ctx = n, .kv_dtype = sv->o.kv_dtype, .n_threads = sv->o.threads};
+    qkv_model *m = NULL;
     qkv_error err = {0};
-    if (qkv_model_rewind(s->m, 0, &err)) {
-        snprintf(msg, cap, "%s", err.msg);
-        return -1;
+    if (qkv_model_new(&m, sv->weights, &mp, &err)) {
+        http_error(c, err.status == QKV_ERR_TOO_LARGE ? 413 : 500, "%s", err.msg);
+        return NULL;
     }
-    for (int done = 0; done < s->n;) {
-        const int chunk = s->n - done < SERVE_CHUNK ? s->n - done : SERVE_CHUNK;
-        if (qkv_model_forward(s->m, s->logits, s->ids + done, chunk, 0, NULL, &err)) {
-            snprintf(msg, cap, "%s", err.msg);
-            return -1;
-        }
-        done += chunk;
-    }
-    return 0;
+    return m;
 }
 
-/* Bytes a session holds: its model's KV cache and run state, ids, pieces, logits. */
+/* Bytes a session holds: its model's state (run state, attention plan, KV
+ * cache: qkv_model_state_bytes), ids, pieces (their pointers and about 16
+ * bytes of label each) and the logits row. */
 static size_t session_bytes(const serve_server *sv, const serve_session *s) {
-    const qkv_model_config *g = &sv->cfg;
-    const size_t batch = (size_t)qkv_model_n_batch(s->m);
-    /* the run state: a batch's activations (residual, norms, q/k/v, scores' LSE, FFN) */
-    const size_t run = batch * sizeof(float) *
-                       ((size_t)6 * g->n_embd + 3 * (size_t)g->n_ff + 4 * (size_t)g->n_head * g->head_dim +
-                        2 * (size_t)g->n_kv_head * g->head_dim);
-    return qkv_model_kv_bytes(s->m) + run + (size_t)s->cap * (sizeof(int32_t) + sizeof(char *) + 16) +
-           (size_t)g->n_vocab * sizeof(float);
+    return qkv_model_state_bytes(s->m) + (size_t)s->cap * (sizeof(int32_t) + sizeof(char *) + 16) +
+           (size_t)sv->cfg.n_vocab * sizeof(float);
 }
 
 /* ---------------------------------------------------------------- create */
@@ -134,7 +140,7 @@ int serve_api_sessions_create(struct mg_connection *c, serve_server *sv) {
                                  .n_batch = n_ctx < SERVE_CHUNK ? n_ctx : SERVE_CHUNK};
     qkv_model *m = NULL;
     qkv_error err = {0};
-    if (qkv_model_open(&m, sv->o.model, &mp, &err)) {
+    if (qkv_model_new(&m, sv->weights, &mp, &err)) {
         free(ids);
         return http_error(c, err.status == QKV_ERR_TOO_LARGE ? 413 : 500, "%s", err.msg);
     }

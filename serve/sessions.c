@@ -145,7 +145,8 @@ serve_session *serve_table_get(serve_table *t, const char *id, int *status, char
 
 void serve_table_release(serve_table *t, serve_session *s) {
     pthread_mutex_lock(&t->mu);
-    s->last_use = serve_now_s();
+    /* last_use stays the request's start: the response may reach the client
+     * (and its next request the table) before this release runs */
     const int free_it = --s->refs == 0 && !s->in_table;
     pthread_mutex_unlock(&t->mu);
     if (free_it) serve_session_free(s);

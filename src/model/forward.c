@@ -148,8 +148,9 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     const qkv_model_config *c = &m->cfg;
     const qkv_layer_attn *a = &m->attn[l];
     const int E = c->n_embd, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim, n = f->n, pos0 = f->pos0;
-    const float *norm = m->norm_w + (size_t)(2 * l) * E;
-    const layer_weights *w = &m->layers[l];
+    const qkv_weights *wts = m->weights;
+    const float *norm = wts->norm_w + (size_t)(2 * l) * E;
+    const layer_weights *w = &wts->layers[l];
     qkv_status st;
     if ((st = hook_at(f, QKV_HOOK_RESID_PRE, l, m->x, 2, n, E, 0, err))) return st;
     /* the sublayer's input: rmsnorm(x), or x itself without pre-norms (OLMo 2) */
@@ -157,8 +158,8 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     const model_mm_out qkv[3] = {{m->q, w->wq}, {m->k, w->wk}, {m->v, w->wv}};
     model_matmul_group(qkv, 3, c->no_pre_norms ? m->x : m->h, n, m->scratch, m->n_threads);
-    if (m->bias) {
-        const float *b = m->bias + (size_t)l * (Hq + 2 * Hkv) * D;
+    if (wts->bias) {
+        const float *b = wts->bias + (size_t)l * (Hq + 2 * Hkv) * D;
         add_bias(m->q, b, n, Hq * D);
         add_bias(m->k, b + Hq * D, n, Hkv * D);
         add_bias(m->v, b + (Hq + Hkv) * D, n, Hkv * D);
@@ -167,9 +168,9 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         (st = hook_at(f, QKV_HOOK_K, l, m->k, 3, n, Hkv, D, err)) ||
         (st = hook_at(f, QKV_HOOK_V, l, m->v, 3, n, Hkv, D, err)))
         return st;
-    if (m->qk_norm_w) { /* per head, or each token's whole q and k row (OLMo 2) */
+    if (wts->qk_norm_w) { /* per head, or each token's whole q and k row (OLMo 2) */
         const int qn = c->qk_norm == QKV_QK_NORM_FULL ? Hq * D : D, kn = c->qk_norm == QKV_QK_NORM_FULL ? Hkv * D : D;
-        const float *wq = m->qk_norm_w + (size_t)l * (qn + kn);
+        const float *wq = wts->qk_norm_w + (size_t)l * (qn + kn);
         norm_vectors(m->q, wq, n * Hq * D / qn, qn, c->norm_eps);
         norm_vectors(m->k, wq + qn, n * Hkv * D / kn, kn, c->norm_eps);
     }
@@ -209,7 +210,7 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     to_token_major(m->o, m->att, n, Hq, D);
     if ((st = hook_at(f, QKV_HOOK_Z, l, m->o, 3, n, Hq, D, err))) return st;
     model_matmul(m->h, m->o, w->wo, n, m->scratch, m->n_threads); /* h <- o Wo^T */
-    if (m->post_norm_w) norm_vectors(m->h, m->post_norm_w + (size_t)(2 * l) * E, n, E, c->norm_eps);
+    if (wts->post_norm_w) norm_vectors(m->h, wts->post_norm_w + (size_t)(2 * l) * E, n, E, c->norm_eps);
     if ((st = hook_at(f, QKV_HOOK_ATTN_OUT, l, m->h, 2, n, E, 0, err))) return st;
     for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
     return hook_at(f, QKV_HOOK_RESID_MID, l, m->x, 2, n, E, 0, err);
@@ -220,8 +221,9 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
     qkv_model *m = f->m;
     const qkv_model_config *c = &m->cfg;
     const int E = c->n_embd, F = c->n_ff, n = f->n;
-    const float *norm = m->norm_w + (size_t)(2 * l + 1) * E;
-    const layer_weights *w = &m->layers[l];
+    const qkv_weights *wts = m->weights;
+    const float *norm = wts->norm_w + (size_t)(2 * l + 1) * E;
+    const layer_weights *w = &wts->layers[l];
     for (int t = 0; t < n && !c->no_pre_norms; t++)
         model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     const model_mm_out gate_up[2] = {{m->gate, w->w_gate}, {m->up, w->w_up}};
@@ -234,7 +236,7 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
             m->gate[i] = g / (1.0f + expf(-g)) * m->up[i]; /* SiLU(gate) * up */
         }
     model_matmul(m->h, m->gate, w->w_down, n, m->scratch, m->n_threads);
-    if (m->post_norm_w) norm_vectors(m->h, m->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
+    if (wts->post_norm_w) norm_vectors(m->h, wts->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
     qkv_status st = hook_at(f, QKV_HOOK_MLP_OUT, l, m->h, 2, n, E, 0, err);
     if (st) return st;
     for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
@@ -247,7 +249,7 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
  * works row by row: tests/test_matmul.c and test_model_logit_ids.c check
  * the bits). */
 static void unembed_rows(qkv_model *m, float *out, const float *x, const int32_t *ids, int n_ids) {
-    const qkv_gguf_tensor *w = m->output;
+    const qkv_gguf_tensor *w = m->weights->output;
     const size_t row_bytes = qkv_ggml_row_size(w->type, w->shape[1]);
     const model_mm_isa *isa = model_mm_isa_best();
     for (int k = 0; k < n_ids; k++) {
@@ -267,14 +269,15 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
     qkv_model *m = f->m;
     const qkv_model_config *c = &m->cfg;
     const int E = c->n_embd, n = f->n;
-    const size_t emb_row = qkv_ggml_row_size(m->tok_embd->type, E);
+    const qkv_gguf_tensor *embd = m->weights->tok_embd;
+    const size_t emb_row = qkv_ggml_row_size(embd->type, E);
     const float *resume = f->o->start_resid;
     if (resume) memcpy(m->x, resume, (size_t)n * E * sizeof(float));
     for (int t = 0; t < n; t++) {
         m->positions[t] = (int64_t)f->pos0 + m->rope_offset + f->o->rope_offset + t;
         if (resume) continue;
-        qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)m->tok_embd->data + (size_t)tokens[t] * emb_row,
-                                       m->tok_embd->type, E, err);
+        qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)embd->data + (size_t)tokens[t] * emb_row,
+                                       embd->type, E, err);
         if (st) return st;
         if (c->embd_scale != 1.0f)
             for (int i = 0; i < E; i++) m->x[(size_t)t * E + i] *= c->embd_scale;
@@ -283,7 +286,7 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
     for (int l = f->o->start_layer; l < c->n_layer && !st; l++)
         if (!(st = attention_layer(f, l, err))) st = ffn_layer(f, l, err);
     if (st) return st;
-    const float *norm = m->norm_w + (size_t)(2 * c->n_layer) * E;
+    const float *norm = m->weights->norm_w + (size_t)(2 * c->n_layer) * E;
     const int hooked = f->o->n_hooks && forward_opts_hooked(f->o, QKV_HOOK_LN_FINAL, -1);
     if (!logits && !hooked) return QKV_OK;
     /* rows first .. n-1 are normed into h (all of them when a hook reads them:
@@ -305,7 +308,7 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
         unembed_rows(m, logits, last, f->o->logit_ids, f->o->n_logit_ids);
         n_out = (size_t)f->o->n_logit_ids;
     } else {
-        model_matmul(logits, last, m->output, n - out0, m->scratch, m->n_threads);
+        model_matmul(logits, last, m->weights->output, n - out0, m->scratch, m->n_threads);
     }
     if (c->final_softcap > 0) { /* Gemma 2: c tanh(x / c), as transformers divides, tanh, multiplies */
         const float cap = c->final_softcap;
