@@ -29,7 +29,7 @@ const st = {
   ready: false, busy: 0, errors: [],
   model: null, session: null, tokens: [],
   query: 0, layer: 0, head: 'mean', row: null, rowId: 0, paintMs: null, frameMs: null,
-  metric: 'sink', key: 1, grid: null, overview: null, lens: null, patch: null,
+  metric: 'sink', key: 1, grid: null, overview: null, zoom: null, lens: null, patch: null,
   edit: new Edit(), editResult: null, generatedFrom: {}, abort: null,
 };
 window.qkv = st;
@@ -283,7 +283,9 @@ function drawGrid() {
 
 // ---- the overview and its zoom -----------------------------------------
 
+// Loaded while its pane is open (and when it opens).
 async function loadOverview() {
+  if (!$('overview-pane').open || !st.session) return;
   const l = st.layer, h = headNum();
   const ov = await getJSON(sessionPath(sid(), 'overview') + query({ layer: l, head: h }));
   st.overview = { ...ov, layer: l, head: h };
@@ -305,6 +307,7 @@ async function zoom(r0, c0, r1, c1) {
   canvas.style.width = `${aspect >= 1 ? 320 : Math.max(40, 320 * aspect)}px`;
   canvas.style.height = `${aspect >= 1 ? Math.max(40, 320 / aspect) : 320}px`;
   $('zoom-title').textContent = `queries ${q0}..${q1 - 1} × keys ${k0}..${k1 - 1}, exact weights`;
+  st.zoom = { layer: ov.layer, head: ov.head, q0, q1, k0, k1, values: res.values };
 }
 
 // ---- next token and the lens --------------------------------------------
@@ -420,6 +423,7 @@ $('delete-session').addEventListener('click', () => task(async () => {
     status('no session: prefill a prompt');
   }
 }));
+$('overview-pane').addEventListener('toggle', () => task(loadOverview));
 onDrag($('overview'), () => (st.overview ? st.overview.bins : 1), (r0, c0, r1, c1) => task(() => zoom(r0, c0, r1, c1)));
 
 task(async () => {

@@ -86,12 +86,16 @@ class Page:
         return self.d.execute_script("return " + expr, *args)
 
     def wait(self, expr, timeout=120):
+        """Until expr is true; fails at once when the page shows an error."""
         end = time.time() + timeout
         while time.time() < end:
-            if self.js(expr):
+            done, errors = self.js(f"[!!({expr}), window.qkv.errors]")
+            if errors:
+                raise AssertionError(f"the page failed while waiting for {expr}: {errors}")
+            if done:
                 return
             time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout} s waiting for {expr}; errors {self.js('window.qkv.errors')}")
+        raise AssertionError(f"timed out after {timeout} s waiting for {expr}")
 
     def idle(self, timeout=300):
         """No request in flight, and none failed."""

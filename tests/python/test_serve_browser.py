@@ -12,6 +12,9 @@ with what the JSON API answers for the same question:
   and hide a key, the KL and the recomputed row; the lens grid's top-1;
   patching against 病假怎么申请？; three generated tokens, one of them clicked.
   Saves a screenshot (build/serve-page.png; docs/serve.png is a copy);
+- the overview of one head on ~1,300 tokens of GPL-3: the canvas holds the
+  server's bins; dragging over a region fetches its exact rows, which equal
+  the API's, and the largest of them in each block is the overview's bin;
 - a document of >= 8,000 tokens (GPL-3 and part of LGPL-3) opened as a file:
   a prefill cancelled mid-way frees its session; the full prefill; the row
   of a late token over a sliding and a global layer, in the chunks painted
@@ -264,4 +267,54 @@ def test_long_document(server, browser, tmp_path):
 
     # the lens reads every position: not offered at this length (the page says so)
     assert not page.el("#load-lens").is_enabled()
+    assert not page.severe_logs()
+
+
+def test_overview_zoom(server, browser):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    page = Page(browser, server)
+    text = pathlib.Path("/usr/share/common-licenses/GPL-3").read_text()[:6000]
+    page.js("document.getElementById('prompt').value = arguments[0]", text)
+    page.prefill()
+    n = page.js("window.qkv.session.n_tokens")
+    glob = api(server, "/api/model")["windows"].index(0)
+    page.choose("layer", glob)
+    page.choose("head", 1)
+    page.idle()
+    page.click("#overview-pane summary")
+    page.wait(f"window.qkv.overview && window.qkv.overview.layer === {glob} && window.qkv.overview.head === 1")
+    page.idle()
+    ov = api(server, f"/api/sessions/{page.sid()}/overview?layer={glob}&head=1")
+    b, block = ov["bins"], ov["block"]
+    assert ov["n"] == n and b == -(-n // block)
+    assert page.js("[document.getElementById('overview').width, document.getElementById('overview').height]") == [b, b]
+    assert page.js("window.qkv.overview.values") == ov["values"]
+
+    # drag from bin (b - 3, 0) to bin (b - 1, 2): the last query blocks over the first keys
+    canvas = page.el("#overview")
+    size = canvas.size
+
+    def at(r, c):  # offsets from the canvas's centre to the centre of bin (r, c)
+        return (int((c + 0.5) * size["width"] / b - size["width"] / 2),
+                int((r + 0.5) * size["height"] / b - size["height"] / 2))
+
+    ActionChains(page.d).move_to_element_with_offset(canvas, *at(b - 3, 0)).click_and_hold() \
+        .move_to_element_with_offset(canvas, *at(b - 1, 2)).release().perform()
+    page.wait("window.qkv.zoom !== null")
+    page.idle()
+    z = page.js("window.qkv.zoom")
+    assert (z["q0"], z["k0"]) == ((b - 3) * block, 0) and z["q1"] == min(n, z["q0"] + 256, b * block)
+    assert z["k1"] == min(3 * block, z["q1"])
+    rows = api(server, f"/api/sessions/{page.sid()}/rows?layer={glob}&head=1"
+                       f"&q0={z['q0']}&q1={z['q1']}&k0={z['k0']}&k1={z['k1']}")["values"]
+    assert len(z["values"]) == len(rows) == z["q1"] - z["q0"]
+    assert all(close(a, w) for ra, rw in zip(z["values"], rows) for a, w in zip(ra, rw))
+    # each whole block's largest exact weight is its bin: the overview is max-pooled from
+    # the prefill's own rows, the zoom recomputed one row at a time (same up to rounding)
+    for R in range(z["q0"] // block, z["q1"] // block):
+        for C in range(3):
+            top = max(rows[q - z["q0"]][k] for q in range(R * block, (R + 1) * block)
+                      for k in range(C * block, (C + 1) * block) if k <= q)
+            assert math.isclose(top, ov["values"][R][C], rel_tol=1e-4, abs_tol=1e-7), (R, C, top, ov["values"][R][C])
     assert not page.severe_logs()
