@@ -89,7 +89,7 @@ class Page:
         """Until expr is true; fails at once when the page shows an error."""
         end = time.time() + timeout
         while time.time() < end:
-            done, errors = self.js(f"[!!({expr}), window.qkv.errors]")
+            done, errors = self.js(f"[!!({expr}), window.qkv ? window.qkv.errors : []]")
             if errors:
                 raise AssertionError(f"the page failed while waiting for {expr}: {errors}")
             if done:
