@@ -47,7 +47,7 @@ int serve_api_attention(struct mg_connection *c, serve_server *sv, serve_session
     float *w = malloc((size_t)(q + 1) * sizeof(float));
     char msg[512];
     if (!w) return http_error(c, 500, "out of memory");
-    if (serve_rows(s, w, layer, head, 0, q, 1, 0, q + 1, msg, sizeof msg)) {
+    if (serve_rows(s, w, layer, head, q, 1, 0, q + 1, msg, sizeof msg)) {
         free(w);
         return http_error(c, 500, "%s", msg);
     }
@@ -86,7 +86,7 @@ int serve_api_rows(struct mg_connection *c, serve_server *sv, serve_session *s) 
     float *w = malloc((size_t)nq * nk * sizeof(float));
     char msg[512];
     if (!w) return http_error(c, 500, "out of memory");
-    if (serve_rows(s, w, layer, head, 0, q0, nq, k0, nk, msg, sizeof msg)) {
+    if (serve_rows(s, w, layer, head, q0, nq, k0, nk, msg, sizeof msg)) {
         free(w);
         return http_error(c, 500, "%s", msg);
     }

@@ -154,6 +154,33 @@ void serve_session_json(FILE *f, const serve_server *sv, const serve_session *s)
     fputs("}", f);
 }
 
+int serve_api_tokenize(struct mg_connection *c, serve_server *sv) {
+    cJSON *req;
+    int st = serve_body_json(c, sv, &req);
+    if (st) return st;
+    int32_t *ids;
+    int n;
+    st = serve_prompt_ids(c, sv, req, "text", "tokens", &ids, &n);
+    cJSON_Delete(req);
+    if (st) return st;
+    http_buf b;
+    if (http_buf_open(c, &b)) {
+        free(ids);
+        return 500;
+    }
+    fprintf(b.f, "{\"n_tokens\": %d, \"tokens\": [", n);
+    for (int i = 0; i < n; i++) {
+        char *piece = serve_piece(sv, ids[i]);
+        if (i) fputs(", ", b.f);
+        cli_json_token(b.f, ids[i], piece ? piece : "");
+        free(piece);
+    }
+    fputs("]}\n", b.f);
+    free(ids);
+    http_buf_send(c, &b, 200, NULL);
+    return 200;
+}
+
 int serve_api_model(struct mg_connection *c, serve_server *sv) {
     const qkv_model_config *g = &sv->cfg;
     http_buf b;

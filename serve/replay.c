@@ -1,146 +1,111 @@
 /*
- * replay.c — attention rows and edited logits of a session (replay.h).
- * Rows of queries from q0 on: the cache is rewound to q0 and positions
- * q0 .. n-1 run again in chunks of SERVE_CHUNK, a hook on hook_pattern
- * reading the asked-for rows in the first chunk; the cache then holds the
- * same sequence again (its rows recomputed: equal up to float rounding,
- * the chunks starting at q0 rather than at multiples of SERVE_CHUNK).
+ * replay.c — attention rows and edited logits of a session (replay.h), one
+ * replayed position at a time (qkv_model_replay, qkv_model_replay_layers).
  */
 #include "replay.h"
-#include "server.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* What the hook reads from the replayed position's hook_pattern (one row). */
 typedef struct {
-    int layer;          /* QKV_ALL: every layer (out [L, Hq, nk], one row each) */
-    int head;           /* QKV_ALL: the mean of the heads, unless all_heads */
-    int all_heads;
-    int r0, nq, k0, nk; /* rows of the call, keys (positions) */
-    int n_keys_call;    /* keys the call's rows can reach: q0 + chunk */
+    int head;           /* QKV_ALL: every head (into out [Hq, nk] when per_head, else their mean) */
+    int per_head;
+    int k0, nk;         /* keys (positions) asked for */
+    int reach;          /* keys the replayed row has: its position + 1 */
     int n_head;
-    float *out, *tmp;   /* tmp: [nq, nk] */
+    float *out;         /* per_head && layer QKV_ALL: [L, Hq, nk]; per_head: [Hq, nk]; else [nk] */
+    int all_layers;
+    float *tmp;         /* [nk] */
 } row_reader;
 
-/* Rows [r0, r0 + nq) of `head` over keys [k0, k0 + nk) into dst, keys past the call's zero. */
-static qkv_status read_head(const row_reader *r, const qkv_activation *a, int head, float *dst, qkv_error *err) {
-    const int reach = r->n_keys_call - r->k0 < r->nk ? r->n_keys_call - r->k0 : r->nk;
-    if (reach <= 0) {
-        memset(dst, 0, (size_t)r->nq * r->nk * sizeof(float));
-        return QKV_OK;
-    }
-    if (reach == r->nk) return qkv_pattern_weights(dst, a, head, r->r0, r->nq, r->k0, r->nk, err);
-    float *w = r->tmp;
-    const qkv_status st = qkv_pattern_weights(w, a, head, r->r0, r->nq, r->k0, reach, err);
-    for (int i = 0; i < r->nq; i++) {
-        memcpy(dst + (size_t)i * r->nk, w + (size_t)i * reach, (size_t)reach * sizeof(float));
-        memset(dst + (size_t)i * r->nk + reach, 0, (size_t)(r->nk - reach) * sizeof(float));
-    }
-    return st;
+/* Head h's row over keys [k0, k0 + nk) into dst, keys past the row's reach 0. */
+static qkv_status read_head(const row_reader *r, const qkv_activation *a, int h, float *dst, qkv_error *err) {
+    const int have = r->reach - r->k0 < r->nk ? r->reach - r->k0 : r->nk;
+    if (have < r->nk) memset(dst + (have > 0 ? have : 0), 0, (size_t)(r->nk - (have > 0 ? have : 0)) * sizeof(float));
+    return have > 0 ? qkv_pattern_weights(dst, a, h, 0, 1, r->k0, have, err) : QKV_OK;
 }
 
 static qkv_status row_hook(void *user, const qkv_activation *a, qkv_error *err) {
     const row_reader *r = user;
-    const size_t plane = (size_t)r->nq * r->nk;
-    if (r->layer == QKV_ALL) {
+    if (r->per_head) {
+        float *base = r->out + (r->all_layers ? (size_t)a->layer * r->n_head * r->nk : 0);
         for (int h = 0; h < r->n_head; h++) {
-            const qkv_status st = read_head(r, a, h, r->out + ((size_t)a->layer * r->n_head + h) * plane, err);
+            const qkv_status st = read_head(r, a, h, base + (size_t)h * r->nk, err);
             if (st) return st;
         }
         return QKV_OK;
     }
-    if (r->all_heads || r->head != QKV_ALL) {
-        for (int h = r->all_heads ? 0 : r->head; h < (r->all_heads ? r->n_head : r->head + 1); h++) {
-            const qkv_status st = read_head(r, a, h, r->out + (r->all_heads ? (size_t)h * plane : 0), err);
-            if (st) return st;
-        }
-        return QKV_OK;
+    if (r->head != QKV_ALL) return read_head(r, a, r->head, r->out, err);
+    memset(r->out, 0, (size_t)r->nk * sizeof(float));
+    for (int h = 0; h < r->n_head; h++) {
+        const qkv_status st = read_head(r, a, h, r->tmp, err);
+        if (st) return st;
+        for (int k = 0; k < r->nk; k++) r->out[k] += r->tmp[k] / (float)r->n_head;
     }
-    float *sum = calloc(plane, sizeof(float)), *one = malloc(plane * sizeof(float));
-    qkv_status st = sum && one ? QKV_OK : QKV_ERR_NOMEM;
-    for (int h = 0; !st && h < r->n_head; h++)
-        if (!(st = read_head(r, a, h, one, err)))
-            for (size_t i = 0; i < plane; i++) sum[i] += one[i];
-    for (size_t i = 0; !st && i < plane; i++) r->out[i] = sum[i] / (float)r->n_head;
-    free(sum);
-    free(one);
-    return st;
+    return QKV_OK;
 }
 
-/* Runs positions q0 .. n-1 again, the first chunk with opts (hooks,
- * interventions); the last chunk's logits into logits. 0, or -1 with msg. */
-static int rerun(serve_session *s, int q0, const qkv_forward_opts *first, float *logits, char *msg, size_t cap) {
+/* Replays position q through layers 0..layer (layer QKV_ALL: every layer)
+ * with the reader on that layer's hook_pattern. */
+static int replay_row(serve_session *s, row_reader *r, int layer, int q, char *msg, size_t cap) {
+    const int L = qkv_model_get_config(s->m)->n_layer;
+    r->reach = q + 1;
+    const qkv_hook h = {.point = QKV_HOOK_PATTERN, .layer = layer, .fn = row_hook, .user = r};
+    const qkv_forward_opts o = {.hooks = &h, .n_hooks = 1};
     qkv_error err = {0};
-    if (qkv_model_rewind(s->m, q0, &err)) {
+    if (qkv_model_replay_layers(s->m, layer == QKV_ALL ? L : layer + 1, q, s->ids[q], &o, &err)) {
         snprintf(msg, cap, "%s", err.msg);
         return -1;
-    }
-    for (int p = q0; p < s->n;) {
-        const int chunk = s->n - p < SERVE_CHUNK ? s->n - p : SERVE_CHUNK;
-        if (qkv_model_forward(s->m, p + chunk == s->n ? logits : NULL, s->ids + p, chunk, 0, p == q0 ? first : NULL, &err)) {
-            snprintf(msg, cap, "%s", err.msg);
-            /* whatever the hook said, the sequence must be whole again */
-            if (qkv_model_pos(s->m) != s->n) {
-                char ignore[8];
-                return rerun(s, qkv_model_pos(s->m), NULL, s->logits, ignore, sizeof ignore) ? -2 : -1;
-            }
-            return -1;
-        }
-        p += chunk;
     }
     return 0;
 }
 
-static int run_reader(serve_session *s, row_reader *r, int q0, char *msg, size_t cap) {
-    const int chunk = s->n - q0 < SERVE_CHUNK ? s->n - q0 : SERVE_CHUNK;
-    r->n_keys_call = q0 + chunk;
-    r->n_head = qkv_model_get_config(s->m)->n_head;
-    r->tmp = malloc((size_t)r->nq * r->nk * sizeof(float));
-    if (!r->tmp) {
-        snprintf(msg, cap, "out of memory");
-        return -1;
+int serve_rows(serve_session *s, float *out, int layer, int head, int q0, int nq, int k0, int nk, char *msg, size_t cap) {
+    row_reader r = {.head = head, .k0 = k0, .nk = nk, .n_head = qkv_model_get_config(s->m)->n_head,
+                    .tmp = malloc((size_t)nk * sizeof(float))};
+    int rc = r.tmp ? 0 : (snprintf(msg, cap, "out of memory"), -1);
+    for (int i = 0; !rc && i < nq; i++) {
+        r.out = out + (size_t)i * nk;
+        rc = replay_row(s, &r, layer, q0 + i, msg, cap);
     }
-    const qkv_hook h = {.point = QKV_HOOK_PATTERN, .layer = r->layer, .fn = row_hook, .user = r};
-    const qkv_forward_opts o = {.hooks = &h, .n_hooks = 1};
-    const int rc = rerun(s, q0, &o, s->logits, msg, cap);
-    free(r->tmp);
+    free(r.tmp);
     return rc;
 }
 
-int serve_rows(serve_session *s, float *out, int layer, int head, int all_heads, int q0, int nq, int k0, int nk,
-               char *msg, size_t cap) {
-    row_reader r = {.layer = layer, .head = head, .all_heads = all_heads, .r0 = 0, .nq = nq, .k0 = k0, .nk = nk, .out = out};
-    return run_reader(s, &r, q0, msg, cap);
-}
-
 int serve_rows_all_layers(serve_session *s, float *out, int q, char *msg, size_t cap) {
-    row_reader r = {.layer = QKV_ALL, .nq = 1, .k0 = 0, .nk = q + 1, .out = out};
-    return run_reader(s, &r, q, msg, cap);
+    row_reader r = {.per_head = 1, .all_layers = 1, .k0 = 0, .nk = q + 1, .out = out,
+                    .n_head = qkv_model_get_config(s->m)->n_head};
+    return replay_row(s, &r, QKV_ALL, q, msg, cap);
 }
 
 int serve_edit_last(serve_session *s, float *after, const qkv_forward_opts *opts, int layer, int head,
                     float *row_before, float *row_after, char *msg, size_t cap) {
     const int q = s->n - 1;
-    row_reader ra = {.layer = layer, .head = head, .nq = 1, .k0 = 0, .nk = q + 1, .out = row_after,
-                     .n_keys_call = s->n, .n_head = qkv_model_get_config(s->m)->n_head};
-    row_reader rb = ra;
-    rb.out = row_before;
-    const qkv_hook ha = {.point = QKV_HOOK_PATTERN, .layer = layer, .fn = row_hook, .user = &ra};
-    const qkv_hook hb = {.point = QKV_HOOK_PATTERN, .layer = layer, .fn = row_hook, .user = &rb};
-    qkv_forward_opts edit = *opts, plain = {0};
+    row_reader ra = {.head = head, .k0 = 0, .nk = q + 1, .reach = q + 1, .out = row_after,
+                     .n_head = qkv_model_get_config(s->m)->n_head, .tmp = malloc((size_t)(q + 1) * sizeof(float))};
+    if (!ra.tmp) {
+        snprintf(msg, cap, "out of memory");
+        return -1;
+    }
+    const qkv_hook h = {.point = QKV_HOOK_PATTERN, .layer = layer, .fn = row_hook, .user = &ra};
+    qkv_forward_opts edit = *opts;
     if (layer >= 0) {
-        edit.hooks = &ha;
+        edit.hooks = &h;
         edit.n_hooks = 1;
-        plain.hooks = &hb;
-        plain.n_hooks = 1;
     }
-    int rc = rerun(s, q, &edit, after, msg, cap);
-    /* the plain run of the last token puts its cache rows back (and reads the row before the edit) */
-    char msg2[256];
-    const int rc2 = rerun(s, q, &plain, s->logits, msg2, sizeof msg2);
-    if (!rc && rc2) {
-        snprintf(msg, cap, "%s", msg2);
-        rc = rc2;
+    qkv_error err = {0};
+    int rc = 0;
+    if (qkv_model_replay(s->m, after, q, s->ids[q], &edit, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        rc = -1;
     }
+    if (!rc && layer >= 0) {
+        row_reader rb = ra;
+        rb.out = row_before;
+        rc = replay_row(s, &rb, layer, q, msg, cap);
+    }
+    free(ra.tmp);
     return rc;
 }

@@ -66,8 +66,7 @@ static int session_request(struct mg_connection *c, serve_server *sv, const char
     return st;
 }
 
-static int handle(struct mg_connection *c, void *user) {
-    serve_server *sv = user;
+static int route(struct mg_connection *c, serve_server *sv) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     const char *method = ri->request_method, *path = ri->local_uri_raw ? ri->local_uri_raw : ri->local_uri;
     if (!path) return http_error(c, 404, "no such path");
@@ -75,6 +74,10 @@ static int handle(struct mg_connection *c, void *user) {
         if (!strcmp(path, "/api/model")) {
             if (strcmp(method, "GET")) return http_error(c, 405, "%s is not allowed on /api/model", method);
             return serve_api_model(c, sv);
+        }
+        if (!strcmp(path, "/api/tokenize")) {
+            if (strcmp(method, "POST")) return http_error(c, 405, "%s is not allowed on /api/tokenize", method);
+            return serve_api_tokenize(c, sv);
         }
         if (!strcmp(path, "/api/sessions") || !strcmp(path, "/api/sessions/")) {
             if (!strcmp(method, "GET")) return serve_api_sessions_list(c, sv);
@@ -85,12 +88,49 @@ static int handle(struct mg_connection *c, void *user) {
         return http_error(c, 404, "no such endpoint: %.80s", path);
     }
     if (strcmp(method, "GET") && strcmp(method, "HEAD")) return http_error(c, 405, "%s is not allowed on %.80s", method, path);
+    if (!strcmp(path, "/health")) { /* llama.cpp's server answers the same */
+        mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n{\"status\": \"ok\"}\n");
+        return 200;
+    }
     return serve_assets(c, path);
 }
 
+/* CivetWeb's workers have small stacks (Debian builds it with 100 KiB);
+ * libqkv's kernels keep their tiles on the stack, as on any thread of their
+ * own pool (the default 8 MiB). A request runs on a thread of this size while
+ * the worker waits for it. */
+#define REQUEST_STACK_BYTES ((size_t)16 << 20)
+
+typedef struct {
+    struct mg_connection *c;
+    serve_server *sv;
+    int status;
+} request_job;
+
+static void *run_request(void *user) {
+    request_job *j = user;
+    j->status = route(j->c, j->sv);
+    return NULL;
+}
+
+static int handle(struct mg_connection *c, void *user) {
+    request_job j = {.c = c, .sv = user, .status = 500};
+    pthread_attr_t attr;
+    pthread_t t;
+    if (pthread_attr_init(&attr)) return http_error(c, 503, "cannot start a request thread");
+    const int started = !pthread_attr_setstacksize(&attr, REQUEST_STACK_BYTES) && !pthread_create(&t, &attr, run_request, &j);
+    pthread_attr_destroy(&attr);
+    if (!started) return http_error(c, 503, "cannot start a request thread");
+    pthread_join(t, NULL);
+    return j.status;
+}
+
+/* CivetWeb's messages once it listens go to stderr; those before (a port
+ * that cannot be bound) become serve_run's one line. */
 static int log_message(const struct mg_connection *c, const char *message) {
-    (void)c;
-    fprintf(stderr, "qkv serve: civetweb: %s\n", message);
+    const struct mg_context *ctx = c ? mg_get_context(c) : NULL;
+    const serve_server *sv = ctx ? mg_get_user_data(ctx) : NULL;
+    if (sv && sv->listening) fprintf(stderr, "qkv serve: civetweb: %s\n", message);
     return 1;
 }
 
@@ -119,9 +159,6 @@ int serve_run(const serve_opts *o) {
         fprintf(stderr, "qkv: out of memory\n");
         return 2;
     }
-    if (!is_loopback(o->host))
-        fprintf(stderr, "qkv serve: warning: listening on %s, not loopback: anyone who can reach this address can run "
-                        "the model and read every session (there is no authentication)\n", o->host);
     /* the workers inherit this mask: only the main thread takes SIGINT and SIGTERM */
     sigset_t stop;
     sigemptyset(&stop);
@@ -142,7 +179,11 @@ int serve_run(const serve_opts *o) {
         fprintf(stderr, "qkv: could not listen on %s (in use, or not an address of this machine)\n", ports);
         rc = 2;
     } else {
+        sv.listening = 1;
         mg_set_request_handler(ctx, "/", handle, &sv);
+        if (!is_loopback(o->host))
+            fprintf(stderr, "qkv serve: warning: listening on %s, not loopback: anyone who can reach this address can "
+                            "run the model and read every session (there is no authentication)\n", o->host);
         struct mg_server_port sp[4];
         const int np = mg_get_server_ports(ctx, 4, sp);
         printf("qkv serve: http://%s%s%s:%d/ (model %s, ctx %d, %d sessions, %lld MiB)\n", strchr(o->host, ':') ? "[" : "",
@@ -154,6 +195,7 @@ int serve_run(const serve_opts *o) {
         int sig = 0;
         sigwait(&wait, &sig);
         fprintf(stderr, "qkv serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        sv.stopping = 1;
         mg_stop(ctx);
     }
     mg_exit_library();

@@ -15,6 +15,7 @@
 #include "http.h"
 
 #include <civetweb.h>
+#include <signal.h>
 
 typedef struct {
     serve_opts o;
@@ -23,6 +24,8 @@ typedef struct {
     qkv_tokenizer *tok;
     qkv_model_config cfg;
     serve_table table;
+    volatile sig_atomic_t stopping; /* SIGINT/SIGTERM came: running prefills stop */
+    volatile sig_atomic_t listening; /* CivetWeb started (its log lines go to stderr from then on) */
 } serve_server;
 
 /* Positions one forward call of a session runs (its model's n_batch): the
@@ -36,6 +39,7 @@ typedef struct {
 
 /* ------------------------------------------------------------ handlers */
 int serve_api_model(struct mg_connection *c, serve_server *sv);
+int serve_api_tokenize(struct mg_connection *c, serve_server *sv);
 int serve_api_sessions_create(struct mg_connection *c, serve_server *sv);
 int serve_api_sessions_list(struct mg_connection *c, serve_server *sv);
 /* the handlers of one session: s holds a reference and its mutex is held */

@@ -91,7 +91,7 @@ typedef struct {
 
 static int send_progress(void *user, int done, int total) {
     prefill_progress *p = user;
-    if (serve_table_dropped(&p->sv->table, p->s)) return 1;
+    if (p->sv->stopping || serve_table_dropped(&p->sv->table, p->s)) return 1;
     if (!p->c) return 0;
     char data[96];
     const int len = snprintf(data, sizeof data, "{\"done\": %d, \"total\": %d}", done, total);

@@ -21,7 +21,7 @@
 
 static const char *const commands[] = {"attend", "bench", "cost", "explain", "scaling",
                                        "run", "tokenize", "inspect", "sinks", "ablate", "patch", "attribute", "lens",
-                                       "stream", "demo", NULL};
+                                       "stream", "demo", "serve", NULL};
 
 /* The flags of one help line "  -m, --model FILE   text": names into names[],
  * returns how many; *has_value when a metavar follows them. */
@@ -87,7 +87,7 @@ TEST(cli_every_command_rejects_bad_flags) {
         {"explain", "--trials", "0"}, {"scaling", "--positions", "1"}, {"run", "--top-p", "2"},
         {"tokenize", "--tokens", "1,99999"}, {"inspect", "--first", "0"}, {"sinks", "--skip", "-1"},
         {"ablate", "--head", "-2"}, {"patch", "--max-mib", "0"}, {"attribute", "--top", "0"}, {"lens", "-k", "101"},
-        {"stream", "--window", "0"}, {"demo", "--n", "5000"},
+        {"stream", "--window", "0"}, {"demo", "--n", "5000"}, {"serve", "--port", "65536"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const char *unknown[] = {cases[i].cmd, "--frobnicate", NULL};

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 static const char *const commands[] = {"attend", "bench", "run", "explain", "scaling", "cost", "tokenize",
-                                       "inspect", "sinks", "ablate", "patch", "attribute", "lens", "stream", "demo", NULL};
+                                       "inspect", "sinks", "ablate", "patch", "attribute", "lens", "stream", "demo", "serve", NULL};
 
 TEST(limits_threads_bounded_by_the_machine) {
     char too_many[32];

@@ -121,6 +121,16 @@ TEST(serve_api_smollm2_every_endpoint) {
     const test_json *id = s ? test_json_get(s, "id") : NULL, *top = s ? test_json_get(s, "top") : NULL;
     CHECK(st == 200 && id && !strcmp(id->string, "s1") && serve_num(s, "n_tokens") == 5 && serve_num(s, "bytes") > 0, "create: %d", st);
     CHECK(top && top->n == 10 && !strcmp(test_json_get(&top->items[0], "piece")->string, "\xC2\xB7Paris"), "create: top");
+    /* tokenize gives the session's tokens without making one; health */
+    test_json *tk = serve_json(port, "POST", "/api/tokenize", "{\"text\": \"" PROMPT "\"}", &st);
+    const test_json *tt = tk ? test_json_get(tk, "tokens") : NULL, *stoks = s ? test_json_get(s, "tokens") : NULL;
+    CHECK(st == 200 && tt && stoks && tt->n == stoks->n, "tokenize: %d", st);
+    for (int i = 0; tt && stoks && i < tt->n && i < stoks->n; i++)
+        CHECK(serve_num(&tt->items[i], "id") == serve_num(&stoks->items[i], "id"), "tokenize: token %d", i);
+    test_json_free(tk);
+    test_json *hl = serve_json(port, "GET", "/health", NULL, &st);
+    CHECK(st == 200 && hl && !strcmp(test_json_get(hl, "status")->string, "ok"), "health: %d", st);
+    test_json_free(hl);
     /* attention rows = qkv inspect --npy's, one head and the mean */
     const char *prompt[] = {"-p", PROMPT, NULL};
     int64_t count = 0;
@@ -200,7 +210,7 @@ TEST(serve_api_smollm2_every_endpoint) {
     /* the session is unchanged by all that: its next-token top again */
     nx = serve_json(port, "GET", "/api/sessions/s1/next?k=1", NULL, &st);
     nt = nx ? test_json_get(nx, "top") : NULL;
-    CHECK(nt && fabs(serve_num(&nt->items[0], "p") - serve_num(&top->items[0], "p")) < 1e-5, "the session changed under the probes");
+    CHECK(nt && serve_num(&nt->items[0], "p") == serve_num(&top->items[0], "p"), "the session changed under the probes");
     test_json_free(nx);
     /* lens = qkv lens --json; patch = qkv patch --json */
     const char *lens[] = {"lens", "-m", model, "-p", PROMPT, "--json", NULL};

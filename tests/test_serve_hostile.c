@@ -154,6 +154,17 @@ TEST(serve_hostile_requests) {
     serve_stop(&sv);
 }
 
+/* A server that cannot start: one line on stderr, exit 2, nothing on stdout. */
+TEST(serve_hostile_cli_bad_start) {
+    char model[700];
+    fixture(model, sizeof model, "qwen2");
+    if (!test_require_file(model, "the family fixtures")) return;
+    CHECK_BAD_CLI(((const char *const[]){"serve", "-m", "/nonexistent/model.gguf", "--port", "0", NULL}), "/nonexistent/model.gguf");
+    CHECK_BAD_CLI(((const char *const[]){"serve", "-m", model, "--port", "0", "--ctx", "16777216", NULL}), "--ctx 16777216");
+    CHECK_BAD_CLI(((const char *const[]){"serve", "-m", model, "--port", "0", "--host", "256.0.0.1", NULL}), "could not listen");
+    CHECK_BAD_CLI(((const char *const[]){"serve", "-m", model, "--max-sessions", "0", NULL}), "out of range");
+}
+
 TEST(serve_hostile_session_too_large) {
     if (!test_require_model()) return;
     serve_child sv;
@@ -260,7 +271,7 @@ TEST(serve_hostile_rows_during_prefill) {
     double want[13];
     CHECK(a && test_json_numbers(test_json_get(a, "weights"), want, 13) == 13, "reference row: %d", st);
     test_json_free(a);
-    prefill_client pc = {.port = sv.port, .body = long_tokens(1200)};
+    prefill_client pc = {.port = sv.port, .body = long_tokens(700)};
     row_client rc[8];
     pthread_t tp, tr[8];
     pthread_create(&tp, NULL, prefill, &pc);

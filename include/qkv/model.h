@@ -355,6 +355,11 @@ QKV_API const float *qkv_attn_view_lse(const qkv_attn_view *v);
 QKV_API const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v);
 QKV_API const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v);
 QKV_API int qkv_attn_view_key0(const qkv_attn_view *v);
+/* The descriptor query head `head` ran with: qkv_attn_view_desc's with the
+ * call's exclusions scoped to that head added (a rerun head). Its exclusion
+ * list lives in the view's scratch until the next call of this function or
+ * qkv_pattern_weights on the call. QKV_ERR_INVALID for a head outside [0, Hq). */
+QKV_API qkv_status qkv_attn_view_head_desc(qkv_attn_desc *out, const qkv_attn_view *v, int head, qkv_error *err);
 
 /* Keys hidden from queries: at these absolute positions (rows of the KV
  * cache), in layer `layer` and query head `head` (each QKV_ALL for every
@@ -454,6 +459,30 @@ typedef struct {
  * accepts can change). */
 QKV_API qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
                                      const qkv_forward_opts *opts, qkv_error *err);
+
+/* Replay: runs position pos's token again, alone, over the cache's rows
+ * before pos, under opts (hooks, zero_heads, exclusions, a mask override,
+ * logit_ids), and writes the logits of that one position ([V], or
+ * [n_logit_ids]; logits NULL: no final norm or unembedding). The sequence
+ * state is left exactly as it was: each layer's row pos is read before the
+ * call overwrites it and written back after (the caches' bytes do not
+ * change, tests/test_model_replay.c), and nothing is allocated. The edit of
+ * one query: a replay of the last position hiding key k is qkv_ablate's
+ * QKV_ABLATE_LAST for k. Its logits equal those of a forward call that ends
+ * at pos up to float rounding (one row's matmuls against the batch's).
+ * QKV_ERR_INVALID for pos outside [0, qkv_model_pos(m)), a token outside the
+ * vocabulary, options out of range or those a replay cannot take (a resumed
+ * call: start_layer, start_resid; an attention replacement), after an
+ * eviction without a shift (the rows' RoPE positions are no longer one
+ * offset from their rows), and when a sliding layer's swa_cache no longer
+ * holds the rows pos needs (the W - 1 before it). */
+QKV_API qkv_status qkv_model_replay(qkv_model *m, float *logits, int pos, int32_t token, const qkv_forward_opts *opts,
+                                    qkv_error *err);
+/* qkv_model_replay through layers 0 .. n_layers - 1 only, no logits: a
+ * probe that reads layer n_layers - 1 (its hook_pattern) pays for no layer
+ * above it. QKV_ERR_INVALID for n_layers outside [1, L], and as replay. */
+QKV_API qkv_status qkv_model_replay_layers(qkv_model *m, int n_layers, int pos, int32_t token,
+                                           const qkv_forward_opts *opts, qkv_error *err);
 
 /* Each attention head's output in the residual basis, TransformerLens's
  * hook_result: the head's slice of Wo applied to its hook_z alone,

@@ -67,11 +67,15 @@ static float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
 }
 
-/* One forward call: the model, its options (never NULL here) and its rows. */
+/* One forward call: the model, its options (never NULL here) and its rows.
+ * A replay runs one row at pos0 < qkv_model_pos over the cache rows before
+ * it, writing its K and V over row pos0 (replay below restores them). */
 typedef struct {
     qkv_model *m;
     const qkv_forward_opts *o;
     int n, pos0;
+    int replay;
+    int end_layer; /* layers start_layer .. end_layer - 1 run; below L: no final norm, no logits */
 } fwd_call;
 
 /* Calls the hooks at (point, layer) on x, if any is installed there.
@@ -183,10 +187,12 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
                          (st = qkv_rope_apply(m->kt, m->positions, &a->rope, Hkv, n, D, err)))) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_Q, l, m->qt, m->q, Hq, err)) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_K, l, m->kt, m->k, Hkv, err)) ||
-        (st = model_kv_append(m, l, m->kt, m->vt, n, err)))
+        (st = f->replay ? qkv_kv_cache_write(m->cache[l], pos0 - m->key0[l], m->kt, m->vt, n, err)
+                        : model_kv_append(m, l, m->kt, m->vt, n, err)))
         return st;
-    /* the keys the layer holds: positions key0[l] .. pos0 + n - 1 */
-    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = qkv_kv_cache_len(m->cache[l]),
+    /* the keys the call attends: positions key0[l] .. pos0 + n - 1 (a
+     * replay's rows after pos0 stay in the cache, outside kv_len) */
+    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n - m->key0[l],
                           .head_dim = D, .scale = a->scale, .softcap = a->softcap, .mask = layer_mask(o, a),
                           .kv_dtype = qkv_kv_cache_dtype(m->cache[l]),
                           .kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D,
@@ -198,11 +204,12 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     if (o->replace)
         st = o->replace(o->replace_user, l, m->att, m->lse, m->qt, n, m->cache[l], &desc, err);
     else
-        st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err);
+        st = qkv_attn_run(m->plan, m->att, m->lse, m->qt, qkv_kv_cache_k(m->cache[l]), qkv_kv_cache_v(m->cache[l]),
+                          &desc, err);
     if (st || (st = intervene_heads(f, l, &desc, err))) return st;
     if (o->n_hooks && forward_opts_hooked(o, QKV_HOOK_PATTERN, l)) {
-        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .key0 = m->key0[l], .desc = desc,
-                                    .opts = o, .head_excl = m->excl_head, .mark = m->excl_mark};
+        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .key0 = m->key0[l], .layer = l,
+                                    .desc = desc, .opts = o, .head_excl = m->excl_head, .mark = m->excl_mark};
         const qkv_activation pattern = {.point = QKV_HOOK_PATTERN, .layer = l, .pos0 = pos0, .ndim = 3,
                                         .shape = {Hq, n, pos0 + n}, .attn = &view};
         if ((st = forward_opts_call(o, &pattern, err))) return st;
@@ -283,9 +290,9 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
             for (int i = 0; i < E; i++) m->x[(size_t)t * E + i] *= c->embd_scale;
     }
     qkv_status st = resume ? QKV_OK : hook_at(f, QKV_HOOK_EMBED, -1, m->x, 2, n, E, 0, err);
-    for (int l = f->o->start_layer; l < c->n_layer && !st; l++)
+    for (int l = f->o->start_layer; l < f->end_layer && !st; l++)
         if (!(st = attention_layer(f, l, err))) st = ffn_layer(f, l, err);
-    if (st) return st;
+    if (st || f->end_layer < c->n_layer) return st;
     const float *norm = m->weights->norm_w + (size_t)(2 * c->n_layer) * E;
     const int hooked = f->o->n_hooks && forward_opts_hooked(f->o, QKV_HOOK_LN_FINAL, -1);
     if (!logits && !hooked) return QKV_OK;
@@ -317,10 +324,20 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
     return QKV_OK;
 }
 
+/* QKV_OK, or QKV_ERR_INVALID for a token outside the vocabulary or options out of range. */
+static qkv_status check_tokens_and_opts(const qkv_model *m, const int32_t *tokens, int n, const qkv_forward_opts *o,
+                                        qkv_error *err) {
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
+            return util_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
+    return forward_opts_check(o, &m->cfg, err);
+}
+
 qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
                              const qkv_forward_opts *opts, qkv_error *err) {
     const qkv_forward_opts plain = {0}; /* zero is the plain forward */
-    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = n, .pos0 = qkv_model_pos(m)};
+    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = n, .pos0 = qkv_model_pos(m),
+                        .end_layer = m->cfg.n_layer};
     if (n < 1 || !tokens) return util_fail(err, QKV_ERR_INVALID, "forward: no tokens");
     if (n > m->n_ctx - f.pos0)
         return util_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
@@ -331,12 +348,65 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
     if (n > m->n_batch)
         return util_fail(err, QKV_ERR_INVALID, "forward: %d tokens in one call exceed the model's n_batch of %d "
                         "(its run state: pass them in calls of at most %d)", n, m->n_batch, m->n_batch);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
-            return util_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
-    qkv_status st = forward_opts_check(f.o, &m->cfg, err);
+    qkv_status st = check_tokens_and_opts(m, tokens, n, f.o, err);
     if (st) return st;
     /* a failed call, and every resumed one, leaves the caches as they were */
     if ((st = forward_layers(&f, logits, tokens, all_logits, err)) || f.o->start_resid) model_kv_truncate(m, f.pos0);
     return st;
+}
+
+/* ------------------------------------------------------------- replay */
+
+/* QKV_OK if position pos can be replayed through layers 0 .. end_layer - 1. */
+static qkv_status check_replay(const qkv_model *m, int pos, const qkv_forward_opts *o, int end_layer,
+                               qkv_error *err) {
+    if (pos < 0 || pos >= qkv_model_pos(m))
+        return util_fail(err, QKV_ERR_INVALID, "replay: position %d outside the sequence's [0, %d)", pos,
+                        qkv_model_pos(m));
+    if (o->start_layer || o->start_resid || o->replace)
+        return util_fail(err, QKV_ERR_INVALID, "replay: a resumed call (start_layer, start_resid) or an attention "
+                        "replacement cannot be replayed");
+    if (m->rope_offset)
+        return util_fail(err, QKV_ERR_INVALID, "replay: positions were evicted without a shift: the cached rows' RoPE "
+                        "positions are no longer one offset from their rows");
+    for (int l = 0; l < end_layer; l++) {
+        /* the window's first key, max(0, pos - W + 1), must still be held */
+        const int W = m->attn[l].window, first = W && pos - W + 1 > 0 ? pos - W + 1 : 0;
+        if (first < m->key0[l])
+            return util_fail(err, QKV_ERR_INVALID,
+                            "replay: position %d needs keys from %d on in layer %d, whose sliding-window cache "
+                            "(swa_cache) holds positions from %d on", pos, first, l, m->key0[l]);
+    }
+    return QKV_OK;
+}
+
+/* Replays pos through layers 0 .. end_layer - 1 (qkv_model_replay). */
+static qkv_status replay(qkv_model *m, float *logits, int pos, int32_t token, int end_layer,
+                         const qkv_forward_opts *opts, qkv_error *err) {
+    const qkv_forward_opts plain = {0};
+    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = 1, .pos0 = pos, .replay = 1, .end_layer = end_layer};
+    qkv_status st = check_tokens_and_opts(m, &token, 1, f.o, err);
+    if (st || (st = check_replay(m, pos, f.o, end_layer, err))) return st;
+    const size_t KD = (size_t)m->cfg.n_kv_head * m->cfg.head_dim;
+    for (int l = 0; l < end_layer && !st; l++) /* [2, Hkv*D] each: K, V of row pos */
+        st = qkv_kv_cache_read(m->replay_kv + l * 2 * KD, m->replay_kv + (l * 2 + 1) * KD, m->cache[l],
+                               pos - m->key0[l], 1, err);
+    if (!st) st = forward_layers(&f, logits, &token, 0, err);
+    /* the rows go back whether the call ran or not (a hook may have stopped it) */
+    for (int l = 0; l < end_layer; l++)
+        qkv_kv_cache_write(m->cache[l], pos - m->key0[l], m->replay_kv + l * 2 * KD,
+                           m->replay_kv + (l * 2 + 1) * KD, 1, NULL);
+    return st;
+}
+
+qkv_status qkv_model_replay(qkv_model *m, float *logits, int pos, int32_t token, const qkv_forward_opts *opts,
+                            qkv_error *err) {
+    return replay(m, logits, pos, token, m->cfg.n_layer, opts, err);
+}
+
+qkv_status qkv_model_replay_layers(qkv_model *m, int n_layers, int pos, int32_t token, const qkv_forward_opts *opts,
+                                   qkv_error *err) {
+    if (n_layers < 1 || n_layers > m->cfg.n_layer)
+        return util_fail(err, QKV_ERR_INVALID, "replay: %d layers outside [1, %d]", n_layers, m->cfg.n_layer);
+    return replay(m, NULL, pos, token, n_layers, opts, err);
 }

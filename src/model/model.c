@@ -53,6 +53,7 @@ static qkv_status alloc_state(qkv_model *m, const qkv_model_params *p, qkv_error
         {&m->excl_layer, N, sizeof *m->excl_layer},
         {&m->excl_head, N, sizeof *m->excl_head},
         {&m->excl_mark, N, sizeof *m->excl_mark},
+        {&m->replay_kv, (size_t)c->n_layer * 2 * KD, 4},
     };
     const size_t n_rows = sizeof rows / sizeof rows[0], bytes = util_buffers_bytes(rows, n_rows);
     /* a forward call of n <= n_batch tokens at pos attends n rows to pos + n <= n_ctx keys */

@@ -75,7 +75,9 @@ struct qkv_model {
     int *excl_layer;         /* [n_ctx] the exclusions of one layer's call (every head), as cache rows */
     int *excl_head;          /* [n_ctx] ... of one head (a rerun, or hook_pattern's rows) */
     unsigned char *excl_mark;/* [n_ctx] zeros between unions */
-    void *state_mem;         /* the one block the buffers from x to excl_mark point into (model.c) */
+    float *replay_kv;        /* [L, 2, Hkv*D] each layer's K and V row a replay overwrites, saved (as f32:
+                                every cache dtype comes back to the same bytes) */
+    void *state_mem;         /* the one block the buffers from x to replay_kv point into (model.c) */
     size_t state_mem_bytes;  /* its size: the run-state table's sum */
     size_t plan_bytes;       /* the plan's workspace */
     /* sequence state (sequence.c) */
