@@ -357,7 +357,8 @@ function paintEditRow() {
 // ---- patching -----------------------------------------------------------
 
 async function runPatch() {
-  const body = { corrupt: $('corrupt').value, metric: $('patch-metric').value };
+  // the two maps the page draws (qkv patch's sweeps of the same names)
+  const body = { corrupt: $('corrupt').value, metric: $('patch-metric').value, sweeps: ['head_out', 'resid_pre'] };
   if (body.metric === 'logit-diff') {
     body.answer = $('answer').value;
     body.wrong = $('wrong').value;

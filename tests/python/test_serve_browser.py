@@ -182,13 +182,17 @@ def test_article_prompt(server, browser):
     page.click("#run-patch")
     page.wait("document.querySelectorAll('#head-out td.pcell').length > 0", 300)
     page.idle()
-    patch = api(server, f"/api/sessions/{page.sid()}/patch", {"corrupt": CORRUPT})
+    patch = api(server, f"/api/sessions/{page.sid()}/patch", {"corrupt": CORRUPT, "sweeps": ["head_out", "resid_pre"]})
     cells = page.js("Array.from(document.querySelectorAll('#head-out td.pcell'))"
                     ".map(c => [Number(c.dataset.layer), Number(c.dataset.head), c.dataset.v])")
     assert len(cells) == model["n_layer"] * model["n_head"]
     for l, h, v in cells:
         w = patch["head_out"][l][h]
         assert (v == "" and w is None) or close(float(v), w), (l, h, v, w)
+    cells = page.js("Array.from(document.querySelectorAll('#resid td.pcell')).map(c => c.dataset.v)")
+    want = [w for row in patch["resid_pre"] for w in row]
+    assert len(cells) == len(want) == model["n_layer"] * n
+    assert all((v == "" and w is None) or close(float(v), w) for v, w in zip(cells, want))
     page.click("#head-out td.pcell[data-layer='4'][data-head='2']")
     page.wait("window.qkv.row && window.qkv.row.layer === 4 && window.qkv.row.head === 2")
     page.idle()
