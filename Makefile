@@ -83,7 +83,7 @@ TEST_CLI_OBJ := $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ))
 
 .PHONY: all test check demo clean model deps pytest sanitize fuzz
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
-     $(BUILD)/model_steps $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
+     $(BUILD)/model_steps $(BUILD)/explore_steps $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
 
 # Objects depend on the flags they were compiled with: switching NATIVE=1 in
 # the same build directory recompiles everything.
@@ -118,6 +118,7 @@ $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += $(OMP_FLAGS)
 # masks rely on -INFINITY).
 $(BUILD)/src/attn/tile_%.o: ALL_CFLAGS += -ffp-contract=fast
 $(BUILD)/src/model/matmul_%.o: ALL_CFLAGS += -ffp-contract=fast
+$(BUILD)/src/probe/overview_%.o: ALL_CFLAGS += -ffp-contract=fast
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -138,6 +139,10 @@ $(BUILD)/qkv: $(CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
 
 # bench/model_steps.c: the model's forward alone, against libqkv only
 $(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a
+	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
+
+# bench/explore_steps.c: what qkv serve asks of a session (prefill with the overview, rows), against libqkv only
+$(BUILD)/explore_steps: $(BUILD)/bench/explore_steps.o $(BUILD)/libqkv.a
 	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
 
 $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv

@@ -268,6 +268,38 @@ TEST(model_replay_allocates_nothing) {
     qkv_model_close(m);
 }
 
+/* The explorer's reads allocate nothing once their buffers exist: the
+ * overview hook on a prefill chunk and on decode steps (its block doubling
+ * included), qkv_explore_rows and qkv_explore_row. */
+TEST(explore_and_overview_allocate_nothing) {
+    if (!test_require_model()) return;
+    const qkv_model_params mp = {.n_ctx = 64, .kv_dtype = QKV_DTYPE_F16, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_overview *ov = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, test_model_path(), &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    CHECK(qkv_overview_init(&ov, c, 4, &err) == QKV_OK, "%s", err.msg);
+    float *rows = malloc((size_t)c->n_layer * c->n_head * 40 * sizeof(float));
+    const qkv_hook hook = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_overview_hook, .user = ov};
+    const qkv_forward_opts o = {.hooks = &hook, .n_hooks = 1};
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = story[i % 12];
+    qkv_status st = qkv_model_forward(m, NULL, ids, 12, 0, &o, &err);
+    alloc_count_start();
+    if (!st) st = qkv_model_forward(m, NULL, ids + 12, 20, 0, &o, &err);
+    for (int p = 32; p < 40 && !st; p++) st = qkv_model_forward(m, NULL, ids + p, 1, 0, &o, &err);
+    if (!st) st = qkv_explore_rows(rows, m, ids, 39, &err);
+    if (!st) st = qkv_explore_row(rows, m, ids, 20, 5, QKV_ALL, &err);
+    const int64_t n = alloc_count_stop();
+    CHECK(st == QKV_OK, "%s", err.msg);
+    CHECK(n == 0, "the overview hook and the explorer's rows allocated %lld times", (long long)n);
+    free(rows);
+    qkv_overview_free(ov);
+    qkv_model_close(m);
+}
+
 /* A resumed forward call (start_resid, hooks on) allocates nothing either;
  * qkv_patch allocates its caches once per call (qkv_patch_bytes: here both
  * runs' hook_z, the checkpoints and three logit rows), never per component. */
