@@ -49,10 +49,9 @@ export function regionOf(ov, r0, c0, r1, c1) {
 // Turn pointer events on the overview canvas into bin drags.
 export function onDrag(canvas, bins, done) {
   let start = null;
-  const bin = (e) => {
-    const r = canvas.getBoundingClientRect();
-    const x = Math.floor(((e.clientX - r.left) / r.width) * bins());
-    const y = Math.floor(((e.clientY - r.top) / r.height) * bins());
+  const bin = (e) => { // offsetX/Y: from the canvas's content edge (no border)
+    const x = Math.floor((e.offsetX / canvas.clientWidth) * bins());
+    const y = Math.floor((e.offsetY / canvas.clientHeight) * bins());
     const clamp = (v) => Math.max(0, Math.min(bins() - 1, v));
     return [clamp(y), clamp(x)];
   };
