@@ -153,6 +153,36 @@ int serve_api_grid(struct mg_connection *c, serve_server *sv, serve_session *s) 
     return 200;
 }
 
+int serve_api_overview(struct mg_connection *c, serve_server *sv, serve_session *s) {
+    int layer, head, st;
+    if ((st = http_query_int(c, "layer", &layer, 0, sv->cfg.n_layer - 1, 0, 0)) ||
+        (st = http_query_int(c, "head", &head, 0, sv->cfg.n_head - 1, 0, 0)))
+        return st;
+    float *grid = malloc((size_t)SERVE_OVERVIEW_BINS * SERVE_OVERVIEW_BINS * sizeof(float));
+    if (!grid) return http_error(c, 500, "out of memory");
+    int block = 0;
+    const int bins = qkv_overview_get(s->overview, grid, layer, head, s->n, &block);
+    if (bins < 1) {
+        free(grid);
+        return http_error(c, 500, "the overview does not cover the session's %d positions", s->n);
+    }
+    http_buf b;
+    if (http_buf_open(c, &b)) {
+        free(grid);
+        return 500;
+    }
+    fprintf(b.f, "{\"layer\": %d, \"head\": %d, \"n\": %d, \"block\": %d, \"bins\": %d, \"window\": %d, \"values\": [", layer,
+            head, s->n, block, bins, qkv_model_layer_slides(&sv->cfg, layer) ? sv->cfg.window : 0);
+    for (int a = 0; a < bins; a++) {
+        fputs(a ? ",\n" : "", b.f);
+        floats_json(b.f, grid + (size_t)a * bins, bins);
+    }
+    fputs("]}\n", b.f);
+    free(grid);
+    http_buf_send(c, &b, 200, NULL);
+    return 200;
+}
+
 int serve_api_next(struct mg_connection *c, serve_server *sv, serve_session *s) {
     int k, st;
     if ((st = http_query_int(c, "k", &k, 1, SERVE_MAX_K, 1, 10))) return st;

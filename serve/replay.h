@@ -2,7 +2,7 @@
  * replay.h — a session's attention rows and edited next-token logits, read
  * from its KV cache (serve/replay.c): each query position is run again alone
  * over the rows before it (qkv_model_replay, which leaves the sequence as it
- * was), with a hook on hook_pattern that reads the row through
+ * was; qkv_explore_row(s) for the plain rows), the row read through
  * qkv_pattern_weights (the forward's own rotated query and LSE; no n x n
  * table). A row of layer l replays layers 0..l only.
  */

@@ -26,6 +26,7 @@ static const session_route session_routes[] = {
     {"grid", "GET", serve_api_grid},
     {"rows", "GET", serve_api_rows},
     {"next", "GET", serve_api_next},
+    {"overview", "GET", serve_api_overview},
     {"lens", "GET", serve_api_lens},
     {"edit", "POST", serve_api_edit},
     {"patch", "POST", serve_api_patch},

@@ -34,6 +34,9 @@ typedef struct {
 /* Positions a session keeps free for generation beyond its prompt (its
  * cache is the prompt + this, within --ctx). */
 #define SERVE_GEN_ROOM 256
+/* The overview's bins per side at most (block doubles past them): L x Hq x
+ * 128^2 floats a session (Gemma 3 270M: 4.7 MB; SmolLM2: 17.7 MB). */
+#define SERVE_OVERVIEW_BINS 128
 /* Top tokens a response lists at most (k). */
 #define SERVE_MAX_K 100
 
@@ -49,6 +52,7 @@ int serve_api_attention(struct mg_connection *c, serve_server *sv, serve_session
 int serve_api_grid(struct mg_connection *c, serve_server *sv, serve_session *s);
 int serve_api_rows(struct mg_connection *c, serve_server *sv, serve_session *s);
 int serve_api_next(struct mg_connection *c, serve_server *sv, serve_session *s);
+int serve_api_overview(struct mg_connection *c, serve_server *sv, serve_session *s);
 int serve_api_edit(struct mg_connection *c, serve_server *sv, serve_session *s);
 int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s);
 int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s);
@@ -62,9 +66,10 @@ void serve_session_json(FILE *f, const serve_server *sv, const serve_session *s)
 /* The top k tokens of logits [V]: [{"id", "piece", "p", "logit"}], most likely first (lower id on ties). */
 void serve_top_json(FILE *f, const serve_server *sv, const float *logits, int k);
 /* Appends ids[0..n) to s (its pieces too) through the model in chunks of
- * SERVE_CHUNK, keeping s->logits the last token's; progress(user, done,
- * total) after each chunk, nonzero to stop. 0, or -1 with msg (the
- * session is then unusable). */
+ * SERVE_CHUNK, keeping s->logits the last token's and pooling the rows into
+ * s->overview; progress(user, done, total) after each layer of each chunk
+ * (NULL: none), nonzero to stop. 0, or -1 with msg (the session is then
+ * unusable). */
 int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids, int n,
                          int (*progress)(void *user, int done, int total), void *user, char *msg, size_t cap);
 /* A model of its own for a probe that runs a whole sequence of n tokens

@@ -38,14 +38,15 @@ int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids,
         return -1;
     }
     layer_progress lp = {.progress = progress, .user = user, .total = n, .n_layer = sv->cfg.n_layer};
-    const qkv_hook hook = {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = on_layer, .user = &lp};
-    const qkv_forward_opts opts = {.hooks = &hook, .n_hooks = 1};
+    const qkv_hook hooks[2] = {{.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_overview_hook, .user = s->overview},
+                               {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = on_layer, .user = &lp}};
+    const qkv_forward_opts opts = {.hooks = hooks, .n_hooks = progress ? 2 : 1};
     for (int done = 0; done < n;) {
         const int chunk = n - done < SERVE_CHUNK ? n - done : SERVE_CHUNK;
         qkv_error err = {0};
         lp.done = done;
         lp.chunk = chunk;
-        if (qkv_model_forward(s->m, s->logits, ids + done, chunk, 0, progress ? &opts : NULL, &err)) {
+        if (qkv_model_forward(s->m, s->logits, ids + done, chunk, 0, &opts, &err)) {
             snprintf(msg, cap, "%s", err.msg);
             return -1;
         }
@@ -74,11 +75,11 @@ qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n)
 }
 
 /* Bytes a session holds: its model's state (run state, attention plan, KV
- * cache: qkv_model_state_bytes), ids, pieces (their pointers and about 16
+ * cache: qkv_model_state_bytes), its overview, ids, pieces (their pointers and about 16
  * bytes of label each) and the logits row. */
 static size_t session_bytes(const serve_server *sv, const serve_session *s) {
-    return qkv_model_state_bytes(s->m) + (size_t)s->cap * (sizeof(int32_t) + sizeof(char *) + 16) +
-           (size_t)sv->cfg.n_vocab * sizeof(float);
+    return qkv_model_state_bytes(s->m) + qkv_overview_bytes(s->overview) +
+           (size_t)s->cap * (sizeof(int32_t) + sizeof(char *) + 16) + (size_t)sv->cfg.n_vocab * sizeof(float);
 }
 
 /* ---------------------------------------------------------------- create */
@@ -145,14 +146,22 @@ int serve_api_sessions_create(struct mg_connection *c, serve_server *sv) {
         return http_error(c, err.status == QKV_ERR_TOO_LARGE ? 413 : 500, "%s", err.msg);
     }
     char msg[512];
-    serve_session tmp = {.m = m, .cap = n_ctx};
+    qkv_overview *ov = NULL;
+    if (qkv_overview_init(&ov, &sv->cfg, SERVE_OVERVIEW_BINS, &err)) {
+        qkv_model_close(m);
+        free(ids);
+        return http_error(c, 500, "%s", err.msg);
+    }
+    serve_session tmp = {.m = m, .overview = ov, .cap = n_ctx};
     serve_session *s = serve_table_add(&sv->table, session_bytes(sv, &tmp), &st, msg, sizeof msg);
     if (!s) {
         qkv_model_close(m);
+        qkv_overview_free(ov);
         free(ids);
         return http_error(c, st, "%s", msg);
     }
     s->m = m;
+    s->overview = ov;
     s->cap = n_ctx;
     s->ids = malloc((size_t)n_ctx * sizeof(int32_t));
     s->pieces = calloc((size_t)n_ctx, sizeof(char *));

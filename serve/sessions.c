@@ -16,6 +16,7 @@ double serve_now_s(void) {
 void serve_session_free(serve_session *s) {
     if (!s) return;
     qkv_model_close(s->m);
+    qkv_overview_free(s->overview);
     for (int i = 0; s->pieces && i < s->n; i++) free(s->pieces[i]);
     free(s->pieces);
     free(s->ids);

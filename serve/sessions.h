@@ -29,7 +29,8 @@ typedef struct serve_session {
     char **pieces;              /* [cap] readable labels of ids */
     int n, cap;                 /* cap = the model's n_ctx */
     float *logits;              /* [V] the next-token logits after ids[n-1] */
-    size_t bytes;               /* what the session holds: model state, KV cache, ids, pieces, logits */
+    qkv_overview *overview;     /* every head's max-pooled map, pooled as the forward calls append rows */
+    size_t bytes;               /* what the session holds: model state, KV cache, overview, ids, pieces, logits */
     /* guarded by the table's mutex */
     double last_use;            /* seconds (monotonic) */
     int refs;                   /* requests holding it */

@@ -287,6 +287,17 @@ TEST(serve_api_family_gemma3_sliding_rows) {
             for (int h = 0; h < 4; h += 3) {
                 check_row(sv.port, "s1", maps, 40, layer, h, 39);
                 check_row(sv.port, "s1", maps, 40, layer, h, 20);
+                /* 40 positions fit the overview's bins: block 1, the map itself */
+                char path[128];
+                snprintf(path, sizeof path, "/api/sessions/s1/overview?layer=%d&head=%d", layer, h);
+                test_json *o = serve_json(sv.port, "GET", path, NULL, &st);
+                static double v[40 * 40];
+                CHECK(st == 200 && o && serve_num(o, "block") == 1 && serve_num(o, "bins") == 40 &&
+                          numbers(o, "values", v, 40 * 40) == 40 * 40, "%s: %d", path, st);
+                double worst = 0;
+                for (int i = 0; o && i < 40 * 40; i++) worst = fmax(worst, fabs(v[i] - maps[(size_t)h * 1600 + i]));
+                CHECK(worst < 2e-5, "%s: differs from qkv inspect --npy by %g", path, worst);
+                test_json_free(o);
             }
         free(maps);
     }

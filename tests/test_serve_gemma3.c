@@ -81,6 +81,29 @@ TEST(serve_gemma3_rows_past_the_window) {
                 free(v);
                 test_json_free(a);
             }
+    /* the overview: each cell the largest weight of its block of the map */
+    for (int li = 0; count == (int64_t)2 * 4 * n * n && li < 2; li++) {
+        char path[128];
+        snprintf(path, sizeof path, "/api/sessions/s1/overview?layer=%d&head=2", li ? 5 : 0);
+        test_json *o = serve_json(sv.port, "GET", path, NULL, &st);
+        const int block = o ? (int)serve_num(o, "block") : 0, bins = o ? (int)serve_num(o, "bins") : 0;
+        CHECK(st == 200 && block > 1 && bins == (n + block - 1) / block, "%s: %d, block %d, bins %d", path, st, block, bins);
+        double *v = bins > 0 ? malloc((size_t)bins * bins * sizeof(double)) : NULL;
+        const test_json *vals = o ? test_json_get(o, "values") : NULL;
+        CHECK(v && vals && test_json_numbers(vals, v, (int64_t)bins * bins) == (int64_t)bins * bins, "%s: values", path);
+        double worst = 0;
+        for (int a = 0; v && vals && a < bins; a++)
+            for (int b = 0; b < bins; b++) {
+                double want = 0;
+                for (int q = a * block; q < (a + 1) * block && q < n; q++)
+                    for (int k = b * block; k < (b + 1) * block && k < n; k++)
+                        want = fmax(want, maps[(((size_t)li * 4 + 2) * n + q) * n + k]);
+                worst = fmax(worst, fabs(v[(size_t)a * bins + b] - want));
+            }
+        CHECK(worst < 2e-5, "%s: differs from the max-pooled qkv inspect --npy by %g", path, worst);
+        free(v);
+        test_json_free(o);
+    }
     serve_stop(&sv);
     free(maps);
     free(body);

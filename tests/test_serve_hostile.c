@@ -95,6 +95,8 @@ TEST(serve_hostile_requests) {
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/grid?metric=volume", NULL, 400, "metric=volume");
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/grid?metric=key&key=99", NULL, 400, "key=99");
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/next?k=0", NULL, 400, "k=0");
+    SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/overview?layer=2&head=0", NULL, 400, "layer=2");
+    SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/overview?layer=0&head=mean", NULL, 400, "head=mean");
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/lens?k=101", NULL, 400, "k=101");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"exclude\": [99]}", 400, "\"exclude\"[0]");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"exclude\": \"0\"}", 400, "array of positions");
