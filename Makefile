@@ -196,9 +196,11 @@ sanitize: deps model
 
 # The Python package (pyproject.toml, setup.py): `pip install .` into a venv
 # of its own with the tests' pinned packages (tests/python/requirements.txt:
-# numpy, pytest, and nbclient + ipykernel, which run the example notebook in a
-# kernel of this venv's python), then its pytest tests (tests/python), whose
-# last line is also "N passed, N failed, N skipped" (a skip fails the run, as above).
+# numpy, pytest, nbclient + ipykernel, which run the example notebook in a
+# kernel of this venv's python, and selenium, which drives Debian's chromium
+# through chromium-driver on the page of `qkv serve`), then its pytest tests
+# (tests/python), whose last line is also "N passed, N failed, N skipped" (a
+# skip fails the run, as above).
 # The tests that compare with the CLI run $(BUILD)/qkv (or $QKV_BIN).
 PYVENV := $(BUILD)/pyvenv
 pytest: deps model $(BUILD)/qkv

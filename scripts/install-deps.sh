@@ -3,6 +3,8 @@
 # only when missing (`make deps`; `make test` and `make demo` run it):
 #   unifont     GNU Unifont glyphs for the PNG's token labels (CJK included)
 #   chromium    headless browser for the inspect page's test
+#   chromium-driver  chromedriver, through which Selenium drives chromium in the serve page's test
+#   fonts-noto-cjk   a CJK font (Noto Sans CJK), so the pages show 年假怎么申请？ as characters, not boxes
 #   python3     drives that browser test (standard library only)
 #   python3-venv, python3-dev  `make pytest` builds the Python package in a venv
 #               (Debian splits ensurepip and Python.h out of python3)
@@ -25,6 +27,8 @@ fi
 [ -f /usr/include/civetweb.h ] || need="$need libcivetweb-dev"
 [ -f /usr/include/cjson/cJSON.h ] || need="$need libcjson-dev"
 command -v chromium >/dev/null 2>&1 || need="$need chromium"
+[ -x /usr/bin/chromedriver ] || need="$need chromium-driver"
+[ -f /usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc ] || need="$need fonts-noto-cjk"
 command -v python3 >/dev/null 2>&1 || need="$need python3"
 if command -v python3 >/dev/null 2>&1; then
     python3 -c 'import ensurepip' 2>/dev/null || need="$need python3-venv"
