@@ -17,8 +17,12 @@
  *     max_bins (blocks of 1 to 64, doubling while rows arrive); SmolLM2 f16
  *     and the tiny gemma3 (window 12 on layers 0-4) on 40 positions, each
  *     also with keys hidden (every layer's, and one head's: a rerun head).
- *     Tolerance 1e-5 relative + 1e-7: the cell's score comes from the tile
- *     kernel (FMA, keys in lanes), the map's from qkv_attn_weights' dot.
+ *     Tolerance 1e-4 relative + 1e-7: the cell's score comes from the tile
+ *     kernel (FMA, rows in lanes), the map's from qkv_attn_weights' dot, and a
+ *     weight's relative error is its score's absolute one (exp): scores up to
+ *     ~30, sums of D products in another order (measured 6.4e-6 in the
+ *     default build, 1.1e-5 in the sanitizer's -O1 one). A key counted in the
+ *     wrong block or a hidden key seen would be off by the weight itself.
  *   - the tile kernel of each ISA this CPU runs against its reference twin,
  *     its key conversion against qkv_convert_to_f32 on every f16 and bf16.
  */
@@ -220,7 +224,7 @@ static void check_overview(const char *path, const char *what, qkv_dtype dtype, 
                         const float got = cells[(size_t)qa * bins + kb];
                         const double d = fabs((double)got - want);
                         worst = d > worst ? d : worst;
-                        if (d > 1e-7 + 1e-5 * want)
+                        if (d > 1e-7 + 1e-4 * want)
                             CHECK(0, "%s: max_bins %d layer %d head %d cell (%d, %d) of block %d: %.8g, map %.8g",
                                   what, max_bins[b], l, h, qa, kb, block, (double)got, (double)want);
                     }
