@@ -73,8 +73,18 @@ void model_mm_dequant_scalar(float *y, const void *src, qkv_ggml_type t, int64_t
 /* out[n] = x[n] * w[n] / sqrt(mean(x^2) + eps)  (LlamaRMSNorm, float32):
  * w[i] * (x[i] * inv), so the two steps below give the same bits */
 void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
 /* out[n] = x[n] / sqrt(mean(x^2) + eps): the norm before its weight */
 void model_rms_normalize(float *out, const float *x, int n, float eps);
+
+/* gate[i] <- act(gate[i]) * up[i] for i < count (gate, up: [n, F]), act
+ * GELU-tanh or SiLU, vectorised and split across n_threads (ffn_act.c).
+ * Against the readable twin (libm's tanhf, expf in transformers' formulas):
+ * |act - act_reference| <= 6 * 2^-24 * |g| before the product with up, g
+ * the gate's value (tests/test_ffn_act.c: 3.5 GELU, 3.9 SiLU): the rounding the
+ * formulas carry anyway, as 1 + tanh cancels for negative g. */
+void model_ffn_act(float *gate, const float *up, size_t count, qkv_ffn_act act, int n_threads);
+void model_ffn_act_reference(float *gate, const float *up, size_t count, qkv_ffn_act act);
 
 /* sum_i a[i] * b[i] with independent partial sums (vectorises without -ffast-math). */
 float model_dot(const float *a, const float *b, int n);

@@ -8,9 +8,11 @@
  * file that sets the target and VW before including them:
  *   #pragma GCC target("avx512f,...")  #define VW 16  (tile_avx512.c, matmul_avx512.c)
  *   #pragma GCC target("avx2,fma,f16c") #define VW 8  (tile_avx2.c, matmul_avx2.c)
- *   VW 4 (matmul_scalar.c: SSE2 on baseline x86-64) or VW 1 (tile_scalar.c)
+ *   VW 4 (matmul_scalar.c, model/ffn_act.c: SSE2 on baseline x86-64) or
+ *   VW 1 (tile_scalar.c)
  * Everything here is static and short-named: only those kernel files
- * include it (through the two bodies), no other source.
+ * include it (through the two bodies, util/vmath.h and ffn_act.c), no
+ * other source.
  */
 #ifndef QKV_UTIL_SIMD_H
 #define QKV_UTIL_SIMD_H
