@@ -99,6 +99,7 @@ $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += $(OMP_FLAGS)
 # masks rely on -INFINITY).
 $(BUILD)/src/attn/tile_%.o: ALL_CFLAGS += -ffp-contract=fast
 $(BUILD)/src/model/matmul_%.o: ALL_CFLAGS += -ffp-contract=fast
+$(BUILD)/src/model/ffn_act_%.o: ALL_CFLAGS += -ffp-contract=fast
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@

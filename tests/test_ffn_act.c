@@ -1,6 +1,7 @@
 /*
- * test_ffn_act.c — the feed-forward activations (src/model/ffn_act.c)
- * against their readable twin with libm: GELU-tanh and SiLU over every
+ * test_ffn_act.c — the feed-forward activations (src/model/ffn_act.c), on
+ * every ISA this CPU runs plus scalar, against their readable twin with
+ * libm: GELU-tanh and SiLU over every
  * 257th float of either sign from 2^-20 to 64 (the range gates take, and
  * the tails where 1 + tanh and exp(-g) saturate), within the bound stated
  * at model_ffn_act: |act - reference| <= 6 * 2^-24 * |g|. A wrong constant
@@ -10,6 +11,8 @@
  */
 #include "model/internal.h"
 #include "testing.h"
+
+#include "qkv.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -44,7 +47,9 @@ static double worst_units(const float *y, const float *want, const float *x, siz
     return worst;
 }
 
-static void check_act(qkv_ffn_act act, const char *name) {
+static void check_act(qkv_ffn_act act, const char *act_name) {
+    char name[64];
+    snprintf(name, sizeof name, "%s %s", qkv_attn_isa(), act_name);
     size_t n;
     float *x = act_arguments(&n);
     float *ones = malloc(n * sizeof *ones), *y = malloc(n * sizeof *y), *want = malloc(n * sizeof *want),
@@ -81,6 +86,9 @@ static void check_act(qkv_ffn_act act, const char *name) {
     free(y1);
 }
 
-TEST(ffn_act_gelu_tanh_within_its_bound) { check_act(QKV_FFN_GELU_TANH, "gelu_tanh"); }
+static void check_gelu(void) { check_act(QKV_FFN_GELU_TANH, "gelu_tanh"); }
+static void check_silu(void) { check_act(QKV_FFN_SILU, "silu"); }
 
-TEST(ffn_act_silu_within_its_bound) { check_act(QKV_FFN_SILU, "silu"); }
+TEST(ffn_act_gelu_tanh_within_its_bound) { test_for_each_isa(check_gelu); }
+
+TEST(ffn_act_silu_within_its_bound) { test_for_each_isa(check_silu); }

@@ -78,13 +78,18 @@ void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 void model_rms_normalize(float *out, const float *x, int n, float eps);
 
 /* gate[i] <- act(gate[i]) * up[i] for i < count (gate, up: [n, F]), act
- * GELU-tanh or SiLU, vectorised and split across n_threads (ffn_act.c).
+ * GELU-tanh or SiLU, by the best ISA's kernel (ffn_act_impl.h), split
+ * across n_threads (ffn_act.c).
  * Against the readable twin (libm's tanhf, expf in transformers' formulas):
  * |act - act_reference| <= 6 * 2^-24 * |g| before the product with up, g
  * the gate's value (tests/test_ffn_act.c: 3.5 GELU, 3.9 SiLU): the rounding the
  * formulas carry anyway, as 1 + tanh cancels for negative g. */
 void model_ffn_act(float *gate, const float *up, size_t count, qkv_ffn_act act, int n_threads);
 void model_ffn_act_reference(float *gate, const float *up, size_t count, qkv_ffn_act act);
+/* One ISA's kernel, one thread: gate[count], up[count] as model_ffn_act. */
+void model_ffn_act_range_avx512(float *gate, const float *up, size_t count, qkv_ffn_act act);
+void model_ffn_act_range_avx2(float *gate, const float *up, size_t count, qkv_ffn_act act);
+void model_ffn_act_range_scalar(float *gate, const float *up, size_t count, qkv_ffn_act act);
 
 /* sum_i a[i] * b[i] with independent partial sums (vectorises without -ffast-math). */
 float model_dot(const float *a, const float *b, int n);
