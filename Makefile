@@ -75,7 +75,7 @@ TEST_CLI_OBJ := $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ))
 
 .PHONY: all test check demo clean model deps pytest sanitize fuzz
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
-     $(BUILD)/model_steps $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
+     $(BUILD)/model_steps $(BUILD)/gemm_peak $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
 
 # Objects depend on the flags they were compiled with: switching NATIVE=1 in
 # the same build directory recompiles everything.
@@ -117,6 +117,11 @@ $(BUILD)/libqkv_render.a: $(RENDER_OBJ)
 
 $(BUILD)/qkv: $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(LDLIBS) $(OMP_FLAGS)
+
+# bench/gemm_peak.c: the prefill matmuls against the FMA peak of cli/bench_roofline.c
+$(BUILD)/bench/gemm_peak.o: ALL_CFLAGS += -Icli
+$(BUILD)/gemm_peak: $(BUILD)/bench/gemm_peak.o $(BUILD)/cli/bench_roofline.o $(BUILD)/libqkv.a
+	$(CC) -o $@ $^ $(LDLIBS) $(OMP_FLAGS)
 
 # bench/model_steps.c: the model's forward alone, against libqkv only
 $(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a

@@ -10,10 +10,19 @@
 #define MATMUL_ROWS 16 /* weight rows per thread block (dequantised together when tiled) */
 #define MM_FUSED_MAX 3  /* up to this many tokens a matmul decodes weights in registers */
 
+#ifndef MM_TOKEN_BLOCK_FLOATS
+#define MM_TOKEN_BLOCK_FLOATS 131072 /* floats of x (512 KiB) a block of tokens holds: a quarter of an L2 */
+#endif
+
 /* out[n, rows] = x[n, cols] @ W^T, W: [rows, cols] in its GGUF type, rows split
- * across n_threads in blocks of MATMUL_ROWS. scratch: [n_threads,
+ * across n_threads in blocks of MATMUL_ROWS. Above MM_FUSED_MAX tokens the
+ * tokens go in blocks too, of about MM_TOKEN_BLOCK_FLOATS / cols (balanced,
+ * each at least MM_FUSED_MAX + 1), so that a block of x stays in L2 while a
+ * thread takes the row blocks one after another; the items are (token
+ * block, row block), token block first. Every output's arithmetic is the
+ * same whatever the blocks (matmul_impl.h). scratch: [n_threads,
  * MATMUL_ROWS, cols] f32 (dequantised weight rows). Each weight row is
- * decoded once per call, whatever n (matmul_impl.h has the kernels). */
+ * decoded once per call and token block (matmul_impl.h has the kernels). */
 void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
                   int n_threads);
 
