@@ -75,7 +75,7 @@ TEST_CLI_OBJ := $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ))
 
 .PHONY: all test check demo clean model deps pytest sanitize fuzz
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
-     $(BUILD)/model_steps $(BUILD)/gemm_peak $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
+     $(BUILD)/model_steps $(BUILD)/explore_steps $(BUILD)/gemm_peak $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
 
 # Objects depend on the flags they were compiled with: switching NATIVE=1 in
 # the same build directory recompiles everything.
@@ -100,6 +100,7 @@ $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += $(OMP_FLAGS)
 $(BUILD)/src/attn/tile_%.o: ALL_CFLAGS += -ffp-contract=fast
 $(BUILD)/src/model/matmul_%.o: ALL_CFLAGS += -ffp-contract=fast
 $(BUILD)/src/model/ffn_act_%.o: ALL_CFLAGS += -ffp-contract=fast
+$(BUILD)/src/probe/overview_%.o: ALL_CFLAGS += -ffp-contract=fast
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
 	@rm -f $@
@@ -125,6 +126,10 @@ $(BUILD)/gemm_peak: $(BUILD)/bench/gemm_peak.o $(BUILD)/cli/bench_roofline.o $(B
 
 # bench/model_steps.c: the model's forward alone, against libqkv only
 $(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a
+	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
+
+# bench/explore_steps.c: what qkv serve asks of a session (prefill with the overview, rows), against libqkv only
+$(BUILD)/explore_steps: $(BUILD)/bench/explore_steps.o $(BUILD)/libqkv.a
 	$(CC) -o $@ $< $(BUILD)/libqkv.a $(LDLIBS)
 
 $(BUILD)/qkv-test: $(TEST_OBJ) $(TEST_CLI_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(BUILD)/qkv

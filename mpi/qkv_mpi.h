@@ -131,8 +131,8 @@ qkv_status qkv_cp_decode(float *o, float *lse, const float *q, const qkv_cp_kv_s
  * biases and RoPE happen in each rank's model before the ring. Decode: every
  * rank runs the new token (the same on all), the last rank keeps its K/V,
  * and each layer attends with qkv_cp_decode over the sharded cache (the
- * layer's mask and soft-cap again). m is opened by the
- * caller on every rank, with n_ctx >= its rows of the prompt + the tokens
+ * layer's mask and soft-cap again). m is made by the caller on every rank
+ * (qkv_weights_open, then qkv_model_new over them), with n_ctx >= its rows of the prompt + the tokens
  * to generate + 1, and a full cache in every layer (swa_cache 0: a rank's
  * rows stay at their global positions for the sharded decode;
  * QKV_ERR_UNSUPPORTED otherwise). Nothing is installed on m: each forward

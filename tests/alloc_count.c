@@ -24,15 +24,17 @@ void *valloc(size_t size);
 void *pvalloc(size_t size);
 
 static atomic_int g_enabled;
-static atomic_llong g_count;
+static atomic_llong g_count, g_bytes;
 static atomic_llong g_fail_at, g_fail_seen, g_fail_offset;
 
 /* The executable's text (GNU ld's symbols): libqkv and the CLI are in it. */
 extern const char __executable_start[], etext[];
 
-static void count(void) {
-    if (atomic_load_explicit(&g_enabled, memory_order_relaxed))
+static void count(size_t bytes) {
+    if (atomic_load_explicit(&g_enabled, memory_order_relaxed)) {
         atomic_fetch_add_explicit(&g_count, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&g_bytes, (long long)bytes, memory_order_relaxed);
+    }
 }
 
 /* 1 if this allocation, made from caller, is the one to fail. */
@@ -59,6 +61,7 @@ int64_t alloc_fail_where(void) { return atomic_load(&g_fail_offset); }
 
 void alloc_count_start(void) {
     atomic_store(&g_count, 0);
+    atomic_store(&g_bytes, 0);
     atomic_store(&g_enabled, 1);
 }
 
@@ -67,20 +70,22 @@ int64_t alloc_count_stop(void) {
     return atomic_load(&g_count);
 }
 
+int64_t alloc_count_bytes(void) { return atomic_load(&g_bytes); }
+
 void *malloc(size_t size) {
-    count();
+    count(size);
     if (FAIL_NOW()) return NULL;
     return __libc_malloc(size);
 }
 
 void *calloc(size_t n, size_t size) {
-    count();
+    count(n * size);
     if (FAIL_NOW()) return NULL;
     return __libc_calloc(n, size);
 }
 
 void *realloc(void *p, size_t size) {
-    count();
+    count(size);
     if (FAIL_NOW()) return NULL;
     return __libc_realloc(p, size);
 }
@@ -88,18 +93,18 @@ void *realloc(void *p, size_t size) {
 void free(void *p) { __libc_free(p); }
 
 void *memalign(size_t align, size_t size) {
-    count();
+    count(size);
     return __libc_memalign(align, size);
 }
 
 void *aligned_alloc(size_t align, size_t size) {
-    count();
+    count(size);
     if (FAIL_NOW()) return NULL;
     return __libc_memalign(align, size);
 }
 
 int posix_memalign(void **out, size_t align, size_t size) {
-    count();
+    count(size);
     if (FAIL_NOW()) return ENOMEM;
     if (align < sizeof(void *) || (align & (align - 1))) return EINVAL;
     void *p = __libc_memalign(align, size);
@@ -109,12 +114,12 @@ int posix_memalign(void **out, size_t align, size_t size) {
 }
 
 void *valloc(size_t size) {
-    count();
+    count(size);
     return __libc_memalign((size_t)sysconf(_SC_PAGESIZE), size);
 }
 
 void *pvalloc(size_t size) {
-    count();
+    count(size);
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     return __libc_memalign(page, (size + page - 1) / page * page);
 }

@@ -16,6 +16,8 @@
 void alloc_count_start(void);
 /* Stops counting; returns the allocations made since alloc_count_start. */
 int64_t alloc_count_stop(void);
+/* The bytes those allocations asked for (realloc: the new size). */
+int64_t alloc_count_bytes(void);
 
 /* Failure injection for the allocations qkv's own code makes (the caller's
  * address lies in this executable's text, where libqkv and the CLI are

@@ -228,6 +228,78 @@ TEST(model_swa_cache_forward_allocates_nothing) {
     qkv_model_close(m);
 }
 
+/* A replay (qkv_model_replay: every layer's row saved to and restored from
+ * the run state) allocates nothing, with exclusions, a zeroed head, chosen
+ * logits and a hook_pattern hook reading rows; nor does replay_layers. */
+static qkv_status read_pattern_row(void *user, const qkv_activation *a, qkv_error *err) {
+    return qkv_pattern_weights(user, a, 0, 0, 1, 0, (int)a->shape[2], err);
+}
+
+TEST(model_replay_allocates_nothing) {
+    if (!test_require_model()) return;
+    const qkv_model_params mp = {.n_ctx = 64, .kv_dtype = QKV_DTYPE_F16, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, test_model_path(), &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    const int V = qkv_model_get_config(m)->n_vocab;
+    float *logits = malloc((size_t)V * sizeof(float)), row[64];
+    const int excl[] = {3, 5};
+    const qkv_exclusion ex[2] = {{.positions = excl, .n = 1, .layer = QKV_ALL, .head = QKV_ALL},
+                                 {.positions = excl + 1, .n = 1, .layer = 2, .head = 1}};
+    const qkv_head_ref zero = {.layer = 4, .head = 0};
+    const qkv_hook hook = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = read_pattern_row, .user = row};
+    const int32_t ids[2] = {282, 7627};
+    const qkv_forward_opts opts = {.exclude = ex, .n_exclude = 2, .zero_heads = &zero, .n_zero_heads = 1,
+                                   .hooks = &hook, .n_hooks = 1};
+    const qkv_forward_opts two = {.logit_ids = ids, .n_logit_ids = 2};
+    qkv_status st = qkv_model_forward(m, NULL, story, 12, 0, NULL, &err);
+    CHECK(st == QKV_OK, "%s", err.msg);
+    alloc_count_start();
+    for (int pos = 0; pos < 12 && !st; pos++) {
+        st = qkv_model_replay(m, logits, pos, story[pos], &opts, &err);
+        if (!st) st = qkv_model_replay(m, logits, pos, story[pos], &two, &err);
+        if (!st) st = qkv_model_replay_layers(m, 3, pos, story[pos], &opts, &err);
+    }
+    const int64_t n = alloc_count_stop();
+    CHECK(st == QKV_OK, "%s", err.msg);
+    CHECK(n == 0, "36 replays allocated %lld times", (long long)n);
+    free(logits);
+    qkv_model_close(m);
+}
+
+/* The explorer's reads allocate nothing once their buffers exist: the
+ * overview hook on a prefill chunk and on decode steps (its block doubling
+ * included), qkv_explore_rows and qkv_explore_row. */
+TEST(explore_and_overview_allocate_nothing) {
+    if (!test_require_model()) return;
+    const qkv_model_params mp = {.n_ctx = 64, .kv_dtype = QKV_DTYPE_F16, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_overview *ov = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, test_model_path(), &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    CHECK(qkv_overview_init(&ov, c, 4, &err) == QKV_OK, "%s", err.msg);
+    float *rows = malloc((size_t)c->n_layer * c->n_head * 40 * sizeof(float));
+    const qkv_hook hook = {.point = QKV_HOOK_PATTERN, .layer = QKV_ALL, .fn = qkv_overview_hook, .user = ov};
+    const qkv_forward_opts o = {.hooks = &hook, .n_hooks = 1};
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = story[i % 12];
+    qkv_status st = qkv_model_forward(m, NULL, ids, 12, 0, &o, &err);
+    alloc_count_start();
+    if (!st) st = qkv_model_forward(m, NULL, ids + 12, 20, 0, &o, &err);
+    for (int p = 32; p < 40 && !st; p++) st = qkv_model_forward(m, NULL, ids + p, 1, 0, &o, &err);
+    if (!st) st = qkv_explore_rows(rows, m, ids, 39, &err);
+    if (!st) st = qkv_explore_row(rows, m, ids, 20, 5, QKV_ALL, &err);
+    const int64_t n = alloc_count_stop();
+    CHECK(st == QKV_OK, "%s", err.msg);
+    CHECK(n == 0, "the overview hook and the explorer's rows allocated %lld times", (long long)n);
+    free(rows);
+    qkv_overview_free(ov);
+    qkv_model_close(m);
+}
+
 /* A resumed forward call (start_resid, hooks on) allocates nothing either;
  * qkv_patch allocates its caches once per call (qkv_patch_bytes: here both
  * runs' hook_z, the checkpoints and three logit rows), never per component. */

@@ -293,6 +293,13 @@ QKV_API qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, 
  * allocates. QKV_ERR_INVALID for a range outside [0, length) or a bad rope. */
 QKV_API qkv_status qkv_kv_cache_shift(qkv_kv_cache *c, int from, int n, const qkv_rope *rope, qkv_error *err);
 
+/* Overwrites rows [start, start + n) of the cache (within its length) with
+ * k, v: [Hkv, n, D] f32, converted to the cache dtype as append converts
+ * (so rows read as f32 and written back are the same bytes). Never
+ * allocates. QKV_ERR_INVALID for a range outside [0, length). */
+QKV_API qkv_status qkv_kv_cache_write(qkv_kv_cache *c, int start, const float *k, const float *v, int n,
+                                      qkv_error *err);
+
 /* Raw storage for kernels: pointers to [Hkv, capacity, D] in the cache dtype. */
 QKV_API const void *qkv_kv_cache_k(const qkv_kv_cache *c);
 QKV_API const void *qkv_kv_cache_v(const qkv_kv_cache *c);

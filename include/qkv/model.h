@@ -1,6 +1,7 @@
 /*
- * qkv/model.h — a decoder model read from a GGUF file: its config, weights
- * and run state, the one forward call with its interventions (exclusions,
+ * qkv/model.h — a decoder model read from a GGUF file: its config and
+ * weights (qkv_weights, shared), a sequence's run state over them
+ * (qkv_model), the one forward call with its interventions (exclusions,
  * zeroed heads, replaced attention, hooks on named activation points), and
  * the sampler. Built on qkv/attn.h and qkv/gguf.h.
  */
@@ -133,15 +134,16 @@ QKV_API void qkv_model_layer_attn(qkv_layer_attn *out, const qkv_model_config *c
  * (token_embd.weight's rows, else the length of
  * tokenizer.ggml.tokens), and when the rows, the token list and
  * <arch>.vocab_size do not all agree. rope.freq_factors is NULL here:
- * qkv_model_open fills it from rope_freqs.weight, or LongRoPE's
- * rope_factors_long/short.weight ([n_rot/2] each) by its context. */
+ * qkv_weights_open fills it from rope_freqs.weight, and a model
+ * (qkv_model_new) from LongRoPE's rope_factors_long/short.weight ([n_rot/2]
+ * each) by its context. */
 QKV_API qkv_status qkv_model_config_read(qkv_model_config *out, const qkv_gguf *g, qkv_error *err);
 
 /* The i-th supported family's general.architecture ("llama", "qwen2",
  * "qwen3", "gemma2", "gemma3", "smollm3", "olmo2", "phi3"); NULL past the last (i < 0 too). */
 QKV_API const char *qkv_model_family_name(int i);
 
-/* Zero is every field's default; qkv_model_open takes NULL for all defaults. */
+/* Zero is every field's default; qkv_model_open and qkv_model_new take NULL for all defaults. */
 /* The KV cache's default size: min(n_ctx_train, QKV_MODEL_DEFAULT_CTX). */
 #define QKV_MODEL_DEFAULT_CTX 8192
 /* The most tokens of one forward call with swa_cache and no n_batch given:
@@ -167,6 +169,13 @@ typedef struct {
 
 typedef struct qkv_model qkv_model;
 
+/* A GGUF's config and weights, read-only after open: any number of models
+ * (sequences) on any threads share one copy (llama.cpp's llama_model; a
+ * qkv_model is its llama_context). Reference-counted: each model holds one
+ * reference, and the weights go with the last of the opener's close and
+ * the models'. */
+typedef struct qkv_weights qkv_weights;
+
 /*
  * The sliding-window cache (qkv_model_params.swa_cache; gemma2 and gemma3
  * have sliding layers). A sliding layer of window W attends the last W keys,
@@ -187,19 +196,42 @@ typedef struct qkv_model qkv_model;
  * qkv_model_evict). Off by default: a full cache serves every probe.
  */
 
-/* Opens the model at path: qkv_model_config_read, then every weight's shape
- * and type, and every norm weight finite and every rope_freqs.weight (or
- * LongRoPE: both rope_factors_long and _short.weight, the one this context
- * uses and the other) factor finite and > 0 (QKV_ERR_FORMAT naming the
- * tensor and element otherwise).
- * Allocates, once, the run state for p->n_batch tokens and the KV cache for
- * p->n_ctx positions (fewer rows in sliding layers with swa_cache); before
- * allocating, their size is checked against physical memory, RLIMIT_DATA
- * and RLIMIT_AS less the file's mapping: a context that cannot fit is
+/* Opens the weights at path: qkv_model_config_read, then every weight's
+ * shape and type, and every norm weight finite and every rope_freqs.weight
+ * (or LongRoPE: both rope_factors_long and _short.weight) factor finite and
+ * > 0 (QKV_ERR_FORMAT naming the tensor and element otherwise). The matrices
+ * stay in the file's mapping; the norms, QK-norms, biases and RoPE factors
+ * are dequantised once. *out holds the caller's reference. */
+QKV_API qkv_status qkv_weights_open(qkv_weights **out, const char *path, qkv_error *err);
+/* Drops the caller's reference (the models on w keep theirs); NULL is fine. */
+QKV_API void qkv_weights_close(qkv_weights *w);
+/* The config; rope.freq_factors is rope_freqs.weight's, NULL for LongRoPE
+ * (each model's context picks a table: qkv_model_get_config). */
+QKV_API const qkv_model_config *qkv_weights_config(const qkv_weights *w);
+QKV_API const qkv_gguf *qkv_weights_gguf(const qkv_weights *w);
+/* Bytes of the weights: the file's mapping and what open dequantised. */
+QKV_API size_t qkv_weights_bytes(const qkv_weights *w);
+
+/* A sequence over shared weights: this context's RoPE factors, the run
+ * state for p->n_batch tokens per call and the KV cache for p->n_ctx
+ * positions (fewer rows in sliding layers with swa_cache), allocated once.
+ * Takes a reference on w (the caller may close its own afterwards). Before
+ * allocating, the run state, attention plan and KV cache are checked against
+ * physical memory, RLIMIT_DATA and RLIMIT_AS less the weights' bytes (counted
+ * once, however many models share them): a context that cannot fit is
  * QKV_ERR_TOO_LARGE, the message naming the bytes it needs. QKV_ERR_INVALID
- * for a negative n_ctx, n_threads or n_batch. */
+ * for w NULL or a negative n_ctx, n_threads, n_batch or rope_ctx. */
+QKV_API qkv_status qkv_model_new(qkv_model **out, qkv_weights *w, const qkv_model_params *p, qkv_error *err);
+/* qkv_weights_open, qkv_model_new, qkv_weights_close: a model holding the
+ * only reference to its own weights (each failure as theirs). */
 QKV_API qkv_status qkv_model_open(qkv_model **out, const char *path, const qkv_model_params *p, qkv_error *err);
+/* Frees the sequence and drops its reference on the weights; NULL is fine. */
 QKV_API void qkv_model_close(qkv_model *m);
+QKV_API qkv_weights *qkv_model_weights(const qkv_model *m);
+/* Bytes this model allocated beyond its weights: the run-state table, the
+ * attention plan's workspace and every layer's KV cache (qkv_model_kv_bytes). */
+QKV_API size_t qkv_model_state_bytes(const qkv_model *m);
+/* The weights' config with this context's RoPE factors. */
 QKV_API const qkv_model_config *qkv_model_get_config(const qkv_model *m);
 QKV_API const qkv_gguf *qkv_model_gguf(const qkv_model *m);
 QKV_API int qkv_model_n_ctx(const qkv_model *m);
@@ -323,6 +355,11 @@ QKV_API const float *qkv_attn_view_lse(const qkv_attn_view *v);
 QKV_API const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v);
 QKV_API const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v);
 QKV_API int qkv_attn_view_key0(const qkv_attn_view *v);
+/* The descriptor query head `head` ran with: qkv_attn_view_desc's with the
+ * call's exclusions scoped to that head added (a rerun head). Its exclusion
+ * list lives in the view's scratch until the next call of this function or
+ * qkv_pattern_weights on the call. QKV_ERR_INVALID for a head outside [0, Hq). */
+QKV_API qkv_status qkv_attn_view_head_desc(qkv_attn_desc *out, const qkv_attn_view *v, int head, qkv_error *err);
 
 /* Keys hidden from queries: at these absolute positions (rows of the KV
  * cache), in layer `layer` and query head `head` (each QKV_ALL for every
@@ -422,6 +459,30 @@ typedef struct {
  * accepts can change). */
 QKV_API qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
                                      const qkv_forward_opts *opts, qkv_error *err);
+
+/* Replay: runs position pos's token again, alone, over the cache's rows
+ * before pos, under opts (hooks, zero_heads, exclusions, a mask override,
+ * logit_ids), and writes the logits of that one position ([V], or
+ * [n_logit_ids]; logits NULL: no final norm or unembedding). The sequence
+ * state is left exactly as it was: each layer's row pos is read before the
+ * call overwrites it and written back after (the caches' bytes do not
+ * change, tests/test_model_replay.c), and nothing is allocated. The edit of
+ * one query: a replay of the last position hiding key k is qkv_ablate's
+ * QKV_ABLATE_LAST for k. Its logits equal those of a forward call that ends
+ * at pos up to float rounding (one row's matmuls against the batch's).
+ * QKV_ERR_INVALID for pos outside [0, qkv_model_pos(m)), a token outside the
+ * vocabulary, options out of range or those a replay cannot take (a resumed
+ * call: start_layer, start_resid; an attention replacement), after an
+ * eviction without a shift (the rows' RoPE positions are no longer one
+ * offset from their rows), and when a sliding layer's swa_cache no longer
+ * holds the rows pos needs (the W - 1 before it). */
+QKV_API qkv_status qkv_model_replay(qkv_model *m, float *logits, int pos, int32_t token, const qkv_forward_opts *opts,
+                                    qkv_error *err);
+/* qkv_model_replay through layers 0 .. n_layers - 1 only, no logits: a
+ * probe that reads layer n_layers - 1 (its hook_pattern) pays for no layer
+ * above it. QKV_ERR_INVALID for n_layers outside [1, L], and as replay. */
+QKV_API qkv_status qkv_model_replay_layers(qkv_model *m, int n_layers, int pos, int32_t token,
+                                           const qkv_forward_opts *opts, qkv_error *err);
 
 /* Each attention head's output in the residual basis, TransformerLens's
  * hook_result: the head's slice of Wo applied to its hook_z alone,

@@ -533,6 +533,63 @@ typedef struct {
 QKV_API qkv_status qkv_needle_run(qkv_needle_result *r, qkv_model *m, const qkv_tokenizer *t, const qkv_needle_prompt *p,
                                   int max_answer, qkv_error *err);
 
+/* --------------------------------------------------------- probe: explore */
+
+/*
+ * The explorer's reads of one sequence (qkv serve), exact and without an
+ * n x n table: a row is recomputed from a replay of its query
+ * (qkv_model_replay: the forward's own rotated q and LSE against the KV
+ * cache, through qkv_pattern_weights), and a head's whole map is kept as a
+ * max-pooled overview filled by a hook while the forward calls append rows.
+ */
+
+/* Every layer's and head's attention row of query pos, from one replay of
+ * pos (no unembedding):
+ *   w:      [L, Hq, pos + 1] output, keys 0 .. pos; a sliding layer's keys
+ *           outside its window are 0
+ *   tokens: [qkv_model_pos(m)] the sequence's ids (tokens[pos] is replayed)
+ * The model's sequence state is unchanged. QKV_ERR_INVALID for NULL
+ * arguments or pos outside [0, qkv_model_pos(m)), and as qkv_model_replay. */
+QKV_API qkv_status qkv_explore_rows(float *w, qkv_model *m, const int32_t *tokens, int pos, qkv_error *err);
+/* One layer's rows of query pos, replaying layers 0 .. layer only:
+ *   w: [Hq, pos + 1] for head QKV_ALL, else [pos + 1]
+ * QKV_ERR_INVALID also for a layer or head out of range. */
+QKV_API qkv_status qkv_explore_row(float *w, qkv_model *m, const int32_t *tokens, int pos, int layer, int head,
+                                   qkv_error *err);
+
+/*
+ * The max-pooled overview of every head of every layer: grid cell (a, b) of
+ * (layer, head) is the largest weight any query of positions [a s, (a+1) s)
+ * gives any key of [b s, (b+1) s), s the block. qkv_overview_hook, installed
+ * on QKV_HOOK_PATTERN (layer QKV_ALL) of the forward calls that append a
+ * sequence's rows (its prefill, its generation steps), pools each call's
+ * rows as they come: per row and key block the largest score s_j, then one
+ * exp(max s_j - lse) (the weights' max: exp is increasing; a soft-capped
+ * score likewise, tanh is). The block starts at 1; when a call's rows
+ * reach past block x max_bins positions it doubles and each 2 x 2 of cells
+ * merges into one (a max of maxes: exact). Cells no row reached are 0.
+ * Memory: L x Hq x max_bins^2 floats, and per thread one key tile. A
+ * rewind or an edit is not undone: pool a replay's rows into nothing, and a
+ * rewound sequence's into a cleared overview (qkv_overview_clear).
+ */
+typedef struct qkv_overview qkv_overview;
+/* An overview for cfg's layers and heads, max_bins in [1, 4096] per side
+ * (QKV_ERR_INVALID otherwise; QKV_ERR_NOMEM). */
+QKV_API qkv_status qkv_overview_init(qkv_overview **out, const qkv_model_config *cfg, int max_bins, qkv_error *err);
+QKV_API void qkv_overview_free(qkv_overview *o);    /* NULL is fine */
+/* Back to block 1 and no rows. */
+QKV_API void qkv_overview_clear(qkv_overview *o);
+/* Bytes the overview holds (its grid and scratch). */
+QKV_API size_t qkv_overview_bytes(const qkv_overview *o);
+/* The hook (user = the overview): pools a hook_pattern call's rows.
+ * QKV_ERR_INVALID for another point, or a layer, head count or head_dim that
+ * is not the overview's. Never allocates. */
+QKV_API qkv_status qkv_overview_hook(void *o, const qkv_activation *a, qkv_error *err);
+/* out[bins, bins] <- (layer, head)'s cells for the first n positions (rows
+ * = query blocks), bins = ceil(n / block); *block gets the block. Returns
+ * bins, or -1 for a layer, head or n out of range (n in [1, block x max_bins]). */
+QKV_API int qkv_overview_get(const qkv_overview *o, float *out, int layer, int head, int n, int *block);
+
 #ifdef __cplusplus
 }
 #endif

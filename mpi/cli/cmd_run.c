@@ -167,7 +167,11 @@ static int run(const mpi_run_args *a) {
     const qkv_model_params mp = {.n_ctx = a->ctx ? a->ctx : rows.total + a->n_gen + 1, .kv_dtype = (qkv_dtype)a->kv_dtype,
                                  .n_threads = a->threads, .n_batch = a->batch ? a->batch : rows.total,
                                  .swa_cache = 0, .rope_ctx = a->ctx ? a->ctx : n + a->n_gen + 1};
-    const qkv_status ost = qkv_model_open(&m, a->model, &mp, &err);
+    /* each rank maps the weights once, then its sequence's model over them */
+    qkv_weights *w = NULL;
+    qkv_status ost = qkv_weights_open(&w, a->model, &err);
+    if (!ost) ost = qkv_model_new(&m, w, &mp, &err);
+    qkv_weights_close(w); /* m holds its own reference */
     if (ost) cli_model_fail(&err, a->model); /* rank 0's line; another rank's goes to its quiet stderr */
     if ((rc = mpi_cli_agree(ost ? CLI_EXIT_BAD_INPUT : 0, a->timeout))) goto done;
     if (a->verbose && g_job.rank == 0) cli_print_kv_cache("qkv-mpi run: rank 0", m, mp.kv_dtype);

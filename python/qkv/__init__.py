@@ -14,10 +14,12 @@ aligned bottom-right (query row i sits at key position Lk - Lq + i).
         logits, cache = m.run_with_cache(ids)      # TransformerLens's names, no batch dim
         z = cache["blocks.3.attn.hook_z"]          # [n, Hq, D]
         r = m.patch("年假怎么申请？", "病假怎么申请？")  # activation patching (also attribute, lens)
+    w = qkv.Weights("models/SmolLM2-135M-Instruct.Q4_1.gguf")  # one copy of the weights,
+    a, b = qkv.Model(w), qkv.Model(w)                           # two sequences over it
 """
 from ._attention import KVCache, attention, attention_reference, rope
 from ._hooks import ActivationCache, Hook
-from ._model import Config, Inspection, LayerAttention, Model
+from ._model import Config, Inspection, LayerAttention, Model, Weights
 from ._patch import Attribution, Lens, PatchResult, spearman
 from . import _qkv
 
@@ -29,5 +31,5 @@ def isa():
     return _qkv.isa()
 
 
-__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Config", "LayerAttention", "Inspection", "ActivationCache",
+__all__ = ["attention", "attention_reference", "rope", "KVCache", "Model", "Weights", "Config", "LayerAttention", "Inspection", "ActivationCache",
            "Hook", "PatchResult", "Attribution", "Lens", "spearman", "isa", "__version__"]

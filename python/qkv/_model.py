@@ -94,20 +94,61 @@ class Inspection:
 _SINK_FIELDS = ("sink", "first", "top_other", "top_other_dist", "sink_top", "entropy")
 
 
-class Model:
-    """Model(path, *, ctx=None, threads=0, kv_dtype="f32"): a GGUF model opened for inference.
+class _Closable:
+    """A context manager that calls close() on exit."""
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Weights(_Closable):
+    """Weights(path): a GGUF's weights, opened once and shared by every Model made on them.
+
+    Model(weights, ...) is a sequence of its own (KV cache, run state) over these
+    weights: several at once cost one copy of the weights. Each Model keeps the
+    weights alive, so close() here (or dropping this object) frees them only
+    after the last Model on them is closed. nbytes: the file's mapping and the
+    tensors dequantised at open.
+    """
+
+    def __init__(self, path):
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"path: expected a file name, got {type(path).__name__}")
+        self._c = _qkv.Weights(os.fspath(path))
+        self.path = os.fspath(path)
+
+    @property
+    def nbytes(self):
+        return self._c.nbytes()
+
+    def close(self):
+        """Drops these weights; Models already made on them keep theirs. New Models raise ValueError."""
+        self._c.close()
+
+    def __repr__(self):
+        return f"qkv.Weights({self.path!r})"
+
+
+class Model(_Closable):
+    """Model(source, *, ctx=None, threads=0, kv_dtype="f32"): a GGUF model opened for inference.
+
+    source: a file name (the model opens its own weights), or a qkv.Weights that
+    several Models share (each its own sequence and KV cache, one copy of the weights).
     ctx: positions the KV cache holds (None: min(training context, 8192));
     threads: 0 = all cores; kv_dtype: "f32", "bf16" or "f16" KV cache.
     Use as a context manager, or call close().
     """
 
-    def __init__(self, path, *, ctx=None, threads=0, kv_dtype="f32"):
-        if not isinstance(path, (str, bytes, os.PathLike)):
-            raise TypeError(f"path: expected a file name, got {type(path).__name__}")
+    def __init__(self, source, *, ctx=None, threads=0, kv_dtype="f32"):
+        if not isinstance(source, (str, bytes, os.PathLike, Weights)):
+            raise TypeError(f"source: expected a file name or qkv.Weights, got {type(source).__name__}")
         if ctx is not None and int(ctx) < 1:
             raise ValueError(f"ctx must be >= 1, got {ctx}")
-        self._c = _qkv.Model(os.fspath(path), 0 if ctx is None else int(ctx), kv_dtype, int(threads))
+        c_source = source._c if isinstance(source, Weights) else os.fspath(source)
+        self._c = _qkv.Model(c_source, 0 if ctx is None else int(ctx), kv_dtype, int(threads))
         raw = self._c.config()
         raw["layers"] = tuple(LayerAttention(**a) for a in raw["layers"])
         self.config = Config(**raw)
@@ -117,12 +158,6 @@ class Model:
     def close(self):
         """Frees the model; later calls raise ValueError."""
         self._c.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self):
         c = self.config

@@ -6,7 +6,7 @@
  * util.h and progress.h below it; none calls another feature file or model.c.
  *
  *   util.c  <-  progress.c  <-  attention.c hooks.c inspect.c kv_cache.c ablate.c
- *                               needle.c patch.c sampler.c stream.c  <-  model.c  <-  module.c
+ *                               needle.c patch.c sampler.c stream.c weights.c  <-  model.c  <-  module.c
  */
 #ifndef QKV_PY_BINDINGS_H
 #define QKV_PY_BINDINGS_H
@@ -39,6 +39,13 @@ extern PyMethodDef pyq_stream_methods[];  /* stream_steps (stream.c) */
 extern PyMethodDef pyq_patch_methods[];   /* sweeps, spearman, token_labels, heatmap_page (patch.c) */
 int pyq_add_kv_cache(PyObject *module);
 int pyq_add_sampler(PyObject *module);
+int pyq_add_weights(PyObject *module);
+
+/* qkv._qkv.Weights (weights.c): pyq_is_weights 1 if obj is one;
+ * pyq_weights_of its open weights, or NULL with TypeError (not a Weights)
+ * or ValueError (closed). */
+int pyq_is_weights(PyObject *obj);
+qkv_weights *pyq_weights_of(PyObject *obj);
 
 /* A Model method that runs on the open model m and its tokenizer tok, which
  * the caller (model.c) holds for the call, with the arguments Python gave it

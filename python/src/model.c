@@ -37,27 +37,28 @@ typedef struct {
 
 static int model_init(PyObject *self, PyObject *args, PyObject *kw) {
     model_object *o = (model_object *)self;
-    static char *kwlist[] = {"path", "n_ctx", "kv_dtype", "threads", NULL};
-    PyObject *path_obj;
+    static char *kwlist[] = {"source", "n_ctx", "kv_dtype", "threads", NULL};
+    PyObject *source, *path_obj = NULL;
     qkv_model_params p = {0};
     const char *dtype = "f32";
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|isi", kwlist, PyUnicode_FSConverter, &path_obj, &p.n_ctx, &dtype,
-                                     &p.n_threads))
-        return -1;
-    if (o->m) {
-        Py_DECREF(path_obj);
-        return PyErr_SetString(PyExc_RuntimeError, "Model: already open"), -1;
-    }
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|isi", kwlist, &source, &p.n_ctx, &dtype, &p.n_threads)) return -1;
+    if (o->m) return PyErr_SetString(PyExc_RuntimeError, "Model: already open"), -1;
+    /* a Weights object (a sequence over shared weights), else a path */
+    qkv_weights *w = NULL;
+    if (pyq_is_weights(source) ? !(w = pyq_weights_of(source)) : !PyUnicode_FSConverter(source, &path_obj)) return -1;
     qkv_error err = {0};
     qkv_status st = QKV_ERR_INVALID;
     if (pyq_parse_dtype(&p.kv_dtype, dtype) == 0) {
-        const char *path = PyBytes_AS_STRING(path_obj);
+        /* with the GIL held: no Weights.close() in another thread frees w
+         * before the model has taken its reference */
+        if (w) st = qkv_model_new(&o->m, w, &p, &err);
+        const char *path = path_obj ? PyBytes_AS_STRING(path_obj) : NULL;
         Py_BEGIN_ALLOW_THREADS
-        st = qkv_model_open(&o->m, path, &p, &err);
+        if (!w) st = qkv_model_open(&o->m, path, &p, &err);
         if (st == QKV_OK) st = qkv_tokenizer_load(&o->tok, qkv_model_gguf(o->m), &err);
         Py_END_ALLOW_THREADS
     }
-    Py_DECREF(path_obj);
+    Py_XDECREF(path_obj);
     if (st) {
         qkv_model_close(o->m);
         o->m = NULL;
@@ -603,7 +604,8 @@ static PyTypeObject model_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "qkv._qkv.Model",
     .tp_basicsize = sizeof(model_object),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Model(path, n_ctx=0, kv_dtype='f32', threads=0): a GGUF model and its tokenizer.",
+    .tp_doc = "Model(source, n_ctx=0, kv_dtype='f32', threads=0): a sequence over a GGUF's weights (source: a "
+              "path, or a Weights shared with other Models) and its tokenizer.",
     .tp_new = PyType_GenericNew,
     .tp_init = model_init,
     .tp_dealloc = model_dealloc,

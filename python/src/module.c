@@ -37,7 +37,7 @@ PyMODINIT_FUNC PyInit__qkv(void) {
         PyModule_AddFunctions(m, pyq_inspect_methods) < 0 || PyModule_AddFunctions(m, pyq_hook_methods) < 0 ||
         PyModule_AddFunctions(m, pyq_stream_methods) < 0 ||
         PyModule_AddFunctions(m, pyq_patch_methods) < 0 ||
-        pyq_add_kv_cache(m) < 0 || pyq_add_model(m) < 0 || pyq_add_sampler(m) < 0) {
+        pyq_add_kv_cache(m) < 0 || pyq_add_model(m) < 0 || pyq_add_sampler(m) < 0 || pyq_add_weights(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

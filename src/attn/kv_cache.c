@@ -107,19 +107,25 @@ static size_t offset(const qkv_kv_cache *c, int head, int pos) {
     return ((size_t)head * c->capacity + (size_t)pos) * c->head_dim * qkv_dtype_size(c->dtype);
 }
 
+qkv_status qkv_kv_cache_write(qkv_kv_cache *c, int start, const float *k, const float *v, int n, qkv_error *err) {
+    if (start < 0 || n < 0 || start + n > c->len || !k || !v)
+        return util_fail(err, QKV_ERR_INVALID, "kv cache: write [%d, %d) outside [0, %d)", start, start + n, c->len);
+    const size_t row = (size_t)n * c->head_dim;
+    for (int h = 0; h < c->n_kv_head; h++) {
+        qkv_convert_from_f32((char *)c->k + offset(c, h, start), c->dtype, k + h * row, row);
+        qkv_convert_from_f32((char *)c->v + offset(c, h, start), c->dtype, v + h * row, row);
+    }
+    return QKV_OK;
+}
+
 qkv_status qkv_kv_cache_append(qkv_kv_cache *c, const float *k, const float *v, int n_new,
                                qkv_error *err) {
     if (n_new < 0 || !k || !v) return util_fail(err, QKV_ERR_INVALID, "kv cache: bad append arguments");
     if (n_new > c->capacity - c->len)
         return util_fail(err, QKV_ERR_FULL, "kv cache: full (%d of %d positions used, %d more requested)",
                         c->len, c->capacity, n_new);
-    const size_t row = (size_t)n_new * c->head_dim;
-    for (int h = 0; h < c->n_kv_head; h++) {
-        qkv_convert_from_f32((char *)c->k + offset(c, h, c->len), c->dtype, k + h * row, row);
-        qkv_convert_from_f32((char *)c->v + offset(c, h, c->len), c->dtype, v + h * row, row);
-    }
     c->len += n_new;
-    return QKV_OK;
+    return qkv_kv_cache_write(c, c->len - n_new, k, v, n_new, err);
 }
 
 qkv_status qkv_kv_cache_read(float *k, float *v, const qkv_kv_cache *c, int start, int n,

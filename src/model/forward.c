@@ -61,11 +61,15 @@ static void norm_vectors(float *x, const float *w, int n_vec, int dim, float eps
     for (int v = 0; v < n_vec; v++) model_rmsnorm(x + (size_t)v * dim, x + (size_t)v * dim, w, dim, eps);
 }
 
-/* One forward call: the model, its options (never NULL here) and its rows. */
+/* One forward call: the model, its options (never NULL here) and its rows.
+ * A replay runs one row at pos0 < qkv_model_pos over the cache rows before
+ * it, writing its K and V over row pos0 (replay below restores them). */
 typedef struct {
     qkv_model *m;
     const qkv_forward_opts *o;
     int n, pos0;
+    int replay;
+    int end_layer; /* layers start_layer .. end_layer - 1 run; below L: no final norm, no logits */
 } fwd_call;
 
 /* Calls the hooks at (point, layer) on x, if any is installed there.
@@ -142,8 +146,9 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     const qkv_model_config *c = &m->cfg;
     const qkv_layer_attn *a = &m->attn[l];
     const int E = c->n_embd, Hq = c->n_head, Hkv = c->n_kv_head, D = c->head_dim, n = f->n, pos0 = f->pos0;
-    const float *norm = m->norm_w + (size_t)(2 * l) * E;
-    const layer_weights *w = &m->layers[l];
+    const qkv_weights *wts = m->weights;
+    const float *norm = wts->norm_w + (size_t)(2 * l) * E;
+    const layer_weights *w = &wts->layers[l];
     qkv_status st;
     if ((st = hook_at(f, QKV_HOOK_RESID_PRE, l, m->x, 2, n, E, 0, err))) return st;
     /* the sublayer's input: rmsnorm(x), or x itself without pre-norms (OLMo 2) */
@@ -151,8 +156,8 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     const model_mm_out qkv[3] = {{m->q, w->wq}, {m->k, w->wk}, {m->v, w->wv}};
     model_matmul_group(qkv, 3, c->no_pre_norms ? m->x : m->h, n, m->scratch, m->n_threads);
-    if (m->bias) {
-        const float *b = m->bias + (size_t)l * (Hq + 2 * Hkv) * D;
+    if (wts->bias) {
+        const float *b = wts->bias + (size_t)l * (Hq + 2 * Hkv) * D;
         add_bias(m->q, b, n, Hq * D);
         add_bias(m->k, b + Hq * D, n, Hkv * D);
         add_bias(m->v, b + (Hq + Hkv) * D, n, Hkv * D);
@@ -161,9 +166,9 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
         (st = hook_at(f, QKV_HOOK_K, l, m->k, 3, n, Hkv, D, err)) ||
         (st = hook_at(f, QKV_HOOK_V, l, m->v, 3, n, Hkv, D, err)))
         return st;
-    if (m->qk_norm_w) { /* per head, or each token's whole q and k row (OLMo 2) */
+    if (wts->qk_norm_w) { /* per head, or each token's whole q and k row (OLMo 2) */
         const int qn = c->qk_norm == QKV_QK_NORM_FULL ? Hq * D : D, kn = c->qk_norm == QKV_QK_NORM_FULL ? Hkv * D : D;
-        const float *wq = m->qk_norm_w + (size_t)l * (qn + kn);
+        const float *wq = wts->qk_norm_w + (size_t)l * (qn + kn);
         norm_vectors(m->q, wq, n * Hq * D / qn, qn, c->norm_eps);
         norm_vectors(m->k, wq + qn, n * Hkv * D / kn, kn, c->norm_eps);
     }
@@ -176,10 +181,12 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
                          (st = qkv_rope_apply(m->kt, m->positions, &a->rope, Hkv, n, D, err)))) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_Q, l, m->qt, m->q, Hq, err)) ||
         (st = hook_rotated(f, QKV_HOOK_ROT_K, l, m->kt, m->k, Hkv, err)) ||
-        (st = model_kv_append(m, l, m->kt, m->vt, n, err)))
+        (st = f->replay ? qkv_kv_cache_write(m->cache[l], pos0 - m->key0[l], m->kt, m->vt, n, err)
+                        : model_kv_append(m, l, m->kt, m->vt, n, err)))
         return st;
-    /* the keys the layer holds: positions key0[l] .. pos0 + n - 1 */
-    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = qkv_kv_cache_len(m->cache[l]),
+    /* the keys the call attends: positions key0[l] .. pos0 + n - 1 (a
+     * replay's rows after pos0 stay in the cache, outside kv_len) */
+    qkv_attn_desc desc = {.n_q_head = Hq, .n_kv_head = Hkv, .q_len = n, .kv_len = pos0 + n - m->key0[l],
                           .head_dim = D, .scale = a->scale, .softcap = a->softcap, .mask = layer_mask(o, a),
                           .kv_dtype = qkv_kv_cache_dtype(m->cache[l]),
                           .kv_head_stride = (int64_t)qkv_kv_cache_capacity(m->cache[l]) * D,
@@ -191,11 +198,12 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     if (o->replace)
         st = o->replace(o->replace_user, l, m->att, m->lse, m->qt, n, m->cache[l], &desc, err);
     else
-        st = qkv_attn_run_cached(m->plan, m->att, m->lse, m->qt, m->cache[l], &desc, err);
+        st = qkv_attn_run(m->plan, m->att, m->lse, m->qt, qkv_kv_cache_k(m->cache[l]), qkv_kv_cache_v(m->cache[l]),
+                          &desc, err);
     if (st || (st = intervene_heads(f, l, &desc, err))) return st;
     if (o->n_hooks && forward_opts_hooked(o, QKV_HOOK_PATTERN, l)) {
-        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .key0 = m->key0[l], .desc = desc,
-                                    .opts = o, .head_excl = m->excl_head, .mark = m->excl_mark};
+        const qkv_attn_view view = {.q = m->qt, .lse = m->lse, .cache = m->cache[l], .key0 = m->key0[l], .layer = l,
+                                    .desc = desc, .opts = o, .head_excl = m->excl_head, .mark = m->excl_mark};
         const qkv_activation pattern = {.point = QKV_HOOK_PATTERN, .layer = l, .pos0 = pos0, .ndim = 3,
                                         .shape = {Hq, n, pos0 + n}, .attn = &view};
         if ((st = forward_opts_call(o, &pattern, err))) return st;
@@ -203,7 +211,7 @@ static qkv_status attention_layer(const fwd_call *f, int l, qkv_error *err) {
     to_token_major(m->o, m->att, n, Hq, D);
     if ((st = hook_at(f, QKV_HOOK_Z, l, m->o, 3, n, Hq, D, err))) return st;
     model_matmul(m->h, m->o, w->wo, n, m->scratch, m->n_threads); /* h <- o Wo^T */
-    if (m->post_norm_w) norm_vectors(m->h, m->post_norm_w + (size_t)(2 * l) * E, n, E, c->norm_eps);
+    if (wts->post_norm_w) norm_vectors(m->h, wts->post_norm_w + (size_t)(2 * l) * E, n, E, c->norm_eps);
     if ((st = hook_at(f, QKV_HOOK_ATTN_OUT, l, m->h, 2, n, E, 0, err))) return st;
     for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
     return hook_at(f, QKV_HOOK_RESID_MID, l, m->x, 2, n, E, 0, err);
@@ -214,15 +222,16 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
     qkv_model *m = f->m;
     const qkv_model_config *c = &m->cfg;
     const int E = c->n_embd, F = c->n_ff, n = f->n;
-    const float *norm = m->norm_w + (size_t)(2 * l + 1) * E;
-    const layer_weights *w = &m->layers[l];
+    const qkv_weights *wts = m->weights;
+    const float *norm = wts->norm_w + (size_t)(2 * l + 1) * E;
+    const layer_weights *w = &wts->layers[l];
     for (int t = 0; t < n && !c->no_pre_norms; t++)
         model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     const model_mm_out gate_up[2] = {{m->gate, w->w_gate}, {m->up, w->w_up}};
     model_matmul_group(gate_up, 2, c->no_pre_norms ? m->x : m->h, n, m->scratch, m->n_threads);
     model_ffn_act(m->gate, m->up, (size_t)n * F, c->ffn_act, m->n_threads); /* act(gate) * up */
     model_matmul(m->h, m->gate, w->w_down, n, m->scratch, m->n_threads);
-    if (m->post_norm_w) norm_vectors(m->h, m->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
+    if (wts->post_norm_w) norm_vectors(m->h, wts->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
     qkv_status st = hook_at(f, QKV_HOOK_MLP_OUT, l, m->h, 2, n, E, 0, err);
     if (st) return st;
     for (size_t i = 0; i < (size_t)n * E; i++) m->x[i] += m->h[i];
@@ -235,7 +244,7 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
  * works row by row: tests/test_matmul.c and test_model_logit_ids.c check
  * the bits). */
 static void unembed_rows(qkv_model *m, float *out, const float *x, const int32_t *ids, int n_ids) {
-    const qkv_gguf_tensor *w = m->output;
+    const qkv_gguf_tensor *w = m->weights->output;
     const size_t row_bytes = qkv_ggml_row_size(w->type, w->shape[1]);
     const model_mm_isa *isa = model_mm_isa_best();
     for (int k = 0; k < n_ids; k++) {
@@ -255,23 +264,24 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
     qkv_model *m = f->m;
     const qkv_model_config *c = &m->cfg;
     const int E = c->n_embd, n = f->n;
-    const size_t emb_row = qkv_ggml_row_size(m->tok_embd->type, E);
+    const qkv_gguf_tensor *embd = m->weights->tok_embd;
+    const size_t emb_row = qkv_ggml_row_size(embd->type, E);
     const float *resume = f->o->start_resid;
     if (resume) memcpy(m->x, resume, (size_t)n * E * sizeof(float));
     for (int t = 0; t < n; t++) {
         m->positions[t] = (int64_t)f->pos0 + m->rope_offset + f->o->rope_offset + t;
         if (resume) continue;
-        qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)m->tok_embd->data + (size_t)tokens[t] * emb_row,
-                                       m->tok_embd->type, E, err);
+        qkv_status st = qkv_dequantize(m->x + (size_t)t * E, (const char *)embd->data + (size_t)tokens[t] * emb_row,
+                                       embd->type, E, err);
         if (st) return st;
         if (c->embd_scale != 1.0f)
             for (int i = 0; i < E; i++) m->x[(size_t)t * E + i] *= c->embd_scale;
     }
     qkv_status st = resume ? QKV_OK : hook_at(f, QKV_HOOK_EMBED, -1, m->x, 2, n, E, 0, err);
-    for (int l = f->o->start_layer; l < c->n_layer && !st; l++)
+    for (int l = f->o->start_layer; l < f->end_layer && !st; l++)
         if (!(st = attention_layer(f, l, err))) st = ffn_layer(f, l, err);
-    if (st) return st;
-    const float *norm = m->norm_w + (size_t)(2 * c->n_layer) * E;
+    if (st || f->end_layer < c->n_layer) return st;
+    const float *norm = m->weights->norm_w + (size_t)(2 * c->n_layer) * E;
     const int hooked = f->o->n_hooks && forward_opts_hooked(f->o, QKV_HOOK_LN_FINAL, -1);
     if (!logits && !hooked) return QKV_OK;
     /* rows first .. n-1 are normed into h (all of them when a hook reads them:
@@ -293,7 +303,7 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
         unembed_rows(m, logits, last, f->o->logit_ids, f->o->n_logit_ids);
         n_out = (size_t)f->o->n_logit_ids;
     } else {
-        model_matmul(logits, last, m->output, n - out0, m->scratch, m->n_threads);
+        model_matmul(logits, last, m->weights->output, n - out0, m->scratch, m->n_threads);
     }
     if (c->final_softcap > 0) { /* Gemma 2: c tanh(x / c), as transformers divides, tanh, multiplies */
         const float cap = c->final_softcap;
@@ -302,10 +312,20 @@ static qkv_status forward_layers(const fwd_call *f, float *logits, const int32_t
     return QKV_OK;
 }
 
+/* QKV_OK, or QKV_ERR_INVALID for a token outside the vocabulary or options out of range. */
+static qkv_status check_tokens_and_opts(const qkv_model *m, const int32_t *tokens, int n, const qkv_forward_opts *o,
+                                        qkv_error *err) {
+    for (int t = 0; t < n; t++)
+        if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
+            return util_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
+    return forward_opts_check(o, &m->cfg, err);
+}
+
 qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens, int n, int all_logits,
                              const qkv_forward_opts *opts, qkv_error *err) {
     const qkv_forward_opts plain = {0}; /* zero is the plain forward */
-    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = n, .pos0 = qkv_model_pos(m)};
+    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = n, .pos0 = qkv_model_pos(m),
+                        .end_layer = m->cfg.n_layer};
     if (n < 1 || !tokens) return util_fail(err, QKV_ERR_INVALID, "forward: no tokens");
     if (n > m->n_ctx - f.pos0)
         return util_fail(err, QKV_ERR_FULL, "forward: %d tokens at position %d exceed the context of %d", n, f.pos0,
@@ -316,12 +336,65 @@ qkv_status qkv_model_forward(qkv_model *m, float *logits, const int32_t *tokens,
     if (n > m->n_batch)
         return util_fail(err, QKV_ERR_INVALID, "forward: %d tokens in one call exceed the model's n_batch of %d "
                         "(its run state: pass them in calls of at most %d)", n, m->n_batch, m->n_batch);
-    for (int t = 0; t < n; t++)
-        if (tokens[t] < 0 || tokens[t] >= m->cfg.n_vocab)
-            return util_fail(err, QKV_ERR_INVALID, "forward: token id %d outside [0, %d)", tokens[t], m->cfg.n_vocab);
-    qkv_status st = forward_opts_check(f.o, &m->cfg, err);
+    qkv_status st = check_tokens_and_opts(m, tokens, n, f.o, err);
     if (st) return st;
     /* a failed call, and every resumed one, leaves the caches as they were */
     if ((st = forward_layers(&f, logits, tokens, all_logits, err)) || f.o->start_resid) model_kv_truncate(m, f.pos0);
     return st;
+}
+
+/* ------------------------------------------------------------- replay */
+
+/* QKV_OK if position pos can be replayed through layers 0 .. end_layer - 1. */
+static qkv_status check_replay(const qkv_model *m, int pos, const qkv_forward_opts *o, int end_layer,
+                               qkv_error *err) {
+    if (pos < 0 || pos >= qkv_model_pos(m))
+        return util_fail(err, QKV_ERR_INVALID, "replay: position %d outside the sequence's [0, %d)", pos,
+                        qkv_model_pos(m));
+    if (o->start_layer || o->start_resid || o->replace)
+        return util_fail(err, QKV_ERR_INVALID, "replay: a resumed call (start_layer, start_resid) or an attention "
+                        "replacement cannot be replayed");
+    if (m->rope_offset)
+        return util_fail(err, QKV_ERR_INVALID, "replay: positions were evicted without a shift: the cached rows' RoPE "
+                        "positions are no longer one offset from their rows");
+    for (int l = 0; l < end_layer; l++) {
+        /* the window's first key, max(0, pos - W + 1), must still be held */
+        const int W = m->attn[l].window, first = W && pos - W + 1 > 0 ? pos - W + 1 : 0;
+        if (first < m->key0[l])
+            return util_fail(err, QKV_ERR_INVALID,
+                            "replay: position %d needs keys from %d on in layer %d, whose sliding-window cache "
+                            "(swa_cache) holds positions from %d on", pos, first, l, m->key0[l]);
+    }
+    return QKV_OK;
+}
+
+/* Replays pos through layers 0 .. end_layer - 1 (qkv_model_replay). */
+static qkv_status replay(qkv_model *m, float *logits, int pos, int32_t token, int end_layer,
+                         const qkv_forward_opts *opts, qkv_error *err) {
+    const qkv_forward_opts plain = {0};
+    const fwd_call f = {.m = m, .o = opts ? opts : &plain, .n = 1, .pos0 = pos, .replay = 1, .end_layer = end_layer};
+    qkv_status st = check_tokens_and_opts(m, &token, 1, f.o, err);
+    if (st || (st = check_replay(m, pos, f.o, end_layer, err))) return st;
+    const size_t KD = (size_t)m->cfg.n_kv_head * m->cfg.head_dim;
+    for (int l = 0; l < end_layer && !st; l++) /* [2, Hkv*D] each: K, V of row pos */
+        st = qkv_kv_cache_read(m->replay_kv + l * 2 * KD, m->replay_kv + (l * 2 + 1) * KD, m->cache[l],
+                               pos - m->key0[l], 1, err);
+    if (!st) st = forward_layers(&f, logits, &token, 0, err);
+    /* the rows go back whether the call ran or not (a hook may have stopped it) */
+    for (int l = 0; l < end_layer; l++)
+        qkv_kv_cache_write(m->cache[l], pos - m->key0[l], m->replay_kv + l * 2 * KD,
+                           m->replay_kv + (l * 2 + 1) * KD, 1, NULL);
+    return st;
+}
+
+qkv_status qkv_model_replay(qkv_model *m, float *logits, int pos, int32_t token, const qkv_forward_opts *opts,
+                            qkv_error *err) {
+    return replay(m, logits, pos, token, m->cfg.n_layer, opts, err);
+}
+
+qkv_status qkv_model_replay_layers(qkv_model *m, int n_layers, int pos, int32_t token, const qkv_forward_opts *opts,
+                                   qkv_error *err) {
+    if (n_layers < 1 || n_layers > m->cfg.n_layer)
+        return util_fail(err, QKV_ERR_INVALID, "replay: %d layers outside [1, %d]", n_layers, m->cfg.n_layer);
+    return replay(m, NULL, pos, token, n_layers, opts, err);
 }

@@ -210,6 +210,18 @@ const qkv_kv_cache *qkv_attn_view_cache(const qkv_attn_view *v) { return v->cach
 const qkv_attn_desc *qkv_attn_view_desc(const qkv_attn_view *v) { return &v->desc; }
 int qkv_attn_view_key0(const qkv_attn_view *v) { return v->key0; }
 
+qkv_status qkv_attn_view_head_desc(qkv_attn_desc *out, const qkv_attn_view *v, int head, qkv_error *err) {
+    if (!out || !v || head < 0 || head >= v->desc.n_q_head)
+        return util_fail(err, QKV_ERR_INVALID, "pattern: head %d outside [0, %d)", head, v ? v->desc.n_q_head : 0);
+    *out = v->desc;
+    if (v->opts && forward_opts_head_excluded(v->opts, v->layer, head)) {
+        out->mask.n_exclude = forward_opts_exclusions(v->head_excl, v->mark, v->opts, v->layer, head, v->key0,
+                                                      out->kv_len);
+        out->mask.exclude = v->head_excl;
+    }
+    return QKV_OK;
+}
+
 qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int row0, int n_rows, int key0,
                                int n_keys, qkv_error *err) {
     if (!w || !a || a->point != QKV_HOOK_PATTERN || !a->attn)
@@ -220,11 +232,9 @@ qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int 
         return util_fail(err, QKV_ERR_INVALID, "pattern: head %d rows [%d, %d) keys [%d, %d) outside [%lld, %lld, %lld]",
                         head, row0, row0 + n_rows, key0, key0 + n_keys, (long long)a->shape[0],
                         (long long)a->shape[1], (long long)a->shape[2]);
-    qkv_attn_desc d = v->desc;
-    if (v->opts && forward_opts_head_excluded(v->opts, a->layer, head)) {
-        d.mask.n_exclude = forward_opts_exclusions(v->head_excl, v->mark, v->opts, a->layer, head, v->key0, d.kv_len);
-        d.mask.exclude = v->head_excl;
-    }
+    qkv_attn_desc d;
+    qkv_status st = qkv_attn_view_head_desc(&d, v, head, err);
+    if (st) return st;
     /* keys are positions; a cache that dropped those before v->key0 (a
      * sliding-window cache) held nothing any row's window reaches there */
     const int skip = key0 >= v->key0 ? 0 : v->key0 - key0 < n_keys ? v->key0 - key0 : n_keys;
@@ -233,7 +243,7 @@ qkv_status qkv_pattern_weights(float *w, const qkv_activation *a, int head, int 
     if (!skip) return qkv_attn_weights(w, v->q, v->lse, k, &d, head, row0, n_rows, k0, n_keys, err);
     for (int r = 0; r < n_rows; r++) { /* [skip zeros, n_held weights] per row of w */
         memset(w + (size_t)r * n_keys, 0, (size_t)skip * sizeof *w);
-        qkv_status st = n_held ? qkv_attn_weights(w + (size_t)r * n_keys + skip, v->q, v->lse, k, &d, head, row0 + r,
+        st = n_held ? qkv_attn_weights(w + (size_t)r * n_keys + skip, v->q, v->lse, k, &d, head, row0 + r,
                                                   1, k0, n_held, err)
                                : QKV_OK;
         if (st) return st;

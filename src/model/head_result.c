@@ -40,7 +40,7 @@ qkv_status qkv_model_head_result(float *out, qkv_model *m, int layer, const floa
                 memcpy(zmask + (size_t)t * per_pos + (size_t)h * QD + (size_t)h * D,
                        z + ((size_t)(t0 + t) * Hq + h) * D, (size_t)D * sizeof *zmask);
         /* out[t0 .. t0+nt, Hq, E] <- zmask Wo^T */
-        model_matmul(out + (size_t)t0 * Hq * E, zmask, m->layers[layer].wo, nt * Hq, m->scratch, m->n_threads);
+        model_matmul(out + (size_t)t0 * Hq * E, zmask, m->weights->layers[layer].wo, nt * Hq, m->scratch, m->n_threads);
     }
     free(zmask);
     return QKV_OK;

@@ -111,6 +111,7 @@ struct qkv_attn_view {
     const float *lse;          /* [Hq, n] */
     const qkv_kv_cache *cache;
     int key0;                  /* the position of the cache's row 0 (desc's key 0) */
+    int layer;
     qkv_attn_desc desc;        /* the layer's call: its exclusions for every head, the cache's dtype and stride */
     const qkv_forward_opts *opts; /* for head-scoped exclusions */
     int *head_excl;            /* [n_ctx] scratch for one head's exclusion list */
