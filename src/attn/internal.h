@@ -125,7 +125,7 @@ typedef void (*attn_rows_fn)(const attn_problem *P, const attn_rows *rows, int j
                              attn_scratch *ws);
 
 /* x[i] = c tanh(x[i] / c) for i < n, c > 0: the ISA's vector soft-capping
- * (tile_impl.h's vtanh), the one the kernels apply to their score tiles;
+ * (util/vmath.h's vtanh), the one the kernels apply to their score tiles;
  * the tests reach it through attn_isa. */
 typedef void (*attn_softcap_fn)(float *x, int n, float c);
 

@@ -1,6 +1,6 @@
 /*
  * softcap.c — the tanh of logit soft-capping (Gemma 2: a score s becomes
- * c tanh(s / c)) in plain scalar C: the readable twin of tile_impl.h's vtanh,
+ * c tanh(s / c)) in plain scalar C: the readable twin of util/vmath.h's vtanh,
  * the same two branches and the same polynomial (internal.h says why each),
  * with libm's expf where the kernels use their own exp2. The kernels never
  * call it; tests/test_attn_kernels.c holds it and each ISA's vtanh to the
