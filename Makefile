@@ -83,7 +83,7 @@ TEST_CLI_OBJ := $(filter-out $(BUILD)/cli/main.o,$(CLI_OBJ))
 
 .PHONY: all test check demo clean model deps pytest sanitize fuzz
 all: $(BUILD)/libqkv.a $(BUILD)/libqkv.so $(BUILD)/libqkv_render.a $(BUILD)/qkv $(BUILD)/qkv-test \
-     $(BUILD)/model_steps $(BUILD)/explore_steps $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
+     $(BUILD)/model_steps $(BUILD)/explore_steps $(BUILD)/gemm_peak $(FUZZ_TARGETS:%=$(BUILD)/fuzz-replay-%)
 
 # Objects depend on the flags they were compiled with: switching NATIVE=1 in
 # the same build directory recompiles everything.
@@ -118,6 +118,7 @@ $(BUILD)/cli/%.o $(BUILD)/tests/%.o: ALL_CFLAGS += $(OMP_FLAGS)
 # masks rely on -INFINITY).
 $(BUILD)/src/attn/tile_%.o: ALL_CFLAGS += -ffp-contract=fast
 $(BUILD)/src/model/matmul_%.o: ALL_CFLAGS += -ffp-contract=fast
+$(BUILD)/src/model/ffn_act_%.o: ALL_CFLAGS += -ffp-contract=fast
 $(BUILD)/src/probe/overview_%.o: ALL_CFLAGS += -ffp-contract=fast
 
 $(BUILD)/libqkv.a: $(LIB_OBJ)
@@ -136,6 +137,11 @@ $(BUILD)/libqkv_render.a: $(RENDER_OBJ)
 
 $(BUILD)/qkv: $(CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a
 	$(CC) -o $@ $(CLI_OBJ) $(SERVE_OBJ) $(BUILD)/libqkv_render.a $(BUILD)/libqkv.a $(SERVE_LIBS) $(LDLIBS) $(OMP_FLAGS)
+
+# bench/gemm_peak.c: the prefill matmuls against the FMA peak of cli/bench_roofline.c
+$(BUILD)/bench/gemm_peak.o: ALL_CFLAGS += -Icli
+$(BUILD)/gemm_peak: $(BUILD)/bench/gemm_peak.o $(BUILD)/cli/bench_roofline.o $(BUILD)/libqkv.a
+	$(CC) -o $@ $^ $(LDLIBS) $(OMP_FLAGS)
 
 # bench/model_steps.c: the model's forward alone, against libqkv only
 $(BUILD)/model_steps: $(BUILD)/bench/model_steps.o $(BUILD)/libqkv.a

@@ -210,6 +210,52 @@ TEST(matmul_every_isa_type_and_shape) {
     CHECK(ran >= 1 && model_mm_isa_find("scalar"), "the scalar kernels always run");
 }
 
+/* Prompts in token blocks (model_matmul, internal.h): 2048 columns make
+ * blocks of MM_TOKEN_BLOCK_FLOATS / 2048 = 64 tokens, so 150 tokens run in
+ * 3 balanced blocks (50 each). Every type within the oracle's bound on every
+ * ISA, 2 threads; and the same bits, token by token, as calls that start
+ * elsewhere and run in one block or in other blocks (a Q4_K weight of 37
+ * rows: two thread blocks and a tail). */
+TEST(matmul_token_blocks) {
+    test_rng rng = {11};
+    const int64_t cols = 2048;
+    CHECK(MM_TOKEN_BLOCK_FLOATS / cols < 75, "the case needs several token blocks");
+    for (size_t i = 0; i < sizeof k_isas / sizeof k_isas[0]; i++) {
+        const model_mm_isa *isa = model_mm_isa_find(k_isas[i]);
+        if (!isa) continue;
+        double worst = 0;
+        for (size_t ti = 0; ti < sizeof k_types / sizeof k_types[0]; ti++) {
+            const double e = check_case(isa, k_types[ti], 37, cols, 150, 2, &rng);
+            if (e > worst) worst = e;
+        }
+        printf("     %-9s 37 x 2048, 150 tokens: worst error %.3f of its bound\n", isa->name, worst);
+    }
+    const int N = 150, rows = 37;
+    uint8_t *raw;
+    qkv_gguf_tensor w = random_weight(QKV_GGML_TYPE_Q4_K, rows, cols, &raw, &rng);
+    float *x = malloc((size_t)N * cols * sizeof *x), *all = malloc((size_t)N * rows * sizeof *all),
+          *part = malloc((size_t)N * rows * sizeof *part),
+          *scratch = malloc((size_t)2 * MATMUL_ROWS * cols * sizeof *scratch);
+    test_fill_normal(x, (size_t)N * cols, &rng, 1.0f);
+    static const int starts[] = {3, 80, 27}, lens[] = {4, 64, 110};
+    for (size_t i = 0; i < sizeof k_isas / sizeof k_isas[0]; i++) {
+        const model_mm_isa *isa = model_mm_isa_find(k_isas[i]);
+        if (!isa) continue;
+        model_matmul_isa(isa, all, x, &w, N, scratch, 2);
+        for (size_t k = 0; k < sizeof starts / sizeof starts[0]; k++) {
+            model_matmul_isa(isa, part, x + (size_t)starts[k] * cols, &w, lens[k], scratch, 1);
+            CHECK(memcmp(part, all + (size_t)starts[k] * rows, (size_t)lens[k] * rows * sizeof *part) == 0,
+                  "%s: %d tokens from token %d differ from the same tokens of a %d-token call", isa->name, lens[k],
+                  starts[k], N);
+        }
+    }
+    free(raw);
+    free(x);
+    free(all);
+    free(part);
+    free(scratch);
+}
+
 TEST(matmul_reference_twin) {
     test_rng rng = {7};
     sweep(NULL, &rng);

@@ -13,6 +13,7 @@
 #include "qkv/attn.h"
 #include "util/error.h"
 #include "util/parallel.h"
+#include "util/tanh_poly.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -124,7 +125,7 @@ typedef void (*attn_rows_fn)(const attn_problem *P, const attn_rows *rows, int j
                              attn_scratch *ws);
 
 /* x[i] = c tanh(x[i] / c) for i < n, c > 0: the ISA's vector soft-capping
- * (tile_impl.h's vtanh), the one the kernels apply to their score tiles;
+ * (util/vmath.h's vtanh), the one the kernels apply to their score tiles;
  * the tests reach it through attn_isa. */
 typedef void (*attn_softcap_fn)(float *x, int n, float c);
 
@@ -159,11 +160,12 @@ void attn_rows_avx512bf16(const attn_problem *P, const attn_rows *rows, int j0, 
  * where AVX512_BF16 is there (and QKV_ISA allows avx512), else NULL. */
 attn_rows_fn attn_rows_bf16dot(void);
 
-/* tanh(x) in float by the method of tile_impl.h's vtanh, written plainly
+/* tanh(x) in float by the method of util/vmath.h's vtanh, written plainly
  * (softcap.c): its readable twin, which the tests hold every ISA's vector
- * tanh and double tanh against. Both split at |x| = ATTN_TANH_SMALL:
- *   |x| <  0.625: tanh x = x + x z P(z), z = x^2, P of degree 4 with the
- *                 coefficients below (tools/tanh_poly.py: least maximum
+ * tanh and double tanh against. Both split at |x| = UTIL_TANH_SMALL
+ * (util/tanh_poly.h has the constants):
+ *   |x| <  0.625: tanh x = x + x z P(z), z = x^2, P of degree 4 with
+ *                 tanh_poly.h's coefficients (tools/tanh_poly.py: least maximum
  *                 relative error, 0.71 ulp evaluated in float): no
  *                 cancellation near 0, where 1 - 2 / (exp(2x) + 1) loses
  *                 every digit;
@@ -174,12 +176,6 @@ attn_rows_fn attn_rows_bf16dot(void);
  * the sign put back last, so tanh(-x) = -tanh(x) exactly and a NaN stays NaN.
  * Measured against double tanh: tests/test_attn_kernels.c. */
 float attn_tanhf(float x);
-#define ATTN_TANH_SMALL 0.625f
-#define ATTN_TANH_P0 -0.3333328068256378f
-#define ATTN_TANH_P1 0.13331441581249237f
-#define ATTN_TANH_P2 -0.05373971536755562f
-#define ATTN_TANH_P3 0.0206390880048275f
-#define ATTN_TANH_P4 -0.005704987328499556f
 
 /* The one check of a call, made by its entry point (qkv_attn,
  * qkv_attn_run, qkv_attn_reference): o, then the descriptor

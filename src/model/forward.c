@@ -61,12 +61,6 @@ static void norm_vectors(float *x, const float *w, int n_vec, int dim, float eps
     for (int v = 0; v < n_vec; v++) model_rmsnorm(x + (size_t)v * dim, x + (size_t)v * dim, w, dim, eps);
 }
 
-/* GELU, tanh approximation (Gemma's gelu_pytorch_tanh), in float as transformers computes it */
-static float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
-}
-
 /* One forward call: the model, its options (never NULL here) and its rows.
  * A replay runs one row at pos0 < qkv_model_pos over the cache rows before
  * it, writing its K and V over row pos0 (replay below restores them). */
@@ -235,13 +229,7 @@ static qkv_status ffn_layer(const fwd_call *f, int l, qkv_error *err) {
         model_rmsnorm(m->h + (size_t)t * E, m->x + (size_t)t * E, norm, E, c->norm_eps);
     const model_mm_out gate_up[2] = {{m->gate, w->w_gate}, {m->up, w->w_up}};
     model_matmul_group(gate_up, 2, c->no_pre_norms ? m->x : m->h, n, m->scratch, m->n_threads);
-    if (c->ffn_act == QKV_FFN_GELU_TANH)
-        for (size_t i = 0; i < (size_t)n * F; i++) m->gate[i] = gelu_tanh(m->gate[i]) * m->up[i];
-    else
-        for (size_t i = 0; i < (size_t)n * F; i++) {
-            float g = m->gate[i];
-            m->gate[i] = g / (1.0f + expf(-g)) * m->up[i]; /* SiLU(gate) * up */
-        }
+    model_ffn_act(m->gate, m->up, (size_t)n * F, c->ffn_act, m->n_threads); /* act(gate) * up */
     model_matmul(m->h, m->gate, w->w_down, n, m->scratch, m->n_threads);
     if (wts->post_norm_w) norm_vectors(m->h, wts->post_norm_w + (size_t)(2 * l + 1) * E, n, E, c->norm_eps);
     qkv_status st = hook_at(f, QKV_HOOK_MLP_OUT, l, m->h, 2, n, E, 0, err);

@@ -10,10 +10,19 @@
 #define MATMUL_ROWS 16 /* weight rows per thread block (dequantised together when tiled) */
 #define MM_FUSED_MAX 3  /* up to this many tokens a matmul decodes weights in registers */
 
+#ifndef MM_TOKEN_BLOCK_FLOATS
+#define MM_TOKEN_BLOCK_FLOATS 131072 /* floats of x (512 KiB) a block of tokens holds: a quarter of an L2 */
+#endif
+
 /* out[n, rows] = x[n, cols] @ W^T, W: [rows, cols] in its GGUF type, rows split
- * across n_threads in blocks of MATMUL_ROWS. scratch: [n_threads,
+ * across n_threads in blocks of MATMUL_ROWS. Above MM_FUSED_MAX tokens the
+ * tokens go in blocks too, of about MM_TOKEN_BLOCK_FLOATS / cols (balanced,
+ * each at least MM_FUSED_MAX + 1), so that a block of x stays in L2 while a
+ * thread takes the row blocks one after another; the items are (token
+ * block, row block), token block first. Every output's arithmetic is the
+ * same whatever the blocks (matmul_impl.h). scratch: [n_threads,
  * MATMUL_ROWS, cols] f32 (dequantised weight rows). Each weight row is
- * decoded once per call, whatever n (matmul_impl.h has the kernels). */
+ * decoded once per call and token block (matmul_impl.h has the kernels). */
 void model_matmul(float *out, const float *x, const qkv_gguf_tensor *w, int n, float *scratch,
                   int n_threads);
 
@@ -73,8 +82,23 @@ void model_mm_dequant_scalar(float *y, const void *src, qkv_ggml_type t, int64_t
 /* out[n] = x[n] * w[n] / sqrt(mean(x^2) + eps)  (LlamaRMSNorm, float32):
  * w[i] * (x[i] * inv), so the two steps below give the same bits */
 void model_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
 /* out[n] = x[n] / sqrt(mean(x^2) + eps): the norm before its weight */
 void model_rms_normalize(float *out, const float *x, int n, float eps);
+
+/* gate[i] <- act(gate[i]) * up[i] for i < count (gate, up: [n, F]), act
+ * GELU-tanh or SiLU, by the best ISA's kernel (ffn_act_impl.h), split
+ * across n_threads (ffn_act.c).
+ * Against the readable twin (libm's tanhf, expf in transformers' formulas):
+ * |act - act_reference| <= 6 * 2^-24 * |g| before the product with up, g
+ * the gate's value (tests/test_ffn_act.c: 3.5 GELU, 3.9 SiLU): the rounding the
+ * formulas carry anyway, as 1 + tanh cancels for negative g. */
+void model_ffn_act(float *gate, const float *up, size_t count, qkv_ffn_act act, int n_threads);
+void model_ffn_act_reference(float *gate, const float *up, size_t count, qkv_ffn_act act);
+/* One ISA's kernel, one thread: gate[count], up[count] as model_ffn_act. */
+void model_ffn_act_range_avx512(float *gate, const float *up, size_t count, qkv_ffn_act act);
+void model_ffn_act_range_avx2(float *gate, const float *up, size_t count, qkv_ffn_act act);
+void model_ffn_act_range_scalar(float *gate, const float *up, size_t count, qkv_ffn_act act);
 
 /* sum_i a[i] * b[i] with independent partial sums (vectorises without -ffast-math). */
 float model_dot(const float *a, const float *b, int n);

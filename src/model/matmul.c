@@ -1,7 +1,8 @@
 /*
  * matmul.c — activations times GGUF weights. Weights stay quantised in the
- * file's mapping; rows are split across threads in blocks of MATMUL_ROWS and
- * each block goes to the kernels of the best ISA (matmul_impl.h, compiled per
+ * file's mapping; rows are split across threads in blocks of MATMUL_ROWS
+ * (and the tokens of a prompt in blocks that fit L2) and each block goes
+ * to the kernels of the best ISA (matmul_impl.h, compiled per
  * ISA by matmul_avx512.c, matmul_avx2.c, matmul_scalar.c, picked at run time
  * as attention's tiles are); weights that read the same x (Q, K, V; gate,
  * up) share one loop. Also the readable reference twin, and the small dense
@@ -91,26 +92,43 @@ const model_mm_isa *model_mm_isa_best(void) { return &mm_isas[cpu_isa_chosen()];
 
 /* ---------------------------------------------------------------- matmul */
 
-/* One loop over the row blocks of up to MM_GROUP_MAX weights that read the
- * same x: blocks [first[k], first[k + 1]) are weight k's. */
+/* One loop over the (token block, row block) items of up to MM_GROUP_MAX
+ * weights that read the same x: row blocks [first[k], first[k + 1]) are
+ * weight k's; item i is row block i % first[n_outs] of token block
+ * i / first[n_outs]. Token block j: q + (j < r) tokens from j q + min(j, r)
+ * (q = n / token_blocks, r = n % token_blocks). */
 typedef struct {
     model_mm_out outs[MM_GROUP_MAX];
     int64_t first[MM_GROUP_MAX + 1];
-    int n_outs;
+    int n_outs, token_blocks;
     const float *x;          /* [n, cols] */
     int n;
+    int64_t cols;
     float *scratch;          /* [threads, MATMUL_ROWS, cols] */
     model_mm_rows_fn rows_fn;
 } matmul_group_call;
 
-static void matmul_group_block(void *ctx, int64_t b, int thread) {
+static void matmul_group_block(void *ctx, int64_t item, int thread) {
     const matmul_group_call *c = ctx;
+    const int64_t j = item / c->first[c->n_outs], b = item % c->first[c->n_outs];
     int k = 0;
     while (b >= c->first[k + 1]) k++;
     const qkv_gguf_tensor *w = c->outs[k].w;
-    const int64_t rows = w->shape[0], cols = w->shape[1];
+    const int64_t rows = w->shape[0], cols = c->cols;
     const int64_t r0 = (b - c->first[k]) * MATMUL_ROWS, r1 = r0 + MATMUL_ROWS < rows ? r0 + MATMUL_ROWS : rows;
-    c->rows_fn(c->outs[k].out, c->x, w, c->n, r0, r1, c->scratch + (size_t)thread * MATMUL_ROWS * cols);
+    const int q = c->n / c->token_blocks, r = c->n % c->token_blocks;
+    const int t0 = (int)j * q + ((int)j < r ? (int)j : r), nt = q + ((int)j < r);
+    c->rows_fn(c->outs[k].out + (size_t)t0 * rows, c->x + (size_t)t0 * cols, w, nt, r0, r1,
+               c->scratch + (size_t)thread * MATMUL_ROWS * cols);
+}
+
+/* Token blocks of about MM_TOKEN_BLOCK_FLOATS / cols tokens; 1 for the
+ * fused path, and never one of MM_FUSED_MAX tokens or fewer (a call above
+ * it stays tiled: blocks of at least half the target, which is larger). */
+static int token_blocks(int n, int64_t cols) {
+    int64_t target = MM_TOKEN_BLOCK_FLOATS / cols;
+    if (target < 2 * (MM_FUSED_MAX + 1)) target = 2 * (MM_FUSED_MAX + 1);
+    return n <= MM_FUSED_MAX ? 1 : (int)((n + target - 1) / target);
 }
 
 void model_matmul_group_isa(const model_mm_isa *isa, const model_mm_out *outs, int n_outs, const float *x, int n,
@@ -120,12 +138,14 @@ void model_matmul_group_isa(const model_mm_isa *isa, const model_mm_out *outs, i
         model_matmul_group_isa(isa, outs + MM_GROUP_MAX, n_outs - MM_GROUP_MAX, x, n, scratch, n_threads);
         n_outs = MM_GROUP_MAX;
     }
-    matmul_group_call c = {.n_outs = n_outs, .x = x, .n = n, .scratch = scratch, .rows_fn = isa->rows};
+    const int64_t cols = outs[0].w->shape[1];
+    matmul_group_call c = {.n_outs = n_outs, .token_blocks = token_blocks(n, cols), .x = x, .n = n, .cols = cols,
+                           .scratch = scratch, .rows_fn = isa->rows};
     for (int k = 0; k < n_outs; k++) {
         c.outs[k] = outs[k];
         c.first[k + 1] = c.first[k] + (outs[k].w->shape[0] + MATMUL_ROWS - 1) / MATMUL_ROWS;
     }
-    util_parallel_for(c.first[n_outs], n_threads, 0, matmul_group_block, &c);
+    util_parallel_for(c.token_blocks * c.first[n_outs], n_threads, 0, matmul_group_block, &c);
 }
 
 void model_matmul_group(const model_mm_out *outs, int n_outs, const float *x, int n, float *scratch,

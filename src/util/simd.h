@@ -4,14 +4,15 @@
  * loads and stores, and the few primitives where GCC's generic code is poor
  * and the ISA's own instructions are used (max, f16 widening, byte
  * widening). The kernel bodies written once over VW, attn/tile_impl.h,
- * model/matmul_impl.h and probe/overview_impl.h, include it; they are
- * compiled once per ISA by a .c file that sets the target and VW before
- * including them:
+ * model/matmul_impl.h, model/ffn_act_impl.h and probe/overview_impl.h,
+ * include it; they are compiled once per ISA by a .c file that sets the
+ * target and VW before including them:
  *   #pragma GCC target("avx512f,...")  #define VW 16  (tile_avx512.c, matmul_avx512.c)
  *   #pragma GCC target("avx2,fma,f16c") #define VW 8  (tile_avx2.c, matmul_avx2.c)
- *   VW 4 (matmul_scalar.c: SSE2 on baseline x86-64) or VW 1 (tile_scalar.c)
+ *   VW 4 (matmul_scalar.c, ffn_act_scalar.c: SSE2 on baseline x86-64) or
+ *   VW 1 (tile_scalar.c)
  * Everything here is static and short-named: only those kernel files
- * include it (through the three bodies), no other source.
+ * include it (through the four bodies and util/vmath.h), no other source.
  */
 #ifndef QKV_UTIL_SIMD_H
 #define QKV_UTIL_SIMD_H
