@@ -124,6 +124,15 @@ def cpu_id():
     return f"family {info.get('cpu family', '?')} model {info.get('model', '?')}, {isa}"
 
 
+def wait_quiet(below, max_wait):
+    """Seconds waited for the 1-minute load average to fall below `below`
+    (gives up after max_wait seconds; below <= 0: no wait)."""
+    t0 = time.time()
+    while below > 0 and os.getloadavg()[0] >= below and time.time() - t0 < max_wait:
+        time.sleep(5)
+    return round(time.time() - t0, 1)
+
+
 def median_minmax(xs):
     return statistics.median(xs), min(xs), max(xs)
 
@@ -161,7 +170,8 @@ def markdown(rows, tools, meta):
     ratios = [(q, p) for p in peers for q in qkvs]
     name = {"smol": "SmolLM2-135M Q4_1", "gemma3": "Gemma 3 270M Q4_K_M"}
     out = [f"{meta['cpu']} ({meta['cpu_id']}), {meta['threads']} threads, {meta['date_utc']}; median of {meta['rounds']} rounds "
-           f"(min-max), tok/s; load average {meta['load_first']} at the start, {meta['load_last']} at the end.\n",
+           f"(min-max), tok/s; 1-minute load average {meta['load_1min'][0]:.2f}–{meta['load_1min'][1]:.2f} "
+           f"before and after the rounds.\n",
            "| model | test | " + " | ".join(tools + [f"{q} / {p}" for q, p in ratios]) + " |",
            "|---|---|" + "---:|" * (len(tools) + len(ratios))]
     for r in rows:
@@ -191,6 +201,10 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quiet-below", type=float, default=0.0,
+                    help="before each round, wait (up to --max-wait seconds) for the 1-minute load average to fall "
+                         "below this (0: do not wait); other tenants' work slows llama.cpp's spinning threads most")
+    ap.add_argument("--max-wait", type=float, default=600.0)
     ap.add_argument("--md", help="write the markdown table here")
     ap.add_argument("--json", help="write every figure here")
     a = ap.parse_args()
@@ -228,12 +242,13 @@ def main():
     rounds = []
     for r in range(a.rounds):
         order = tools[r % len(tools):] + tools[:r % len(tools)]
-        rec = {"load_before": loadavg(), "t0": time.time(), "order": [t.name for t in order], "results": {}}
+        waited = wait_quiet(a.quiet_below, a.max_wait)
+        rec = {"load_before": loadavg(), "waited_s": waited, "t0": time.time(), "order": [t.name for t in order], "results": {}}
         for m, path in models.items():
             for t in order:
                 res = t.measure(path, ids_by_model[m])
                 rec["results"].setdefault(m, {})[t.name] = {f"{k} {n}": v for (k, n), v in res.items()}
-                print(f"round {r + 1} {m:6s} {t.name:12s} " + "  ".join(
+                print(f"round {r + 1} (load {rec['load_before'].split()[0]}) {m:6s} {t.name:12s} " + "  ".join(
                     f"{k} {n}: " + (f"{v:.1f}" if not isinstance(v, dict) else
                                      "/".join(f"fa{f} {x:.1f}" for f, x in sorted(v.items())))
                     for (k, n), v in sorted(res.items())), flush=True)
@@ -241,10 +256,11 @@ def main():
         rounds.append(rec)
 
     names = [t.name for t in tools]
+    loads = [float(r[k].split()[0]) for r in rounds for k in ("load_before", "load_after")]
     rows = summarize(rounds, names, list(models), ns)
     meta = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_name(), "cpu_id": cpu_id(),
             "cpus": os.cpu_count(), "threads": a.threads, "gen": a.gen, "rounds": a.rounds,
-            "load_first": rounds[0]["load_before"], "load_last": rounds[-1]["load_after"],
+            "load_1min": [min(loads), max(loads)],
             "fa": {t.name: getattr(t, "fa", []) for t in tools}, "argv": sys.argv,
             "models": models, "prompts": ns}
     md = markdown(rows, names, meta)
