@@ -7,9 +7,10 @@ Each model, each prompt length N (512 and 4096 by default), 2 threads:
 
   qkv          `qkv run -m MODEL --tokens IDS -n GEN --threads T` (model_speed.run_qkv: its
                stderr stats line gives both figures of one run); IDS are the first N tokens of
-               GPL-3 (model_speed.prompt_ids). --qkv-isas native,avx2 adds a pass with
-               QKV_ISA=avx2 (qkv picks its kernels at run time; llama.cpp and ik_llama.cpp
-               are compiled for one ISA, -march=native here, and have no such switch)
+               GPL-3 (model_speed.prompt_ids). --qkv-passes native,avx2:f16 runs two passes: the
+               default kernels and KV cache (f32), and QKV_ISA=avx2 with --kv-dtype f16 (the
+               llama-bench tools' default cache). qkv picks its kernels at run time;
+               llama.cpp and ik_llama.cpp are compiled for one ISA and have no such switch
   llama-bench  llama.cpp's own (--llama-bench), `-p N -n 0` and `-p 0 -n GEN -d N`, each -fa
                of --llama-fa (0,1); the table shows the better -fa of each test
   ik_llama     ik_llama.cpp's llama-bench (--ik-bench), `-p N -n 0` and `-gp N,GEN` (its
@@ -24,8 +25,8 @@ like qkv run, which also starts a fresh process each time; one repetition a call
 order, so load drift on a shared machine hits them alike; the table gives the
 median of the rounds (min-max) and the ratios of the medians.
 
-    python3 bench/whole_model_peers.py --llama-bench /tmp/peers/llama.cpp/build/bin/llama-bench \\
-        --ik-bench /tmp/ik_llama/build/bin/llama-bench --qkv-isas native,avx2 --rounds 3 \\
+    python3 bench/whole_model_peers.py --llama-bench $G/llama-bench \\
+        --ik-bench /tmp/ik_llama/build/bin/llama-bench --qkv-passes native,native:f16,avx2:f16 --rounds 3 \\
         --md peers.md --json peers.json
 
 The peers are built outside this repository (never committed); see BENCHMARKS.md.
@@ -49,9 +50,9 @@ def fail(msg):
 class QkvRun:
     """qkv run, native kernels or those QKV_ISA names."""
 
-    def __init__(self, binary, isa, threads, gen):
-        self.binary, self.isa, self.threads, self.gen = binary, isa, threads, gen
-        self.name = "qkv" if isa == "native" else f"qkv {isa}"
+    def __init__(self, binary, isa, kv_dtype, threads, gen):
+        self.binary, self.isa, self.kv_dtype, self.threads, self.gen = binary, isa, kv_dtype, threads, gen
+        self.name = " ".join(["qkv"] + ([isa] if isa != "native" else []) + ([kv_dtype] if kv_dtype else []))
         self.env = dict(os.environ)
         self.env.pop("QKV_ISA", None)
         if isa != "native":
@@ -61,7 +62,8 @@ class QkvRun:
         """{("prompt", N): tok/s, ("gen", N): tok/s} of one run per N."""
         out = {}
         for n, ids in ids_by_n.items():
-            pp, tg = run_qkv(self.binary, model, ids, self.gen, self.threads, env=self.env)[:2]
+            pp, tg = run_qkv(self.binary, model, ids, self.gen, self.threads, env=self.env,
+                             kv_dtype=self.kv_dtype)[:2]
             out[("prompt", n)], out[("gen", n)] = pp, tg
         return out
 
@@ -190,7 +192,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--qkv", default=os.path.join(ROOT, "build", "qkv"))
-    ap.add_argument("--qkv-isas", default="native", help="qkv passes: native (no QKV_ISA) and/or avx2, scalar")
+    ap.add_argument("--qkv-passes", default="native",
+                    help="qkv passes, ISA[:KV] each: native (no QKV_ISA), avx512, avx2 or scalar; KV the "
+                         "--kv-dtype (f32, bf16, f16; left out: qkv's default)")
     ap.add_argument("--llama-bench", help="llama.cpp's llama-bench (left out: not measured)")
     ap.add_argument("--llama-fa", default="0,1", help="llama-bench -fa values; the better one counts")
     ap.add_argument("--ik-bench", help="ik_llama.cpp's llama-bench (left out: not measured)")
@@ -220,10 +224,12 @@ def main():
         ns = [int(x) for x in a.prompts.split(",")]
     except ValueError:
         fail(f"--prompts {a.prompts}: not a list of integers")
-    for isa in a.qkv_isas.split(","):
-        if isa not in ("native", "avx512", "avx2", "scalar"):
-            fail(f"--qkv-isas: '{isa}' is not native, avx512, avx2 or scalar")
-    tools = [QkvRun(a.qkv, isa, a.threads, a.gen) for isa in a.qkv_isas.split(",")]
+    tools = []
+    for p in a.qkv_passes.split(","):
+        isa, _, kv = p.partition(":")
+        if isa not in ("native", "avx512", "avx2", "scalar") or kv not in ("", "f32", "bf16", "f16"):
+            fail(f"--qkv-passes: '{p}' is not ISA[:KV] (native, avx512, avx2, scalar; f32, bf16, f16)")
+        tools.append(QkvRun(a.qkv, isa, kv or None, a.threads, a.gen))
     if a.llama_bench:
         check_binary("--llama-bench", a.llama_bench)
         tools.append(LlamaBench("llama-bench", a.llama_bench, "mainline", a.threads, a.gen,

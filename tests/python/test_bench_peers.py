@@ -59,7 +59,8 @@ def one_line_exit_2(r, *words):
 def test_wrong_peer_path_is_one_line_and_exit_2(tmp_path):
     one_line_exit_2(run("--llama-bench", tmp_path / "no-such-llama-bench"), "--llama-bench", "not an executable")
     one_line_exit_2(run("--ik-bench", ROOT / "README.md"), "--ik-bench", "not an executable")
-    one_line_exit_2(run("--qkv-isas", "avx3"), "--qkv-isas")
+    one_line_exit_2(run("--qkv-passes", "avx3"), "--qkv-passes")
+    one_line_exit_2(run("--qkv-passes", "avx2:f8"), "--qkv-passes")
 
 
 def test_failing_peer_is_one_line_and_exit_2():
@@ -71,7 +72,8 @@ def test_both_flavours_read_into_their_cells(tmp_path):
     main, ik = fake(tmp_path, "llama-bench", "fa"), fake(tmp_path, "ik-bench", "bool(fa)")
     out = tmp_path / "peers.json"
     r = run("--prompts", "8,16", "--gen", "2", "--rounds", "2", "--llama-bench", main,
-            "--ik-bench", ik, "--ik-fa", "0,1", "--json", out, "--md", tmp_path / "peers.md")
+            "--ik-bench", ik, "--ik-fa", "0,1", "--qkv-passes", "native,avx2:f16", "--json", out,
+            "--md", tmp_path / "peers.md")
     assert r.returncode == 0, r.stderr
     rows = {(x["test"], x["n"]): x["tools"] for x in json.loads(out.read_text())["rows"]}
     for n in (8, 16):
@@ -79,9 +81,10 @@ def test_both_flavours_read_into_their_cells(tmp_path):
             assert rows[("prompt", n)][tool]["median"] == 1000 + n + 10
             assert rows[("gen", n)][tool]["median"] == 100 + n / 100 + 1
             assert rows[("prompt", n)][tool]["fa"] == "1"
-        assert rows[("prompt", n)]["qkv"]["median"] > 0 and rows[("gen", n)]["qkv"]["median"] > 0
+        for tool in ("qkv", "qkv avx2 f16"):
+            assert rows[("prompt", n)][tool]["median"] > 0 and rows[("gen", n)][tool]["median"] > 0
     md = (tmp_path / "peers.md").read_text()
-    assert "| qkv / llama-bench | qkv / ik_llama |" in md and md.count("\n| ") == 5
+    assert "| qkv / llama-bench |" in md and "| qkv avx2 f16 / ik_llama |" in md and md.count("\n| ") == 5
 
 
 def test_the_better_fa_of_each_round_counts():
