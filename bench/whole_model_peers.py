@@ -260,24 +260,29 @@ def main():
                     for (k, n), v in sorted(res.items())), flush=True)
         rec["load_after"] = loadavg()
         rounds.append(rec)
+        write(a, tools, models, ns, rounds, final=r + 1 == a.rounds)
 
+
+def write(a, tools, models, ns, rounds, final):
+    """The table and the JSON of the rounds so far (rewritten after each round, so
+    a run cut short keeps its finished rounds); printed at the end."""
     names = [t.name for t in tools]
     loads = [float(r[k].split()[0]) for r in rounds for k in ("load_before", "load_after")]
     rows = summarize(rounds, names, list(models), ns)
     meta = {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_name(), "cpu_id": cpu_id(),
-            "cpus": os.cpu_count(), "threads": a.threads, "gen": a.gen, "rounds": a.rounds,
+            "cpus": os.cpu_count(), "threads": a.threads, "gen": a.gen, "rounds": len(rounds),
             "load_1min": [min(loads), max(loads)],
             "fa": {t.name: getattr(t, "fa", []) for t in tools}, "argv": sys.argv,
             "models": models, "prompts": ns}
     md = markdown(rows, names, meta)
-    print("\n" + md)
+    if final:
+        print("\n" + md)
     if a.md:
         with open(a.md, "w") as f:
             f.write(md)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"meta": meta, "rounds": rounds, "rows": rows}, f, indent=1)
-
 
 if __name__ == "__main__":
     main()
