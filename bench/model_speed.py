@@ -38,6 +38,17 @@ def run_qkv(qkv, model, ids, gen, threads, env=None, timeout=None, kv_dtype=None
     return float(m.group(2)), float(m.group(4)), float(m.group(5)), [int(x) for x in r.stdout.split()]
 
 
+def llama_bench_json(binary, args):
+    """The JSON entries (one per test) of a llama-bench run (llama.cpp's or
+    ik_llama.cpp's) with args; one line and exit status 2 if it fails."""
+    r = subprocess.run([binary, *args, "-o", "json"], capture_output=True, text=True)
+    if r.returncode:
+        tail = (r.stderr.strip().splitlines() or ["(no message)"])[-1]
+        print(f"{os.path.basename(binary)} {' '.join(args)} failed (exit {r.returncode}): {tail}", file=sys.stderr)
+        sys.exit(2)
+    return json.loads(r.stdout)
+
+
 LLAMA_CHILD = r'''
 import sys, time, json, resource, llama_cpp
 model, ids, gen, threads = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

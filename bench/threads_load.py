@@ -26,10 +26,10 @@ draws its own prompt ids, which does not change the work of a dense model.
 llama-bench is llama.cpp's own, built from source (e.g. the llama-cpp-python
 sdist's vendored tree) with -DGGML_NATIVE=ON; it is a peer, never part of qkv.
 """
-import argparse, json, os, resource, statistics, subprocess, sys, time
+import argparse, os, resource, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model_speed import MODEL, ROOT, prompt_ids, run_qkv  # noqa: E402
+from model_speed import MODEL, ROOT, llama_bench_json, prompt_ids, run_qkv  # noqa: E402
 
 
 def loadavg():
@@ -43,12 +43,8 @@ def run_llama_bench(binary, model, n_prompt, gen, threads, fa, reps):
     qkv run generates after its prompt; a plain -n test would generate from
     an empty cache)."""
     def bench(*args):
-        cmd = [binary, "-m", model, "-t", str(threads), "-fa", str(fa), "-r", str(reps), "--no-warmup",
-               "-o", "json", *args]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode:
-            sys.exit(f"llama-bench failed: {r.stderr.strip()[-400:]}")
-        return json.loads(r.stdout)[0]["avg_ts"]
+        return llama_bench_json(binary, ["-m", model, "-t", str(threads), "-fa", str(fa), "-r", str(reps),
+                                         "--no-warmup", *args])[0]["avg_ts"]
     return bench("-p", str(n_prompt), "-n", "0"), bench("-p", "0", "-n", str(gen), "-d", str(n_prompt))
 
 
