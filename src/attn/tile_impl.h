@@ -232,6 +232,29 @@ INLINE vf vload_kv(const void *row, qkv_dtype t, int d) {
     return t == QKV_DTYPE_F16 ? vload_f16(h16) : vload_bf16(h16);
 }
 
+/* Pair order, the few path's layout of a bf16 call's queries and acc
+ * (vload_bf16_pairs): each whole chunk of 2 VW elements of a row holds its
+ * even elements, then its odd ones; elements past the last whole chunk stay
+ * in place. So K and V widen at half the instructions, and each acc element
+ * still sums the same products in the same order. */
+INLINE int pair_element(int p, int D) { /* the element at position p */
+    const int c = p / (2 * VW) * (2 * VW), i = p - c;
+    if (c + 2 * VW > D) return p;
+    return i < VW ? c + 2 * i : c + 2 * (i - VW) + 1;
+}
+
+/* Two vectors of a K/V row from element d (d a multiple of 2 VW, d + 2 VW
+ * <= D) as f32: in pair order for bf16, else elements [d, d + VW) and
+ * [d + VW, d + 2 VW). */
+INLINE void vload_kv2(const void *row, qkv_dtype t, int d, vf *lo, vf *hi) {
+    if (t == QKV_DTYPE_BF16) {
+        vload_bf16_pairs((const uint16_t *)row + d, lo, hi);
+    } else {
+        *lo = vload_kv(row, t, d);
+        *hi = vload_kv(row, t, d + VW);
+    }
+}
+
 static inline const void *kv_row(const void *base, qkv_dtype t, int64_t offset) {
     return (const char *)base + offset * (int64_t)(t == QKV_DTYPE_F32 ? 4 : 2);
 }
@@ -777,7 +800,8 @@ INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf,
         for (int i = 0; i < rf; i++) a0[i] = a1[i] = vset1(0);
         int d = 0;
         for (; d + 2 * VW <= D; d += 2 * VW) {
-            vf k0 = vload_kv(kr, t, d), k1 = vload_kv(kr, t, d + VW);
+            vf k0, k1;
+            vload_kv2(kr, t, d, &k0, &k1);
             for (int i = 0; i < rf; i++) {
                 a0[i] += k0 * vload(q + (size_t)(r0 + i) * ld + d);
                 a1[i] += k1 * vload(q + (size_t)(r0 + i) * ld + d + VW);
@@ -820,7 +844,9 @@ INLINE void few_pv(float *acc, int ld, const float *p, const void *vrow0, qkv_dt
         if (r0 == 0) /* the same columns of the next tile's V */
             prefetch_span(kv_row(vr, t, (int64_t)ATTN_BK * D + c0), nc * VW * (t == QKV_DTYPE_F32 ? 4 : 2));
         vf vv[NC];
-        for (int c = 0; c < nc; c++) vv[c] = vload_kv(vr, t, c0 + c * VW);
+        int cv = 0; /* c0 and cv even: whole chunks of 2 VW, pair order */
+        for (; cv + 1 < nc; cv += 2) vload_kv2(vr, t, c0 + cv * VW, &vv[cv], &vv[cv + 1]);
+        if (cv < nc) vv[cv] = vload_kv(vr, t, c0 + cv * VW);
         for (int i = 0; i < mr; i++) {
             vf pb = vset1(p[(size_t)(r0 + i) * ATTN_BK + j]);
             for (int c = 0; c < nc; c++) a[i][c] += pb * vv[c];
@@ -913,7 +939,7 @@ static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j
         for (int tq = 0; tq < nq; tq++) {
             const float *src = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
             float *dst = ws->q + (size_t)(hl * nq + tq) * ld;
-            for (int d = 0; d < D; d++) dst[d] = src[d] * P->scale;
+            for (int d = 0; d < D; d++) dst[d] = src[t == QKV_DTYPE_BF16 ? pair_element(d, D) : d] * P->scale;
             for (int d = D; d < ld; d++) dst[d] = 0;
         }
     }
@@ -930,6 +956,12 @@ static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j
         case QKV_DTYPE_F16: few_tile(P, R, nq, p_first, jt, nk, cls, ksrc, vsrc, QKV_DTYPE_F16, ws); break;
         }
     }
+    if (t == QKV_DTYPE_BF16) /* acc back from pair order */
+        for (int r = 0; r < R; r++) {
+            float *ar = ws->acc + (size_t)r * ld, tmp[QKV_HEAD_DIM_MAX];
+            for (int d = 0; d < D; d++) tmp[pair_element(d, D)] = ar[d];
+            memcpy(ar, tmp, (size_t)D * sizeof(float));
+        }
 }
 #endif
 
