@@ -787,32 +787,61 @@ static const int fold_slot[8] = {0, 4, 2, 6, 1, 5, 3, 7};
 #endif
 
 #if VW > 1
-/* part[(r0 + i) * VW + fold_slot[k]] = q_(r0+i) * k_k folded to one vector,
- * for rows i < rf (a constant, so the accumulators live in registers) and
- * keys k < cn <= VW starting at krow0 (rows D elements apart); K converted in
- * registers, D % VW == 0. */
-INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
-                         int D, int cn) {
-    for (int k = 0; k < cn; k++) {
-        const void *kr = kv_row(krow0, t, (int64_t)k * D);
-        if (r0 == 0) prefetch_row(kv_row(kr, t, (int64_t)ATTN_BK * D), t, D); /* the next tile's K */
-        vf a0[4], a1[4]; /* two chains per row: D / VW dependent FMAs would stall on latency */
-        for (int i = 0; i < rf; i++) a0[i] = a1[i] = vset1(0);
-        int d = 0;
-        for (; d + 2 * VW <= D; d += 2 * VW) {
-            vf k0, k1;
-            vload_kv2(kr, t, d, &k0, &k1);
-            for (int i = 0; i < rf; i++) {
-                a0[i] += k0 * vload(q + (size_t)(r0 + i) * ld + d);
-                a1[i] += k1 * vload(q + (size_t)(r0 + i) * ld + d + VW);
+/* Keys one Q·Kᵀ step of the few path holds: FEW_KB x 4 rows accumulators,
+ * 2 FEW_KB vectors of K and a query vector in registers (25 of AVX-512's
+ * 32, 13 of AVX2's 16), so each query vector loaded serves FEW_KB keys: one
+ * key at a time, the query loads alone filled the two 512-bit load ports. */
+#if VW >= 16
+#define FEW_KB 4
+#else
+#define FEW_KB 2
+#endif
+
+/* part[(r0 + i) * VW + fold_slot[k0 + kk]] = q_(r0+i) * k_(k0+kk) folded to
+ * one vector, for rows i < rf and keys kk < kb (constants, so the
+ * accumulators live in registers), keys D elements apart from krow0; K
+ * converted in registers, D % VW == 0. One chain per (row, key): its D / VW
+ * dependent FMAs overlap the other chains out of order. */
+INLINE void few_partials_kb(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
+                            int D, int k0, const int kb) {
+    const void *kr[FEW_KB];
+    for (int kk = 0; kk < kb; kk++) {
+        kr[kk] = kv_row(krow0, t, (int64_t)(k0 + kk) * D);
+        if (r0 == 0) prefetch_row(kv_row(kr[kk], t, (int64_t)ATTN_BK * D), t, D); /* the next tile's K */
+    }
+    vf a[FEW_KB][4];
+    for (int kk = 0; kk < kb; kk++)
+        for (int i = 0; i < rf; i++) a[kk][i] = vset1(0);
+    int d = 0;
+    for (; d + 2 * VW <= D; d += 2 * VW) {
+        vf lo[FEW_KB], hi[FEW_KB];
+        for (int kk = 0; kk < kb; kk++) vload_kv2(kr[kk], t, d, &lo[kk], &hi[kk]);
+        for (int i = 0; i < rf; i++) {
+            const vf q0 = vload(q + (size_t)(r0 + i) * ld + d), q1 = vload(q + (size_t)(r0 + i) * ld + d + VW);
+            for (int kk = 0; kk < kb; kk++) {
+                a[kk][i] += lo[kk] * q0;
+                a[kk][i] += hi[kk] * q1;
             }
         }
-        if (d < D) {
-            vf k0 = vload_kv(kr, t, d);
-            for (int i = 0; i < rf; i++) a0[i] += k0 * vload(q + (size_t)(r0 + i) * ld + d);
-        }
-        for (int i = 0; i < rf; i++) part[(r0 + i) * VW + fold_slot[k]] = a0[i] + a1[i];
     }
+    if (d < D) { /* the last VW elements, in natural order */
+        vf kt[FEW_KB];
+        for (int kk = 0; kk < kb; kk++) kt[kk] = vload_kv(kr[kk], t, d);
+        for (int i = 0; i < rf; i++) {
+            const vf q0 = vload(q + (size_t)(r0 + i) * ld + d);
+            for (int kk = 0; kk < kb; kk++) a[kk][i] += kt[kk] * q0;
+        }
+    }
+    for (int kk = 0; kk < kb; kk++)
+        for (int i = 0; i < rf; i++) part[(r0 + i) * VW + fold_slot[k0 + kk]] = a[kk][i];
+}
+
+/* The same for keys k < cn <= VW: FEW_KB at a time, then one at a time. */
+INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
+                         int D, int cn) {
+    int k = 0;
+    for (; k + FEW_KB <= cn; k += FEW_KB) few_partials_kb(part, q, ld, r0, rf, krow0, t, D, k, FEW_KB);
+    for (; k < cn; k++) few_partials_kb(part, q, ld, r0, rf, krow0, t, D, k, 1);
 }
 
 /* s[r][c0 + i] = q_r . k_(c0+i) for i < cn <= VW keys starting at krow0, rows r < R. */
