@@ -34,8 +34,11 @@
  *     few rows (K) or a column chunk (V) at a time into L1-sized buffers.
  *     The Q·Kᵀ loop prefetches the next tile.
  *   - few path (R <= VW / 2, decode): one dot product per (row, key) along D
- *     with K converted in registers, VW keys' partial vectors folded into one
- *     vector of scores by a shuffle tree; P·V converts V in registers. It
+ *     with K converted in registers, FEW_KB keys a step (each query vector
+ *     loaded serves them all), VW keys' partial vectors folded into one
+ *     vector of scores by a shuffle tree; P·V converts V in registers. bf16
+ *     K/V widen in pair order (vload_kv2), with the queries and acc of the
+ *     call in that order. It
  *     streams the KV cache once, so each of them prefetches its next tile
  *     (prefetch_span).
  * Soft-capping (P->softcap = c > 0, Gemma 2): every path replaces its score
