@@ -839,11 +839,14 @@ INLINE void few_partials_kb(vf *part, const float *q, int ld, int r0, const int 
         for (int i = 0; i < rf; i++) part[(r0 + i) * VW + fold_slot[k0 + kk]] = a[kk][i];
 }
 
-/* The same for keys k < cn <= VW: FEW_KB at a time, then one at a time. */
+/* The same for keys k < cn <= VW: FEW_KB at a time, then one at a time.
+ * Not for f32 K on AVX2, where each K vector is a plain load an FMA takes
+ * as its operand: there the key blocks ran 2-4% slower (bench/tile_ab.sh). */
 INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
                          int D, int cn) {
     int k = 0;
-    for (; k + FEW_KB <= cn; k += FEW_KB) few_partials_kb(part, q, ld, r0, rf, krow0, t, D, k, FEW_KB);
+    if (!(VW == 8 && t == QKV_DTYPE_F32))
+        for (; k + FEW_KB <= cn; k += FEW_KB) few_partials_kb(part, q, ld, r0, rf, krow0, t, D, k, FEW_KB);
     for (; k < cn; k++) few_partials_kb(part, q, ld, r0, rf, krow0, t, D, k, 1);
 }
 
