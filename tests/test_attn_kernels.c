@@ -146,10 +146,10 @@ static void few_rows_sweep(void) {
 }
 TEST(few_row_path_every_row_count) { test_for_each_isa(few_rows_sweep); }
 
-/* The few-row path's layouts (tile_impl.h): bf16 queries and acc in pair
- * order, whole chunks of 2 VW elements, the rest in place (D = 24, 40 on
- * AVX2; 16, 48, 80, 144 on AVX-512), and Q·Kᵀ FEW_KB keys a step, then one
- * at a time (key counts 1, 13, 66, 301), for 1 to 4 rows, every KV dtype. */
+/* The few-row path's tails (tile_impl.h): Q·Kᵀ runs along D two vectors a
+ * step, so head dims with a last single vector (D = 24, 40 on AVX2; 16, 48,
+ * 80, 144 on AVX-512), key counts that leave part of a fold (1, 13, 66,
+ * 301), 1 to 4 rows, every KV dtype. */
 static void few_layouts_sweep(void) {
     test_rng r = {91};
     static const int ds[] = {16, 24, 40, 48, 80, 144}, lks[] = {1, 13, 66, 301};
@@ -161,7 +161,7 @@ static void few_layouts_sweep(void) {
                 check_shape(&s, QKV_KERNEL_DECODE, &r, 1, 0);
             }
 }
-TEST(few_row_path_pair_order_and_key_blocks) { test_for_each_isa(few_layouts_sweep); }
+TEST(few_row_path_head_dim_and_key_tails) { test_for_each_isa(few_layouts_sweep); }
 
 /* bf16 pairs as floats: what flash-bf16 rounds its inputs to. */
 static float bf16_of(float x) { return qkv_bf16_to_f32(qkv_f32_to_bf16(x)); }

@@ -34,11 +34,8 @@
  *     few rows (K) or a column chunk (V) at a time into L1-sized buffers.
  *     The Q·Kᵀ loop prefetches the next tile.
  *   - few path (R <= VW / 2, decode): one dot product per (row, key) along D
- *     with K converted in registers, FEW_KB keys a step (each query vector
- *     loaded serves them all), VW keys' partial vectors folded into one
- *     vector of scores by a shuffle tree; P·V converts V in registers. bf16
- *     K/V widen in pair order (vload_kv2), with the queries and acc of the
- *     call in that order. It
+ *     with K converted in registers, VW keys' partial vectors folded into one
+ *     vector of scores by a shuffle tree; P·V converts V in registers. It
  *     streams the KV cache once, so each of them prefetches its next tile
  *     (prefetch_span).
  * Soft-capping (P->softcap = c > 0, Gemma 2): every path replaces its score
@@ -233,29 +230,6 @@ INLINE vf vload_kv(const void *row, qkv_dtype t, int d) {
     if (t == QKV_DTYPE_F32) return vload((const float *)row + d);
     const uint16_t *h16 = (const uint16_t *)row + d;
     return t == QKV_DTYPE_F16 ? vload_f16(h16) : vload_bf16(h16);
-}
-
-/* Pair order, the few path's layout of a bf16 call's queries and acc
- * (vload_bf16_pairs): each whole chunk of 2 VW elements of a row holds its
- * even elements, then its odd ones; elements past the last whole chunk stay
- * in place. So K and V widen at half the instructions, and each acc element
- * still sums the same products in the same order. */
-INLINE int pair_element(int p, int D) { /* the element at position p */
-    const int c = p / (2 * VW) * (2 * VW), i = p - c;
-    if (c + 2 * VW > D) return p;
-    return i < VW ? c + 2 * i : c + 2 * (i - VW) + 1;
-}
-
-/* Two vectors of a K/V row from element d (d a multiple of 2 VW, d + 2 VW
- * <= D) as f32: in pair order for bf16, else elements [d, d + VW) and
- * [d + VW, d + 2 VW). */
-INLINE void vload_kv2(const void *row, qkv_dtype t, int d, vf *lo, vf *hi) {
-    if (t == QKV_DTYPE_BF16) {
-        vload_bf16_pairs((const uint16_t *)row + d, lo, hi);
-    } else {
-        *lo = vload_kv(row, t, d);
-        *hi = vload_kv(row, t, d + VW);
-    }
 }
 
 static inline const void *kv_row(const void *base, qkv_dtype t, int64_t offset) {
@@ -790,64 +764,31 @@ static const int fold_slot[8] = {0, 4, 2, 6, 1, 5, 3, 7};
 #endif
 
 #if VW > 1
-/* Keys one Q·Kᵀ step of the few path holds: FEW_KB x 4 rows accumulators,
- * 2 FEW_KB vectors of K and a query vector in registers (25 of AVX-512's
- * 32, 13 of AVX2's 16), so each query vector loaded serves FEW_KB keys: one
- * key at a time, the query loads alone filled the two 512-bit load ports. */
-#if VW >= 16
-#define FEW_KB 4
-#else
-#define FEW_KB 2
-#endif
-
-/* part[(r0 + i) * VW + fold_slot[k0 + kk]] = q_(r0+i) * k_(k0+kk) folded to
- * one vector, for rows i < rf and keys kk < kb (constants, so the
- * accumulators live in registers), keys D elements apart from krow0; K
- * converted in registers, D % VW == 0. One chain per (row, key): its D / VW
- * dependent FMAs overlap the other chains out of order. */
-INLINE void few_partials_kb(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
-                            int D, int k0, const int kb) {
-    const void *kr[FEW_KB];
-    for (int kk = 0; kk < kb; kk++) {
-        kr[kk] = kv_row(krow0, t, (int64_t)(k0 + kk) * D);
-        if (r0 == 0) prefetch_row(kv_row(kr[kk], t, (int64_t)ATTN_BK * D), t, D); /* the next tile's K */
-    }
-    vf a[FEW_KB][4];
-    for (int kk = 0; kk < kb; kk++)
-        for (int i = 0; i < rf; i++) a[kk][i] = vset1(0);
-    int d = 0;
-    for (; d + 2 * VW <= D; d += 2 * VW) {
-        vf lo[FEW_KB], hi[FEW_KB];
-        for (int kk = 0; kk < kb; kk++) vload_kv2(kr[kk], t, d, &lo[kk], &hi[kk]);
-        for (int i = 0; i < rf; i++) {
-            const vf q0 = vload(q + (size_t)(r0 + i) * ld + d), q1 = vload(q + (size_t)(r0 + i) * ld + d + VW);
-            for (int kk = 0; kk < kb; kk++) {
-                a[kk][i] += lo[kk] * q0;
-                a[kk][i] += hi[kk] * q1;
-            }
-        }
-    }
-    if (d < D) { /* the last VW elements, in natural order */
-        vf kt[FEW_KB];
-        for (int kk = 0; kk < kb; kk++) kt[kk] = vload_kv(kr[kk], t, d);
-        for (int i = 0; i < rf; i++) {
-            const vf q0 = vload(q + (size_t)(r0 + i) * ld + d);
-            for (int kk = 0; kk < kb; kk++) a[kk][i] += kt[kk] * q0;
-        }
-    }
-    for (int kk = 0; kk < kb; kk++)
-        for (int i = 0; i < rf; i++) part[(r0 + i) * VW + fold_slot[k0 + kk]] = a[kk][i];
-}
-
-/* The same for keys k < cn <= VW: FEW_KB at a time, then one at a time.
- * Not for f32 K on AVX2, where each K vector is a plain load an FMA takes
- * as its operand: there the key blocks ran 2-4% slower (bench/tile_ab.sh). */
+/* part[(r0 + i) * VW + fold_slot[k]] = q_(r0+i) * k_k folded to one vector,
+ * for rows i < rf (a constant, so the accumulators live in registers) and
+ * keys k < cn <= VW starting at krow0 (rows D elements apart); K converted in
+ * registers, D % VW == 0. */
 INLINE void few_partials(vf *part, const float *q, int ld, int r0, const int rf, const void *krow0, qkv_dtype t,
                          int D, int cn) {
-    int k = 0;
-    if (!(VW == 8 && t == QKV_DTYPE_F32))
-        for (; k + FEW_KB <= cn; k += FEW_KB) few_partials_kb(part, q, ld, r0, rf, krow0, t, D, k, FEW_KB);
-    for (; k < cn; k++) few_partials_kb(part, q, ld, r0, rf, krow0, t, D, k, 1);
+    for (int k = 0; k < cn; k++) {
+        const void *kr = kv_row(krow0, t, (int64_t)k * D);
+        if (r0 == 0) prefetch_row(kv_row(kr, t, (int64_t)ATTN_BK * D), t, D); /* the next tile's K */
+        vf a0[4], a1[4]; /* two chains per row: D / VW dependent FMAs would stall on latency */
+        for (int i = 0; i < rf; i++) a0[i] = a1[i] = vset1(0);
+        int d = 0;
+        for (; d + 2 * VW <= D; d += 2 * VW) {
+            vf k0 = vload_kv(kr, t, d), k1 = vload_kv(kr, t, d + VW);
+            for (int i = 0; i < rf; i++) {
+                a0[i] += k0 * vload(q + (size_t)(r0 + i) * ld + d);
+                a1[i] += k1 * vload(q + (size_t)(r0 + i) * ld + d + VW);
+            }
+        }
+        if (d < D) {
+            vf k0 = vload_kv(kr, t, d);
+            for (int i = 0; i < rf; i++) a0[i] += k0 * vload(q + (size_t)(r0 + i) * ld + d);
+        }
+        for (int i = 0; i < rf; i++) part[(r0 + i) * VW + fold_slot[k]] = a0[i] + a1[i];
+    }
 }
 
 /* s[r][c0 + i] = q_r . k_(c0+i) for i < cn <= VW keys starting at krow0, rows r < R. */
@@ -879,9 +820,7 @@ INLINE void few_pv(float *acc, int ld, const float *p, const void *vrow0, qkv_dt
         if (r0 == 0) /* the same columns of the next tile's V */
             prefetch_span(kv_row(vr, t, (int64_t)ATTN_BK * D + c0), nc * VW * (t == QKV_DTYPE_F32 ? 4 : 2));
         vf vv[NC];
-        int cv = 0; /* c0 and cv even: whole chunks of 2 VW, pair order */
-        for (; cv + 1 < nc; cv += 2) vload_kv2(vr, t, c0 + cv * VW, &vv[cv], &vv[cv + 1]);
-        if (cv < nc) vv[cv] = vload_kv(vr, t, c0 + cv * VW);
+        for (int c = 0; c < nc; c++) vv[c] = vload_kv(vr, t, c0 + c * VW);
         for (int i = 0; i < mr; i++) {
             vf pb = vset1(p[(size_t)(r0 + i) * ATTN_BK + j]);
             for (int c = 0; c < nc; c++) a[i][c] += pb * vv[c];
@@ -974,7 +913,7 @@ static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j
         for (int tq = 0; tq < nq; tq++) {
             const float *src = P->q + ((size_t)h * P->q_len + rows->i0 + tq) * D;
             float *dst = ws->q + (size_t)(hl * nq + tq) * ld;
-            for (int d = 0; d < D; d++) dst[d] = src[t == QKV_DTYPE_BF16 ? pair_element(d, D) : d] * P->scale;
+            for (int d = 0; d < D; d++) dst[d] = src[d] * P->scale;
             for (int d = D; d < ld; d++) dst[d] = 0;
         }
     }
@@ -991,12 +930,6 @@ static void rows_few(const attn_problem *P, const attn_rows *rows, int j0, int j
         case QKV_DTYPE_F16: few_tile(P, R, nq, p_first, jt, nk, cls, ksrc, vsrc, QKV_DTYPE_F16, ws); break;
         }
     }
-    if (t == QKV_DTYPE_BF16) /* acc back from pair order */
-        for (int r = 0; r < R; r++) {
-            float *ar = ws->acc + (size_t)r * ld, tmp[QKV_HEAD_DIM_MAX];
-            for (int d = 0; d < D; d++) tmp[pair_element(d, D)] = ar[d];
-            memcpy(ar, tmp, (size_t)D * sizeof(float));
-        }
 }
 #endif
 

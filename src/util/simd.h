@@ -173,17 +173,6 @@ INLINE vf vload_bf16(const void *p) {
     memcpy(&out, &f, sizeof out);
     return out;
 }
-/* 2 VW little-endian bf16 values at p (any alignment) as f32, exact, in
- * pair order: *even gets elements 0, 2, .., 2 VW - 2 and *odd 1, 3, ..,
- * 2 VW - 1. Each 32-bit lane holds one pair, so one load, a shift (even)
- * and an and (odd) widen 2 VW values: half vload_bf16's instructions. */
-INLINE void vload_bf16_pairs(const void *p, vf *even, vf *odd) {
-    vu u;
-    memcpy(&u, p, sizeof u);
-    const vu e = u << 16, o = u & 0xffff0000u;
-    memcpy(even, &e, sizeof e);
-    memcpy(odd, &o, sizeof o);
-}
 /* VW little-endian f16 values at p (any alignment) as f32, exact: one
  * hardware conversion (F16C), or f16_to_f32_bits. */
 INLINE vf vload_f16(const void *p) {
