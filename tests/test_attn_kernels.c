@@ -146,6 +146,23 @@ static void few_rows_sweep(void) {
 }
 TEST(few_row_path_every_row_count) { test_for_each_isa(few_rows_sweep); }
 
+/* The few-row path's tails (tile_impl.h): Q·Kᵀ runs along D two vectors a
+ * step, so head dims with a last single vector (D = 24, 40 on AVX2; 16, 48,
+ * 80, 144 on AVX-512), key counts that leave part of a fold (1, 13, 66,
+ * 301), 1 to 4 rows, every KV dtype. */
+static void few_layouts_sweep(void) {
+    test_rng r = {91};
+    static const int ds[] = {16, 24, 40, 48, 80, 144}, lks[] = {1, 13, 66, 301};
+    int i = 0;
+    for (size_t a = 0; a < sizeof ds / sizeof ds[0]; a++)
+        for (size_t b = 0; b < sizeof lks / sizeof lks[0]; b++)
+            for (int t = 0; t < 3; t++, i++) {
+                shape s = {1 + i % 4, 1, 1, lks[b], ds[a], QKV_MASK_CAUSAL, 0, 0, 0, (qkv_dtype)t, 0, 0};
+                check_shape(&s, QKV_KERNEL_DECODE, &r, 1, 0);
+            }
+}
+TEST(few_row_path_head_dim_and_key_tails) { test_for_each_isa(few_layouts_sweep); }
+
 /* bf16 pairs as floats: what flash-bf16 rounds its inputs to. */
 static float bf16_of(float x) { return qkv_bf16_to_f32(qkv_f32_to_bf16(x)); }
 
