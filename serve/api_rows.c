@@ -32,6 +32,14 @@ static void floats_json(FILE *f, const float *v, int n) {
     fputc(']', f);
 }
 
+/* m: [rows, cols] as rows of floats_json, one a line */
+static void matrix_json(FILE *f, const float *m, int rows, int cols) {
+    for (int i = 0; i < rows; i++) {
+        fputs(i ? ",\n" : "", f);
+        floats_json(f, m + (size_t)i * cols, cols);
+    }
+}
+
 static void head_json(FILE *f, int head) {
     if (head == QKV_ALL) fputs("\"mean\"", f);
     else fprintf(f, "%d", head);
@@ -98,10 +106,7 @@ int serve_api_rows(struct mg_connection *c, serve_server *sv, serve_session *s) 
     fprintf(b.f, "{\"layer\": %d, \"head\": ", layer);
     head_json(b.f, head);
     fprintf(b.f, ", \"q0\": %d, \"q1\": %d, \"k0\": %d, \"k1\": %d, \"values\": [", q0, q1, k0, k1);
-    for (int i = 0; i < nq; i++) {
-        fputs(i ? ",\n" : "", b.f);
-        floats_json(b.f, w + (size_t)i * nk, nk);
-    }
+    matrix_json(b.f, w, nq, nk);
     fputs("]}\n", b.f);
     free(w);
     http_buf_send(c, &b, 200, NULL);
@@ -173,10 +178,7 @@ int serve_api_overview(struct mg_connection *c, serve_server *sv, serve_session 
     }
     fprintf(b.f, "{\"layer\": %d, \"head\": %d, \"n\": %d, \"block\": %d, \"bins\": %d, \"window\": %d, \"values\": [", layer,
             head, s->n, block, bins, qkv_model_layer_slides(&sv->cfg, layer) ? sv->cfg.window : 0);
-    for (int a = 0; a < bins; a++) {
-        fputs(a ? ",\n" : "", b.f);
-        floats_json(b.f, grid + (size_t)a * bins, bins);
-    }
+    matrix_json(b.f, grid, bins, bins);
     fputs("]}\n", b.f);
     free(grid);
     http_buf_send(c, &b, 200, NULL);

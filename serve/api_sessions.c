@@ -154,14 +154,19 @@ void serve_session_json(FILE *f, const serve_server *sv, const serve_session *s)
     fputs("}", f);
 }
 
-int serve_api_tokenize(struct mg_connection *c, serve_server *sv) {
-    cJSON *req;
+int serve_body_prompt(struct mg_connection *c, serve_server *sv, int32_t **ids, int *n) {
+    cJSON *req = NULL;
     int st = serve_body_json(c, sv, &req);
     if (st) return st;
+    st = serve_prompt_ids(c, sv, req, "text", "tokens", ids, n);
+    cJSON_Delete(req);
+    return st;
+}
+
+int serve_api_tokenize(struct mg_connection *c, serve_server *sv) {
     int32_t *ids;
     int n;
-    st = serve_prompt_ids(c, sv, req, "text", "tokens", &ids, &n);
-    cJSON_Delete(req);
+    const int st = serve_body_prompt(c, sv, &ids, &n);
     if (st) return st;
     http_buf b;
     if (http_buf_open(c, &b)) {

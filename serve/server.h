@@ -85,6 +85,8 @@ int serve_body_json(struct mg_connection *c, serve_server *sv, struct cJSON **ou
  * status sent (400). *ids malloc'd. */
 int serve_prompt_ids(struct mg_connection *c, serve_server *sv, const struct cJSON *req, const char *text_key,
                      const char *tokens_key, int32_t **ids, int *n);
+/* serve_prompt_ids of the request's body ("text" / "tokens"). */
+int serve_body_prompt(struct mg_connection *c, serve_server *sv, int32_t **ids, int *n);
 /* The readable label of a token (malloc'd; NULL when out of memory). */
 char *serve_piece(const serve_server *sv, int32_t id);
 

@@ -135,13 +135,9 @@ static void sse_error(struct mg_connection *c, const char *msg) {
 }
 
 int serve_api_sessions_create(struct mg_connection *c, serve_server *sv) {
-    cJSON *req;
-    int st = serve_body_json(c, sv, &req);
-    if (st) return st;
     int32_t *ids;
     int n;
-    st = serve_prompt_ids(c, sv, req, "text", "tokens", &ids, &n);
-    cJSON_Delete(req);
+    int st = serve_body_prompt(c, sv, &ids, &n);
     if (st) return st;
     const int n_ctx = n + SERVE_GEN_ROOM < sv->o.ctx ? n + SERVE_GEN_ROOM : sv->o.ctx;
     const qkv_model_params mp = {.n_ctx = n_ctx, .kv_dtype = sv->o.kv_dtype, .n_threads = sv->o.threads,
