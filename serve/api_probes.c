@@ -7,7 +7,7 @@
  * session's cache is not touched.
  */
 #include "server.h"
-#include "json_out.h"
+#include "probe_json.h"
 #include "prompt.h"
 #include "util.h"
 
@@ -15,9 +15,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void put_id(FILE *f, int64_t i, const void *ids) { fprintf(f, "%d", ((const int32_t *)ids)[i]); }
-static void put_label(FILE *f, int64_t i, const void *labels) { cli_json_string(f, ((char *const *)labels)[i]); }
 
 /* The session's tokens as the commands print a prompt. */
 static cli_prompt session_prompt(const serve_session *s) {
@@ -49,22 +46,10 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
     http_buf b;
     if (!st && !(st = http_buf_open(c, &b) ? 500 : 0)) {
         const cli_prompt pr = session_prompt(s);
-        const int64_t lnk[3] = {L, n, k};
-        fputs("{\n  \"model\": ", b.f);
-        cli_json_string(b.f, sv->o.model);
-        fprintf(b.f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"k\": %d,\n  \"tokens\": ", n, L, k);
-        cli_json_prompt(b.f, &pr);
-        fputs(",\n  \"target\": ", b.f);
-        cli_json_token(b.f, target, target_label);
-        fputs(",\n  \"top_ids\": ", b.f);
-        cli_json_nested(b.f, 3, lnk, 2, put_id, ids);
-        fputs(",\n  \"top_pieces\": ", b.f);
-        cli_json_nested(b.f, 3, lnk, 2, put_label, labels);
-        fputs(",\n  \"top_probs\": ", b.f);
-        cli_json_floats(b.f, probs, 3, lnk, 2);
-        fputs(",\n  \"target_prob\": ", b.f);
-        cli_json_floats(b.f, tp, 2, lnk, 2);
-        fputs("\n}\n", b.f);
+        const cli_lens_json j = {.model = sv->o.model, .tokens = &pr, .n_layer = L, .k = k, .target = target,
+                                 .target_label = target_label, .top_ids = ids, .top_labels = labels, .top_probs = probs,
+                                 .target_prob = tp};
+        cli_lens_json_write(b.f, &j);
         http_buf_send(c, &b, 200, NULL);
         st = 200;
     }
@@ -77,8 +62,6 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
 }
 
 /* ----------------------------------------------------------------- patch */
-
-static const char *const metric_names[] = {"kl", "logit-diff"}; /* qkv_metric_kind order, as `qkv patch --metric` */
 
 /* "answer" / "wrong": one token, as text (exactly one token) or an id; 0 or 400 sent. */
 static int one_token(struct mg_connection *c, serve_server *sv, const cJSON *req, const char *key, int32_t *out) {
@@ -128,17 +111,20 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     qkv_metric_kind kind = QKV_METRIC_KL;
     const cJSON *jm = cJSON_GetObjectItemCaseSensitive(req, "metric"), *jx = cJSON_GetObjectItemCaseSensitive(req, "max_mib");
     qkv_patch_out out = {0};
-    int ndim[QKV_SWEEP_COUNT] = {0};
-    int64_t shape[QKV_SWEEP_COUNT][3];
     char *al = NULL, *wl = NULL;
     qkv_model *m = NULL;
     if ((st = serve_prompt_ids(c, sv, req, "corrupt", "corrupt_tokens", &corrupt, &nc)) || (st = sweeps_of(c, req, &sweeps)))
         goto done;
-    if (jm && !(cJSON_IsString(jm) && (!strcmp(jm->valuestring, "kl") || !strcmp(jm->valuestring, "logit-diff")))) {
-        st = http_error(c, 400, "\"metric\": want \"kl\" or \"logit-diff\"");
-        goto done;
+    if (jm) {
+        int found = -1;
+        for (int i = 0; cli_metric_names[i] && cJSON_IsString(jm); i++)
+            if (!strcmp(jm->valuestring, cli_metric_names[i])) found = i;
+        if (found < 0) {
+            st = http_error(c, 400, "\"metric\": want \"kl\" or \"logit-diff\"");
+            goto done;
+        }
+        kind = (qkv_metric_kind)found;
     }
-    if (jm && !strcmp(jm->valuestring, "logit-diff")) kind = QKV_METRIC_LOGIT_DIFF;
     if (jx && !(cJSON_IsNumber(jx) && jx->valuedouble >= 1 && jx->valuedouble <= 1 << 20)) {
         st = http_error(c, 400, "\"max_mib\": want an integer in [1, %d]", 1 << 20);
         goto done;
@@ -164,8 +150,9 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     }
     for (int w = 0; w < QKV_SWEEP_COUNT; w++) {
         if (!(sweeps & (1 << w))) continue;
-        ndim[w] = qkv_sweep_shape(shape[w], (qkv_sweep)w, L, H, n);
-        if (!(out.recovery[w] = malloc((size_t)(shape[w][0] * shape[w][1] * shape[w][2]) * sizeof(float)))) {
+        int64_t shape[3];
+        qkv_sweep_shape(shape, (qkv_sweep)w, L, H, n);
+        if (!(out.recovery[w] = malloc((size_t)(shape[0] * shape[1] * shape[2]) * sizeof(float)))) {
             st = http_error(c, 500, "out of memory");
             goto done;
         }
@@ -200,29 +187,10 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     http_buf b;
     if (!cor.labels) st = http_error(c, 500, "out of memory");
     else if (!(st = http_buf_open(c, &b) ? 500 : 0)) {
-        fputs("{\n  \"model\": ", b.f);
-        cli_json_string(b.f, sv->o.model);
-        fprintf(b.f, ",\n  \"metric\": \"%s\",\n  \"answer\": ", metric_names[kind]);
-        cli_json_token(b.f, answer, al);
-        fputs(",\n  \"wrong\": ", b.f);
-        cli_json_token(b.f, wrong, wl);
-        fprintf(b.f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"clean_tokens\": ", n, L, H);
-        cli_json_prompt(b.f, &clean);
-        fputs(",\n  \"corrupt_tokens\": ", b.f);
-        cli_json_prompt(b.f, &cor);
-        fputs(",\n  \"clean\": ", b.f);
-        cli_json_double(b.f, sum.clean);
-        fputs(",\n  \"corrupt\": ", b.f);
-        cli_json_double(b.f, sum.corrupt);
-        fputs(",\n", b.f);
-        for (int w = 0; w < QKV_SWEEP_COUNT; w++) {
-            fprintf(b.f, "  \"%s\": ", qkv_sweep_name((qkv_sweep)w));
-            if (out.recovery[w]) cli_json_floats(b.f, out.recovery[w], ndim[w], shape[w], 2);
-            else fputs("null", b.f);
-            fputs(",\n", b.f);
-        }
-        fprintf(b.f, "  \"cost\": {\"layer_token_steps\": %lld, \"naive_layer_token_steps\": %lld, \"n_components\": %lld}\n}\n",
-                (long long)sum.layer_token_steps, (long long)sum.naive_layer_token_steps, (long long)sum.n_components);
+        const cli_patch_json j = {.model = sv->o.model, .metric = kind, .answer = answer, .wrong = wrong,
+                                  .answer_label = al, .wrong_label = wl, .n_layer = L, .n_head = H, .clean = &clean,
+                                  .corrupt = &cor, .sum = &sum, .out = &out};
+        cli_patch_json_write(b.f, &j);
         http_buf_send(c, &b, 200, NULL);
         st = 200;
     }
