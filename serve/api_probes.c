@@ -30,15 +30,20 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
     if ((st = http_query_int(c, "k", &k, 1, SERVE_MAX_K, 1, 5)) || (st = http_query_int(c, "target", &target, 0, V - 1, 1, top1)))
         return st;
     const size_t cells = (size_t)L * n;
+    /* held to --max-mib with the run state: qkv_lens's residuals and logit rows, and the outputs
+     * [L, n, k] ids, probabilities and pieces (a pointer and about 16 bytes each), [L, n] p(target) */
+    const int64_t probe = qkv_lens_bytes(s->m, n, k) + (int64_t)cells * k * (int64_t)(sizeof(int32_t) + sizeof(float) +
+                                                                                        sizeof(char *) + 16) +
+                          (int64_t)cells * (int64_t)sizeof(float);
+    qkv_model *m = serve_scratch_model(c, sv, n, probe, "the lens's residuals and outputs");
+    if (!m) return 400;
     int32_t *ids = malloc(cells * k * sizeof(int32_t));
     float *probs = malloc(cells * k * sizeof(float)), *tp = malloc(cells * sizeof(float));
     char **labels = calloc(cells * k, sizeof(char *)), *target_label = serve_piece(sv, target);
     qkv_lens_out out = {.top_ids = ids, .top_probs = probs, .target_prob = tp};
     const qkv_lens_params lp = {.k = k, .target = target};
     qkv_error err = {0};
-    qkv_model *m = NULL;
     if (!ids || !probs || !tp || !labels || !target_label) st = http_error(c, 500, "out of memory");
-    else if (!(m = serve_scratch_model(c, sv, n))) st = 400;
     else if (qkv_lens(&out, m, s->ids, n, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
     qkv_model_close(m);
     for (size_t i = 0; !st && i < cells * k; i++)
@@ -166,7 +171,7 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     qkv_patch_summary sum = {0};
     const qkv_patch_params pp = {.metric = {.kind = kind, .answer = answer, .wrong = wrong}, .max_bytes = limit};
     qkv_error err = {0};
-    if (!(m = serve_scratch_model(c, sv, n))) {
+    if (!(m = serve_scratch_model(c, sv, n, need, "the sweeps' cached activations"))) {
         st = 400;
         goto done;
     }

@@ -183,13 +183,16 @@ TEST(serve_hostile_session_too_large) {
 }
 
 /* Lens and patch run the whole sequence in one call on a model of their own:
- * its state is held to --max-mib too. */
+ * its state and the probe's own bytes (the lens's L x n x E residuals, its
+ * logit rows and [L, n, k] outputs) are held to --max-mib together. Here
+ * 1200 tokens: 3.7 MiB of run state, the lens 1.9 MiB at k=1 (fits in 6),
+ * 9.2 MiB at k=100 (does not). */
 TEST(serve_hostile_probe_too_large) {
     char model[700];
     fixture(model, sizeof model, "qwen2");
     if (!test_require_file(model, "the family fixtures")) return;
     serve_child sv;
-    const char *extra[] = {"--max-mib", "3", "--ctx", "4096", NULL};
+    const char *extra[] = {"--max-mib", "6", "--ctx", "4096", NULL};
     if (!serve_start(&sv, model, extra)) return;
     char *body = malloc(1200 * 8 + 32);
     if (body) {
@@ -200,10 +203,14 @@ TEST(serve_hostile_probe_too_large) {
         test_json *s = serve_json(sv.port, "POST", "/api/sessions", body, &st);
         CHECK(st == 200 && s && serve_num(s, "bytes") < 3 << 20, "create: %d", st);
         test_json_free(s);
-        SERVE_CHECK_ERROR(sv.port, "GET", "/api/sessions/s1/lens", NULL, 400, "above --max-mib 3");
+        SERVE_CHECK_ERROR(sv.port, "GET", "/api/sessions/s1/lens?k=100", NULL, 400,
+                          "3.7 MiB of run state and 9.2 MiB of the lens's residuals and outputs, above --max-mib 6");
         test_json *a = serve_json(sv.port, "GET", "/api/sessions/s1/attention?layer=1&head=0&query=600", NULL, &st);
         CHECK(st == 200, "the session after the refused probe: %d", st);
         test_json_free(a);
+        test_json *l = serve_json(sv.port, "GET", "/api/sessions/s1/lens?k=1", NULL, &st);
+        CHECK(st == 200 && l && serve_num(l, "n_tokens") == 1200, "the lens within --max-mib: %d", st);
+        test_json_free(l);
     }
     free(body);
     serve_stop(&sv);

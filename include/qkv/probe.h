@@ -389,11 +389,16 @@ typedef struct {
  * QKV_ERR_INVALID for NULL outputs, a bad n, k or token id, a target outside
  * [-1, V), or a target without target_prob. Memory: every layer's residual
  * (L n E floats) and up to QKV_LENS_LOGIT_FLOATS floats of logits (rows of
- * V, one layer's positions at a time), allocated once per call; on return
- * the KV cache is empty. */
+ * V, one layer's positions at a time), allocated once per call
+ * (qkv_lens_bytes); on return the KV cache is empty. */
 #define QKV_LENS_LOGIT_FLOATS ((int64_t)1 << 24)
 QKV_API qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int n, const qkv_lens_params *p,
                             qkv_error *err);
+
+/* The bytes qkv_lens allocates for n tokens and k top tokens (the residuals,
+ * the logit rows, the top-k heap), beside the model's own state and the
+ * caller's outputs; -1 for a NULL m, n < 1 or k < 1. */
+QKV_API int64_t qkv_lens_bytes(const qkv_model *m, int n, int k);
 
 /* ----------------------------------------------------------- probe: stream */
 

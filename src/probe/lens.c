@@ -78,6 +78,19 @@ static void rank_row(int32_t *ids, float *probs, float *target_prob, top_heap *t
 
 /* -------------------------------------------------------------------- lens */
 
+/* Positions whose logit rows are held at once: up to QKV_LENS_LOGIT_FLOATS floats, at least one row. */
+static int logit_rows(int V, int n) {
+    const int64_t fit = QKV_LENS_LOGIT_FLOATS / V;
+    return fit < 1 ? 1 : fit < n ? (int)fit : n;
+}
+
+int64_t qkv_lens_bytes(const qkv_model *m, int n, int k) {
+    if (!m || n < 1 || k < 1) return -1;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    return ((int64_t)c->n_layer * n * c->n_embd + (int64_t)logit_rows(c->n_vocab, n) * c->n_vocab) * (int64_t)sizeof(float) +
+           (int64_t)k * (int64_t)(sizeof(float) + sizeof(int32_t));
+}
+
 qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int n, const qkv_lens_params *p,
                     qkv_error *err) {
     const qkv_lens_params defaults = {.k = 1, .target = -1};
@@ -91,8 +104,7 @@ qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int 
     if (k < 1 || k > V) return util_fail(err, QKV_ERR_INVALID, "lens: k %d outside [1, %d]", k, V);
     if (p->target < -1 || p->target >= V || (p->target >= 0 && !out->target_prob))
         return util_fail(err, QKV_ERR_INVALID, "lens: target %d outside [-1, %d) or without target_prob", p->target, V);
-    const int64_t fit = QKV_LENS_LOGIT_FLOATS / V;
-    const int chunk = fit < 1 ? 1 : fit < n ? (int)fit : n;
+    const int chunk = logit_rows(V, n);
     float *resid = malloc((size_t)L * n * E * sizeof(float)), *logits = malloc((size_t)chunk * V * sizeof(float));
     top_heap heap = {.val = malloc((size_t)k * sizeof(float)), .id = malloc((size_t)k * sizeof(int32_t)), .k = k};
     qkv_status st = QKV_OK;
