@@ -118,7 +118,7 @@ static void print_table(const lens_args *a, const lens_result *r, const cli_prom
 
 /* every layer and position as JSON (cli/probe_json.c: the writer GET .../lens shares) */
 static void print_json(const lens_args *a, const lens_result *r, const cli_prompt *pr) {
-    const cli_lens_json j = {.model = a->model, .tokens = pr, .n_layer = r->nl, .k = r->k, .target = r->target,
+    const cli_lens_json j = {.model = a->model, .n_tokens = pr->n, .tokens = pr, .n_layer = r->nl, .k = r->k, .target = r->target,
                              .target_label = r->target_label, .top_ids = r->top_ids, .top_labels = r->top_labels,
                              .top_probs = r->top_probs, .target_prob = r->target_prob};
     cli_lens_json_write(stdout, &j);

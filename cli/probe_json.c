@@ -11,7 +11,10 @@ void cli_lens_json_write(FILE *f, const cli_lens_json *j) {
     const int64_t lnk[3] = {j->n_layer, j->tokens->n, j->k};
     fputs("{\n  \"model\": ", f);
     cli_json_string(f, j->model);
-    fprintf(f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"k\": %d,\n  \"tokens\": ", j->tokens->n, j->n_layer, j->k);
+    fprintf(f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"k\": %d,\n", j->n_tokens, j->n_layer, j->k);
+    if (j->pos0 || j->tokens->n != j->n_tokens)
+        fprintf(f, "  \"pos0\": %d,\n  \"pos1\": %d,\n", j->pos0, j->pos0 + j->tokens->n);
+    fputs("  \"tokens\": ", f);
     cli_json_prompt(f, j->tokens);
     fputs(",\n  \"target\": ", f);
     cli_json_token(f, j->target, j->target_label);

@@ -16,21 +16,23 @@
  * qkv_metric_kind order, NULL-terminated (a flag's choices). */
 extern const char *const cli_metric_names[];
 
-/* A logit lens's result (qkv_lens) and what labels it. */
+/* A logit lens's result (qkv_lens) at w positions from pos0, and what labels it. */
 typedef struct {
     const char *model;          /* the model's path as given */
-    const cli_prompt *tokens;   /* [n] ids and labels */
+    int n_tokens, pos0;         /* the whole prompt's tokens; the window's first position */
+    const cli_prompt *tokens;   /* [w] the window's ids and labels (the whole prompt: w = n_tokens, pos0 = 0) */
     int n_layer, k;
     int32_t target;
     const char *target_label;
-    const int32_t *top_ids;     /* [L, n, k] */
-    char *const *top_labels;    /* [L, n, k] */
-    const float *top_probs;     /* [L, n, k] */
-    const float *target_prob;   /* [L, n] */
+    const int32_t *top_ids;     /* [L, w, k] */
+    char *const *top_labels;    /* [L, w, k] */
+    const float *top_probs;     /* [L, w, k] */
+    const float *target_prob;   /* [L, w] */
 } cli_lens_json;
 
-/* {"model", "n_tokens", "n_layer", "k", "tokens", "target", "top_ids",
- * "top_pieces", "top_probs", "target_prob"} and a newline. */
+/* {"model", "n_tokens", "n_layer", "k", ["pos0", "pos1": a window only,]
+ * "tokens" (the window's), "target", "top_ids", "top_pieces", "top_probs",
+ * "target_prob"} and a newline. */
 void cli_lens_json_write(FILE *f, const cli_lens_json *j);
 
 /* A patching run's result (qkv_patch) and what labels it. */

@@ -27,31 +27,34 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
     int32_t top1 = 0;
     for (int v = 1; v < V; v++)
         if (s->logits[v] > s->logits[top1]) top1 = v;
-    if ((st = http_query_int(c, "k", &k, 1, SERVE_MAX_K, 1, 5)) || (st = http_query_int(c, "target", &target, 0, V - 1, 1, top1)))
+    int pos0, pos1;
+    if ((st = http_query_int(c, "k", &k, 1, SERVE_MAX_K, 1, 5)) || (st = http_query_int(c, "target", &target, 0, V - 1, 1, top1)) ||
+        (st = http_query_int(c, "pos0", &pos0, 0, n - 1, 1, 0)) || (st = http_query_int(c, "pos1", &pos1, pos0 + 1, n, 1, n)))
         return st;
-    const size_t cells = (size_t)L * n;
+    const int w = pos1 - pos0; /* the window read: positions pos0..pos1-1 */
+    const size_t cells = (size_t)L * w;
     /* held to --max-mib with the run state: qkv_lens's residuals and logit rows, and the outputs
      * [L, n, k] ids, probabilities and pieces (a pointer and about 16 bytes each), [L, n] p(target) */
-    const int64_t probe = qkv_lens_bytes(s->m, n, k) + (int64_t)cells * k * (int64_t)(sizeof(int32_t) + sizeof(float) +
+    const int64_t probe = qkv_lens_bytes(s->m, w, k) + (int64_t)cells * k * (int64_t)(sizeof(int32_t) + sizeof(float) +
                                                                                         sizeof(char *) + 16) +
                           (int64_t)cells * (int64_t)sizeof(float);
-    qkv_model *m = serve_scratch_model(c, sv, n, probe, "the lens's residuals and outputs");
+    qkv_model *m = serve_scratch_model(c, sv, pos1, probe, "the lens's residuals and outputs");
     if (!m) return 400;
     int32_t *ids = malloc(cells * k * sizeof(int32_t));
     float *probs = malloc(cells * k * sizeof(float)), *tp = malloc(cells * sizeof(float));
     char **labels = calloc(cells * k, sizeof(char *)), *target_label = serve_piece(sv, target);
     qkv_lens_out out = {.top_ids = ids, .top_probs = probs, .target_prob = tp};
-    const qkv_lens_params lp = {.k = k, .target = target};
+    const qkv_lens_params lp = {.k = k, .target = target, .pos0 = pos0, .pos1 = pos1};
     qkv_error err = {0};
     if (!ids || !probs || !tp || !labels || !target_label) st = http_error(c, 500, "out of memory");
-    else if (qkv_lens(&out, m, s->ids, n, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
+    else if (qkv_lens(&out, m, s->ids, pos1, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
     qkv_model_close(m);
     for (size_t i = 0; !st && i < cells * k; i++)
         if (!(labels[i] = serve_piece(sv, ids[i]))) st = http_error(c, 500, "out of memory");
     http_buf b;
     if (!st && !(st = http_buf_open(c, &b) ? 500 : 0)) {
-        const cli_prompt pr = session_prompt(s);
-        const cli_lens_json j = {.model = sv->o.model, .tokens = &pr, .n_layer = L, .k = k, .target = target,
+        const cli_prompt pr = {.ids = s->ids + pos0, .labels = s->pieces + pos0, .n = w};
+        const cli_lens_json j = {.model = sv->o.model, .n_tokens = n, .pos0 = pos0, .tokens = &pr, .n_layer = L, .k = k, .target = target,
                                  .target_label = target_label, .top_ids = ids, .top_labels = labels, .top_probs = probs,
                                  .target_prob = tp};
         cli_lens_json_write(b.f, &j);

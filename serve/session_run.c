@@ -75,7 +75,7 @@ qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n,
     if (bytes + probe_bytes > sv->o.max_bytes) {
         qkv_model_close(m);
         http_error(c, 400,
-                   "this probe runs the session's %d tokens in one call: %.1f MiB of run state and %.1f MiB of %s, "
+                   "this probe runs %d of the session's tokens in one call: %.1f MiB of run state and %.1f MiB of %s, "
                    "above --max-mib %lld",
                    n, (double)bytes / (1 << 20), (double)probe_bytes / (1 << 20), what, (long long)(sv->o.max_bytes >> 20));
         return NULL;

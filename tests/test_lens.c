@@ -154,8 +154,10 @@ TEST(lens_refuses_bad_arguments) {
 }
 
 /* A window [pos0, pos1) is the whole lens's columns pos0..pos1-1: the same
- * top ids, the same probabilities within PROB_TOL (its forward runs only
- * tokens [0, pos1), a shorter call, so the same rows may round otherwise). */
+ * top ids, the same probabilities within WINDOW_TOL (its forward runs only
+ * tokens [0, pos1), a shorter call whose matmuls may round otherwise: 2.4e-6
+ * seen on SmolLM2). */
+#define WINDOW_TOL 1e-5
 TEST(lens_window_is_the_whole_lens_columns) {
     if (!test_require_model()) return;
     qkv_model *m = NULL;
@@ -185,7 +187,7 @@ TEST(lens_window_is_the_whole_lens_columns) {
             }
             worst = fmax(worst, fabs((double)tp[a] - wtp[b]));
         }
-    CHECK(bad_ids == 0 && worst <= PROB_TOL, "window [%d, %d): %d top ids differ, probabilities by %.3g", pos0, pos1,
+    CHECK(bad_ids == 0 && worst <= WINDOW_TOL, "window [%d, %d): %d top ids differ, probabilities by %.3g", pos0, pos1,
           bad_ids, worst);
     free(top);
     free(wtop);

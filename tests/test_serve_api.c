@@ -61,6 +61,35 @@ static void check_row(int port, const char *sid, const float *maps, int n, int l
     test_json_free(j);
 }
 
+/* GET .../lens?pos0=&pos1= is the whole lens's columns pos0..pos1-1 (the
+ * same ids, probabilities within 1e-5: its forward call to pos1 is shorter,
+ * and a shorter call's matmuls may round otherwise: 2.4e-6 seen), with the
+ * window's tokens and its bounds. */
+static void check_lens_window(int port, int pos0, int pos1) {
+    char path[160];
+    snprintf(path, sizeof path, "/api/sessions/s1/lens?k=5&pos0=%d&pos1=%d", pos0, pos1);
+    int st;
+    test_json *all = serve_json(port, "GET", "/api/sessions/s1/lens?k=5", NULL, NULL), *win = serve_json(port, "GET", path, NULL, &st);
+    CHECK(st == 200 && all && win && serve_num(win, "pos0") == pos0 && serve_num(win, "pos1") == pos1 &&
+              serve_num(win, "n_tokens") == serve_num(all, "n_tokens") && test_json_get(win, "tokens")->n == pos1 - pos0,
+          "%s: %d, its bounds and tokens", path, st);
+    const test_json *ai = all ? test_json_get(all, "top_ids") : NULL, *wi = win ? test_json_get(win, "top_ids") : NULL;
+    const test_json *ap = all ? test_json_get(all, "top_probs") : NULL, *wp = win ? test_json_get(win, "top_probs") : NULL;
+    int bad = 0;
+    for (int l = 0; ai && wi && ap && wp && l < ai->n && l < wi->n; l++)
+        for (int p = pos0; p < pos1 && p - pos0 < wi->items[l].n; p++) {
+            double a[5], w[5], pa[5], pw[5];
+            test_json_numbers(&ai->items[l].items[p], a, 5);
+            test_json_numbers(&wi->items[l].items[p - pos0], w, 5);
+            test_json_numbers(&ap->items[l].items[p], pa, 5);
+            test_json_numbers(&wp->items[l].items[p - pos0], pw, 5);
+            for (int j = 0; j < 5; j++) bad += a[j] != w[j] || fabs(pa[j] - pw[j]) > 1e-5;
+        }
+    CHECK(ai && wi && wi->n == ai->n && bad == 0, "%s: %d top tokens differ from the whole lens's", path, bad);
+    test_json_free(all);
+    test_json_free(win);
+}
+
 TEST(serve_api_smollm2_every_endpoint) {
     if (!test_require_model()) return;
     const char *model = test_model_path();
@@ -176,6 +205,7 @@ TEST(serve_api_smollm2_every_endpoint) {
     /* the server's threads: the same splits, so the same bytes */
     const char *lens[] = {"lens", "-m", model, "-p", PROMPT, "--threads", "2", "--json", NULL};
     serve_check_same_as_cli(port, "GET", "/api/sessions/s1/lens?k=5", NULL, lens);
+    check_lens_window(port, 1, 4);
     /* generate: greedy continues with the top token; as events too */
     test_json *gj = serve_json(port, "POST", "/api/sessions/s1/generate", "{\"n\": 2}", &st);
     const test_json *toks = gj ? test_json_get(gj, "tokens") : NULL;

@@ -99,6 +99,8 @@ TEST(serve_hostile_requests) {
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/overview?layer=2&head=0", NULL, 400, "layer=2");
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/overview?layer=0&head=mean", NULL, 400, "head=mean");
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/lens?k=101", NULL, 400, "k=101");
+    SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/lens?pos0=99", NULL, 400, "pos0=99");
+    SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/lens?pos0=1&pos1=1", NULL, 400, "pos1=1");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"exclude\": [99]}", 400, "\"exclude\"[0]");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"exclude\": \"0\"}", 400, "array of positions");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"zero_heads\": [[0, 4]]}", 400, "\"zero_heads\"[0]");
