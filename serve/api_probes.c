@@ -1,10 +1,11 @@
 /*
- * api_probes.c — the probes that run a session's whole sequence again from
- * position 0: the logit lens (GET .../lens, the fields of `qkv lens --json`)
- * and activation patching (POST .../patch, the keys of `qkv patch --json`).
- * Both run on a model of their own over the server's weights
- * (serve_scratch_model), sized for the whole sequence in one call: the
- * session's cache is not touched.
+ * api_probes.c — the probes that run a session's sequence again from
+ * position 0: the logit lens (GET .../lens, `qkv lens --json`'s bytes, or a
+ * window of positions) and activation patching (POST .../patch, `qkv patch
+ * --json`'s bytes), written by the CLI's writers (cli/probe_json.c). Both
+ * run on a model of their own over the server's weights
+ * (serve_scratch_model), sized for the sequence in one call: the session's
+ * cache is not touched.
  */
 #include "server.h"
 #include "probe_json.h"
