@@ -12,7 +12,7 @@
 #include "flag_rows.h"
 #include "prompt.h"
 #include "outputs.h"
-#include "json_out.h"
+#include "probe_json.h"
 #include "util.h"
 #include "commands.h"
 #include "qkv_render.h"
@@ -116,26 +116,12 @@ static void print_table(const lens_args *a, const lens_result *r, const cli_prom
     }
 }
 
-static void put_id(FILE *f, int64_t i, const void *ids) { fprintf(f, "%d", ((const int32_t *)ids)[i]); }
-static void put_label(FILE *f, int64_t i, const void *labels) { cli_json_string(f, ((char *const *)labels)[i]); }
-
+/* every layer and position as JSON (cli/probe_json.c: the writer GET .../lens shares) */
 static void print_json(const lens_args *a, const lens_result *r, const cli_prompt *pr) {
-    printf("{\n  \"model\": ");
-    cli_json_string(stdout, a->model);
-    printf(",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"k\": %d,\n  \"tokens\": ", r->n, r->nl, r->k);
-    cli_json_prompt(stdout, pr);
-    printf(",\n  \"target\": ");
-    cli_json_token(stdout, r->target, r->target_label);
-    const int64_t lnk[3] = {r->nl, r->n, r->k};
-    printf(",\n  \"top_ids\": ");
-    cli_json_nested(stdout, 3, lnk, 2, put_id, r->top_ids);
-    printf(",\n  \"top_pieces\": ");
-    cli_json_nested(stdout, 3, lnk, 2, put_label, r->top_labels);
-    printf(",\n  \"top_probs\": ");
-    cli_json_floats(stdout, r->top_probs, 3, lnk, 2);
-    printf(",\n  \"target_prob\": ");
-    cli_json_floats(stdout, r->target_prob, 2, lnk, 2);
-    printf("\n}\n");
+    const cli_lens_json j = {.model = a->model, .n_tokens = pr->n, .tokens = pr, .n_layer = r->nl, .k = r->k, .target = r->target,
+                             .target_label = r->target_label, .top_ids = r->top_ids, .top_labels = r->top_labels,
+                             .top_probs = r->top_probs, .target_prob = r->target_prob};
+    cli_lens_json_write(stdout, &j);
 }
 
 /* The grid: top-1 piece per layer and position, coloured by its probability,

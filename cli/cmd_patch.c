@@ -16,7 +16,7 @@
 #include "prompt.h"
 #include "progress.h"
 #include "outputs.h"
-#include "json_out.h"
+#include "probe_json.h"
 #include "util.h"
 #include "commands.h"
 #include "qkv_render.h"
@@ -26,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const metrics[] = {"kl", "logit-diff", NULL}; /* qkv_metric_kind order */
 
 /* What each sweep (qkv_sweep) patches, for the table and the page. */
 static const char *const sweep_about[QKV_SWEEP_COUNT] = {
@@ -78,7 +77,7 @@ static int parse_args(patch_args *a, int argc, char **argv) {
          .help = "the corrupted prompt as token ids"},
         {.name = "--chat", .kind = CLI_BOOL, .dest = &a->chat,
          .help = "wrap both texts as a user turn in the model's chat template"},
-        CLI_FLAG_CHOICE("--metric", CLI_CHOICE, &a->metric, metrics,
+        CLI_FLAG_CHOICE("--metric", CLI_CHOICE, &a->metric, cli_metric_names,
                         "kl (default): 1 - KL(clean || patched) / KL(clean || corrupt);\n"
                         "logit-diff: the share of logit[answer] - logit[wrong] brought back"),
         {.name = "--answer", .kind = CLI_STRING, .dest = &a->answer, .metavar = "TEXT",
@@ -260,31 +259,13 @@ static int print_table(const patch_args *a, const patch_result *r) {
     return 0;
 }
 
+/* every recovery array as JSON (cli/probe_json.c: the writer POST .../patch shares) */
 static void print_json(const patch_args *a, const patch_result *r, const cli_prompt *clean, const cli_prompt *corrupt) {
-    printf("{\n  \"model\": ");
-    cli_json_string(stdout, a->model);
-    printf(",\n  \"metric\": \"%s\",\n  \"answer\": ", metrics[a->metric]);
-    cli_json_token(stdout, r->answer, r->answer_label);
-    printf(",\n  \"wrong\": ");
-    cli_json_token(stdout, r->wrong, r->wrong_label);
-    printf(",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"clean_tokens\": ", r->n, r->nl, r->nh);
-    cli_json_prompt(stdout, clean);
-    printf(",\n  \"corrupt_tokens\": ");
-    cli_json_prompt(stdout, corrupt);
-    printf(",\n  \"clean\": ");
-    cli_json_double(stdout, r->sum.clean);
-    printf(",\n  \"corrupt\": ");
-    cli_json_double(stdout, r->sum.corrupt);
-    printf(",\n");
-    for (int s = 0; s < QKV_SWEEP_COUNT; s++) {
-        printf("  \"%s\": ", qkv_sweep_name((qkv_sweep)s));
-        if (r->out.recovery[s]) cli_json_floats(stdout, r->out.recovery[s], r->ndim[s], r->shape[s], 2);
-        else printf("null");
-        printf(",\n");
-    }
-    printf("  \"cost\": {\"layer_token_steps\": %lld, \"naive_layer_token_steps\": %lld, \"n_components\": %lld}\n}\n",
-           (long long)r->sum.layer_token_steps, (long long)r->sum.naive_layer_token_steps,
-           (long long)r->sum.n_components);
+    const cli_patch_json j = {.model = a->model, .metric = (qkv_metric_kind)a->metric, .answer = r->answer,
+                              .wrong = r->wrong, .answer_label = r->answer_label, .wrong_label = r->wrong_label,
+                              .n_layer = r->nl, .n_head = r->nh, .clean = clean, .corrupt = corrupt, .sum = &r->sum,
+                              .out = &r->out};
+    cli_patch_json_write(stdout, &j);
 }
 
 /* The heatmaps: head_out [L, Hq], each [L, n] sweep, head_out_pos one map per head. */

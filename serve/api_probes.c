@@ -1,13 +1,14 @@
 /*
- * api_probes.c — the probes that run a session's whole sequence again from
- * position 0: the logit lens (GET .../lens, the fields of `qkv lens --json`)
- * and activation patching (POST .../patch, the keys of `qkv patch --json`).
- * Both run on a model of their own over the server's weights
- * (serve_scratch_model), sized for the whole sequence in one call: the
- * session's cache is not touched.
+ * api_probes.c — the probes that run a session's sequence again from
+ * position 0: the logit lens (GET .../lens, `qkv lens --json`'s bytes, or a
+ * window of positions) and activation patching (POST .../patch, `qkv patch
+ * --json`'s bytes), written by the CLI's writers (cli/probe_json.c). Both
+ * run on a model of their own over the server's weights
+ * (serve_scratch_model), sized for the sequence in one call: the session's
+ * cache is not touched.
  */
 #include "server.h"
-#include "json_out.h"
+#include "probe_json.h"
 #include "prompt.h"
 #include "util.h"
 
@@ -15,9 +16,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void put_id(FILE *f, int64_t i, const void *ids) { fprintf(f, "%d", ((const int32_t *)ids)[i]); }
-static void put_label(FILE *f, int64_t i, const void *labels) { cli_json_string(f, ((char *const *)labels)[i]); }
 
 /* The session's tokens as the commands print a prompt. */
 static cli_prompt session_prompt(const serve_session *s) {
@@ -30,41 +28,37 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
     int32_t top1 = 0;
     for (int v = 1; v < V; v++)
         if (s->logits[v] > s->logits[top1]) top1 = v;
-    if ((st = http_query_int(c, "k", &k, 1, SERVE_MAX_K, 1, 5)) || (st = http_query_int(c, "target", &target, 0, V - 1, 1, top1)))
+    int pos0, pos1;
+    if ((st = http_query_int(c, "k", &k, 1, SERVE_MAX_K, 1, 5)) || (st = http_query_int(c, "target", &target, 0, V - 1, 1, top1)) ||
+        (st = http_query_int(c, "pos0", &pos0, 0, n - 1, 1, 0)) || (st = http_query_int(c, "pos1", &pos1, pos0 + 1, n, 1, n)))
         return st;
-    const size_t cells = (size_t)L * n;
+    const int w = pos1 - pos0; /* the window read: positions pos0..pos1-1 */
+    const size_t cells = (size_t)L * w;
+    /* held to --max-mib with the run state: qkv_lens's residuals and logit rows, and the outputs
+     * [L, n, k] ids, probabilities and pieces (a pointer and about 16 bytes each), [L, n] p(target) */
+    const int64_t probe = qkv_lens_bytes(s->m, w, k) + (int64_t)cells * k * (int64_t)(sizeof(int32_t) + sizeof(float) +
+                                                                                        sizeof(char *) + 16) +
+                          (int64_t)cells * (int64_t)sizeof(float);
+    qkv_model *m = serve_scratch_model(c, sv, pos1, probe, "the lens's residuals and outputs");
+    if (!m) return 400;
     int32_t *ids = malloc(cells * k * sizeof(int32_t));
     float *probs = malloc(cells * k * sizeof(float)), *tp = malloc(cells * sizeof(float));
     char **labels = calloc(cells * k, sizeof(char *)), *target_label = serve_piece(sv, target);
     qkv_lens_out out = {.top_ids = ids, .top_probs = probs, .target_prob = tp};
-    const qkv_lens_params lp = {.k = k, .target = target};
+    const qkv_lens_params lp = {.k = k, .target = target, .pos0 = pos0, .pos1 = pos1};
     qkv_error err = {0};
-    qkv_model *m = NULL;
     if (!ids || !probs || !tp || !labels || !target_label) st = http_error(c, 500, "out of memory");
-    else if (!(m = serve_scratch_model(c, sv, n))) st = 400;
-    else if (qkv_lens(&out, m, s->ids, n, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
+    else if (qkv_lens(&out, m, s->ids, pos1, &lp, &err)) st = http_error(c, 500, "%s", err.msg);
     qkv_model_close(m);
     for (size_t i = 0; !st && i < cells * k; i++)
         if (!(labels[i] = serve_piece(sv, ids[i]))) st = http_error(c, 500, "out of memory");
     http_buf b;
     if (!st && !(st = http_buf_open(c, &b) ? 500 : 0)) {
-        const cli_prompt pr = session_prompt(s);
-        const int64_t lnk[3] = {L, n, k};
-        fputs("{\n  \"model\": ", b.f);
-        cli_json_string(b.f, sv->o.model);
-        fprintf(b.f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"k\": %d,\n  \"tokens\": ", n, L, k);
-        cli_json_prompt(b.f, &pr);
-        fputs(",\n  \"target\": ", b.f);
-        cli_json_token(b.f, target, target_label);
-        fputs(",\n  \"top_ids\": ", b.f);
-        cli_json_nested(b.f, 3, lnk, 2, put_id, ids);
-        fputs(",\n  \"top_pieces\": ", b.f);
-        cli_json_nested(b.f, 3, lnk, 2, put_label, labels);
-        fputs(",\n  \"top_probs\": ", b.f);
-        cli_json_floats(b.f, probs, 3, lnk, 2);
-        fputs(",\n  \"target_prob\": ", b.f);
-        cli_json_floats(b.f, tp, 2, lnk, 2);
-        fputs("\n}\n", b.f);
+        const cli_prompt pr = {.ids = s->ids + pos0, .labels = s->pieces + pos0, .n = w};
+        const cli_lens_json j = {.model = sv->o.model, .n_tokens = n, .pos0 = pos0, .tokens = &pr, .n_layer = L, .k = k, .target = target,
+                                 .target_label = target_label, .top_ids = ids, .top_labels = labels, .top_probs = probs,
+                                 .target_prob = tp};
+        cli_lens_json_write(b.f, &j);
         http_buf_send(c, &b, 200, NULL);
         st = 200;
     }
@@ -77,8 +71,6 @@ int serve_api_lens(struct mg_connection *c, serve_server *sv, serve_session *s) 
 }
 
 /* ----------------------------------------------------------------- patch */
-
-static const char *const metric_names[] = {"kl", "logit-diff"}; /* qkv_metric_kind order, as `qkv patch --metric` */
 
 /* "answer" / "wrong": one token, as text (exactly one token) or an id; 0 or 400 sent. */
 static int one_token(struct mg_connection *c, serve_server *sv, const cJSON *req, const char *key, int32_t *out) {
@@ -128,17 +120,20 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     qkv_metric_kind kind = QKV_METRIC_KL;
     const cJSON *jm = cJSON_GetObjectItemCaseSensitive(req, "metric"), *jx = cJSON_GetObjectItemCaseSensitive(req, "max_mib");
     qkv_patch_out out = {0};
-    int ndim[QKV_SWEEP_COUNT] = {0};
-    int64_t shape[QKV_SWEEP_COUNT][3];
     char *al = NULL, *wl = NULL;
     qkv_model *m = NULL;
     if ((st = serve_prompt_ids(c, sv, req, "corrupt", "corrupt_tokens", &corrupt, &nc)) || (st = sweeps_of(c, req, &sweeps)))
         goto done;
-    if (jm && !(cJSON_IsString(jm) && (!strcmp(jm->valuestring, "kl") || !strcmp(jm->valuestring, "logit-diff")))) {
-        st = http_error(c, 400, "\"metric\": want \"kl\" or \"logit-diff\"");
-        goto done;
+    if (jm) {
+        int found = -1;
+        for (int i = 0; cli_metric_names[i] && cJSON_IsString(jm); i++)
+            if (!strcmp(jm->valuestring, cli_metric_names[i])) found = i;
+        if (found < 0) {
+            st = http_error(c, 400, "\"metric\": want \"kl\" or \"logit-diff\"");
+            goto done;
+        }
+        kind = (qkv_metric_kind)found;
     }
-    if (jm && !strcmp(jm->valuestring, "logit-diff")) kind = QKV_METRIC_LOGIT_DIFF;
     if (jx && !(cJSON_IsNumber(jx) && jx->valuedouble >= 1 && jx->valuedouble <= 1 << 20)) {
         st = http_error(c, 400, "\"max_mib\": want an integer in [1, %d]", 1 << 20);
         goto done;
@@ -164,8 +159,9 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     }
     for (int w = 0; w < QKV_SWEEP_COUNT; w++) {
         if (!(sweeps & (1 << w))) continue;
-        ndim[w] = qkv_sweep_shape(shape[w], (qkv_sweep)w, L, H, n);
-        if (!(out.recovery[w] = malloc((size_t)(shape[w][0] * shape[w][1] * shape[w][2]) * sizeof(float)))) {
+        int64_t shape[3];
+        qkv_sweep_shape(shape, (qkv_sweep)w, L, H, n);
+        if (!(out.recovery[w] = malloc((size_t)(shape[0] * shape[1] * shape[2]) * sizeof(float)))) {
             st = http_error(c, 500, "out of memory");
             goto done;
         }
@@ -179,7 +175,7 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     qkv_patch_summary sum = {0};
     const qkv_patch_params pp = {.metric = {.kind = kind, .answer = answer, .wrong = wrong}, .max_bytes = limit};
     qkv_error err = {0};
-    if (!(m = serve_scratch_model(c, sv, n))) {
+    if (!(m = serve_scratch_model(c, sv, n, need, "the sweeps' cached activations"))) {
         st = 400;
         goto done;
     }
@@ -200,29 +196,10 @@ int serve_api_patch(struct mg_connection *c, serve_server *sv, serve_session *s)
     http_buf b;
     if (!cor.labels) st = http_error(c, 500, "out of memory");
     else if (!(st = http_buf_open(c, &b) ? 500 : 0)) {
-        fputs("{\n  \"model\": ", b.f);
-        cli_json_string(b.f, sv->o.model);
-        fprintf(b.f, ",\n  \"metric\": \"%s\",\n  \"answer\": ", metric_names[kind]);
-        cli_json_token(b.f, answer, al);
-        fputs(",\n  \"wrong\": ", b.f);
-        cli_json_token(b.f, wrong, wl);
-        fprintf(b.f, ",\n  \"n_tokens\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"clean_tokens\": ", n, L, H);
-        cli_json_prompt(b.f, &clean);
-        fputs(",\n  \"corrupt_tokens\": ", b.f);
-        cli_json_prompt(b.f, &cor);
-        fputs(",\n  \"clean\": ", b.f);
-        cli_json_double(b.f, sum.clean);
-        fputs(",\n  \"corrupt\": ", b.f);
-        cli_json_double(b.f, sum.corrupt);
-        fputs(",\n", b.f);
-        for (int w = 0; w < QKV_SWEEP_COUNT; w++) {
-            fprintf(b.f, "  \"%s\": ", qkv_sweep_name((qkv_sweep)w));
-            if (out.recovery[w]) cli_json_floats(b.f, out.recovery[w], ndim[w], shape[w], 2);
-            else fputs("null", b.f);
-            fputs(",\n", b.f);
-        }
-        fprintf(b.f, "  \"cost\": {\"layer_token_steps\": %lld, \"naive_layer_token_steps\": %lld, \"n_components\": %lld}\n}\n",
-                (long long)sum.layer_token_steps, (long long)sum.naive_layer_token_steps, (long long)sum.n_components);
+        const cli_patch_json j = {.model = sv->o.model, .metric = kind, .answer = answer, .wrong = wrong,
+                                  .answer_label = al, .wrong_label = wl, .n_layer = L, .n_head = H, .clean = &clean,
+                                  .corrupt = &cor, .sum = &sum, .out = &out};
+        cli_patch_json_write(b.f, &j);
         http_buf_send(c, &b, 200, NULL);
         st = 200;
     }

@@ -74,9 +74,10 @@ int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids,
                          int (*progress)(void *user, int done, int total), void *user, char *msg, size_t cap);
 /* A model of its own for a probe that runs a whole sequence of n tokens
  * from position 0 (lens, patch), over the server's weights: the session's
- * cache is left as it is. Its state alone may not pass --max-mib (400).
- * NULL with the status sent. */
-qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n);
+ * cache is left as it is. Its state and the probe's own probe_bytes (what,
+ * e.g. "the lens's residuals and outputs") may not pass --max-mib together
+ * (400 naming both). NULL with the status sent. */
+qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n, int64_t probe_bytes, const char *what);
 /* The body as a cJSON object (400 sent otherwise: not JSON, not an object). */
 struct cJSON;
 int serve_body_json(struct mg_connection *c, serve_server *sv, struct cJSON **out);

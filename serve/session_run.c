@@ -63,7 +63,7 @@ int serve_session_append(serve_server *sv, serve_session *s, const int32_t *ids,
     return 0;
 }
 
-qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n) {
+qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n, int64_t probe_bytes, const char *what) {
     const qkv_model_params mp = {.n_ctx = n, .kv_dtype = sv->o.kv_dtype, .n_threads = sv->o.threads};
     qkv_model *m = NULL;
     qkv_error err = {0};
@@ -71,11 +71,13 @@ qkv_model *serve_scratch_model(struct mg_connection *c, serve_server *sv, int n)
         http_error(c, err.status == QKV_ERR_TOO_LARGE ? 413 : 500, "%s", err.msg);
         return NULL;
     }
-    const size_t bytes = qkv_model_state_bytes(m);
-    if ((int64_t)bytes > sv->o.max_bytes) {
+    const int64_t bytes = (int64_t)qkv_model_state_bytes(m);
+    if (bytes + probe_bytes > sv->o.max_bytes) {
         qkv_model_close(m);
-        http_error(c, 400, "this probe runs the session's %d tokens in one call: %.1f MiB of run state, above --max-mib %lld",
-                   n, (double)bytes / (1 << 20), (long long)(sv->o.max_bytes >> 20));
+        http_error(c, 400,
+                   "this probe runs %d of the session's tokens in one call: %.1f MiB of run state and %.1f MiB of %s, "
+                   "above --max-mib %lld",
+                   n, (double)bytes / (1 << 20), (double)probe_bytes / (1 << 20), what, (long long)(sv->o.max_bytes >> 20));
         return NULL;
     }
     return m;

@@ -4,7 +4,7 @@
  * the port read from its listening line) and stopped with SIGTERM (its exit
  * status checked: 0, so no sanitizer report either), and HTTP requests
  * through CivetWeb's client (mg_connect_client), the body read whole,
- * chunked or not; and an answer compared with the CLI's --json.
+ * chunked or not; and an answer compared with the CLI's --json, byte for byte.
  */
 #ifndef QKV_TESTS_SERVE_CLIENT_H
 #define QKV_TESTS_SERVE_CLIENT_H
@@ -51,11 +51,8 @@ size_t serve_strlen(const char *s);
 
 /* The CLI's stdout for argv (exit 0 checked); malloc'd. */
 char *serve_cli_stdout(const char *const *argv);
-/* Two JSON values hold the same keys in the same order and the same values,
- * numbers within tol relative to 1 + |b|. */
-void serve_check_same_json(const char *what, const test_json *a, const test_json *b, double tol);
-/* The API's answer to method path (body) = `qkv argv` (its --json), as serve_check_same_json. */
-void serve_check_same_as_cli(int port, const char *method, const char *path, const char *body, const char *const *argv,
-                             double tol);
+/* The API's answer to method path (body) is `qkv argv`'s stdout (its --json) byte for byte: one writer
+ * prints both (cli/probe_json.c), and the probes compute the same floats. */
+void serve_check_same_as_cli(int port, const char *method, const char *path, const char *body, const char *const *argv);
 
 #endif /* QKV_TESTS_SERVE_CLIENT_H */

@@ -344,3 +344,35 @@ TEST(model_resumed_forward_and_patch_allocate_once) {
     free(resid);
     qkv_model_close(m);
 }
+
+/* qkv_lens allocates what qkv_lens_bytes says, once per call (what qkv
+ * serve holds to --max-mib): the residuals, the logit rows, the top-k heap. */
+TEST(lens_allocates_its_bytes) {
+    if (!test_require_model()) return;
+    const qkv_model_params mp = {.n_ctx = 64, .n_threads = 2};
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    CHECK(qkv_model_open(&m, test_model_path(), &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    const int L = c->n_layer, k = 3;
+    int32_t *top = malloc((size_t)L * 12 * k * sizeof(int32_t));
+    float *probs = malloc((size_t)L * 12 * k * sizeof(float));
+    qkv_lens_out out = {.top_ids = top, .top_probs = probs};
+    const qkv_lens_params p = {.k = k, .target = -1};
+    /* a first call: what the process sets up once (ASan's thread state in the pool's workers) is not the lens's */
+    CHECK(qkv_lens(&out, m, story, 12, &p, &err) == QKV_OK, "%s", err.msg);
+    alloc_count_start();
+    const qkv_status st = qkv_lens(&out, m, story, 12, &p, &err);
+    const int64_t n = alloc_count_stop(), bytes = alloc_count_bytes();
+    CHECK(st == QKV_OK && n == 4, "qkv_lens: %s, %lld allocations, want 4", err.msg, (long long)n);
+    CHECK(bytes == qkv_lens_bytes(m, 12, k), "qkv_lens allocated %lld bytes, qkv_lens_bytes says %lld", (long long)bytes,
+          (long long)qkv_lens_bytes(m, 12, k));
+    CHECK(qkv_lens_bytes(m, 12, k) == ((int64_t)L * 12 * c->n_embd + 12 * (int64_t)c->n_vocab) * 4 + k * 8,
+          "qkv_lens_bytes: %lld", (long long)qkv_lens_bytes(m, 12, k));
+    CHECK(qkv_lens_bytes(NULL, 12, k) == -1 && qkv_lens_bytes(m, 0, k) == -1 && qkv_lens_bytes(m, 12, 0) == -1,
+          "bad arguments give -1");
+    free(top);
+    free(probs);
+    qkv_model_close(m);
+}

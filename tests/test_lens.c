@@ -127,17 +127,21 @@ TEST(lens_refuses_bad_arguments) {
     const struct {
         int n, k;
         int32_t target;
+        int pos0, pos1;
         const char *needle;
-    } bad[] = {{0, 1, -1, "0 tokens outside [1, 16]"},
-               {17, 1, -1, "17 tokens outside [1, 16]"},
-               {4, 0, -1, "k 0 outside"},
-               {4, V + 1, -1, "outside [1, 49152]"},
-               {4, 2, 7, "target 7 outside [-1, 49152) or without target_prob"},
-               {4, 2, V, "target 49152 outside"}};
+    } bad[] = {{0, 1, -1, 0, 0, "0 tokens outside [1, 16]"},
+               {17, 1, -1, 0, 0, "17 tokens outside [1, 16]"},
+               {4, 0, -1, 0, 0, "k 0 outside"},
+               {4, V + 1, -1, 0, 0, "outside [1, 49152]"},
+               {4, 2, 7, 0, 0, "target 7 outside [-1, 49152) or without target_prob"},
+               {4, 2, V, 0, 0, "target 49152 outside"},
+               {4, 1, -1, 2, 2, "positions [2, 2) not a window of [0, 4)"},
+               {4, 1, -1, 1, 5, "positions [1, 5) not a window"},
+               {4, 1, -1, -1, 2, "positions [-1, 2) not a window"}};
     qkv_lens_out out = {.top_ids = top, .top_probs = probs};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err = (qkv_error){0};
-        const qkv_lens_params p = {.k = bad[i].k, .target = bad[i].target};
+        const qkv_lens_params p = {.k = bad[i].k, .target = bad[i].target, .pos0 = bad[i].pos0, .pos1 = bad[i].pos1};
         CHECK(qkv_lens(&out, m, ids, bad[i].n, &p, &err) == QKV_ERR_INVALID && strstr(err.msg, bad[i].needle),
               "case %zu: '%s'", i, err.msg);
     }
@@ -146,5 +150,50 @@ TEST(lens_refuses_bad_arguments) {
     CHECK(qkv_lens(&out, m, ids, 4, NULL, &err) == QKV_OK && qkv_model_pos(m) == 0, "p NULL: k 1 (%s)", err.msg);
     free(top);
     free(probs);
+    qkv_model_close(m);
+}
+
+/* A window [pos0, pos1) is the whole lens's columns pos0..pos1-1: the same
+ * top ids, the same probabilities within WINDOW_TOL (its forward runs only
+ * tokens [0, pos1), a shorter call whose matmuls may round otherwise: 2.4e-6
+ * seen on SmolLM2). */
+#define WINDOW_TOL 1e-5
+TEST(lens_window_is_the_whole_lens_columns) {
+    if (!test_require_model()) return;
+    qkv_model *m = NULL;
+    qkv_error err = {0};
+    const qkv_model_params mp = {.n_ctx = 64, .n_threads = 2};
+    CHECK(qkv_model_open(&m, test_model_path(), &mp, &err) == QKV_OK, "%s", err.msg);
+    if (!m) return;
+    int32_t ids[64];
+    const int n = tokenize(m, "When Mary and John went to the store, John gave a drink to", ids, 64);
+    const int L = qkv_model_get_config(m)->n_layer, pos0 = 3, pos1 = n - 2, w = pos1 - pos0;
+    int32_t *top = malloc((size_t)L * n * K * sizeof(int32_t)), *wtop = malloc((size_t)L * w * K * sizeof(int32_t));
+    float *probs = malloc((size_t)L * n * K * sizeof(float)), *wprobs = malloc((size_t)L * w * K * sizeof(float));
+    float *tp = malloc((size_t)L * n * sizeof(float)), *wtp = malloc((size_t)L * w * sizeof(float));
+    qkv_lens_out all = {.top_ids = top, .top_probs = probs, .target_prob = tp},
+                 win = {.top_ids = wtop, .top_probs = wprobs, .target_prob = wtp};
+    const qkv_lens_params pa = {.k = K, .target = 1010}, pw = {.k = K, .target = 1010, .pos0 = pos0, .pos1 = pos1};
+    CHECK(n > 10 && qkv_lens(&all, m, ids, n, &pa, &err) == QKV_OK, "whole: %s", err.msg);
+    CHECK(qkv_lens(&win, m, ids, n, &pw, &err) == QKV_OK && qkv_model_pos(m) == 0, "window: %s", err.msg);
+    int bad_ids = 0;
+    double worst = 0;
+    for (int l = 0; l < L; l++)
+        for (int p = 0; p < w; p++) {
+            const size_t a = (size_t)l * n + pos0 + p, b = (size_t)l * w + p;
+            for (int j = 0; j < K; j++) {
+                bad_ids += top[a * K + j] != wtop[b * K + j];
+                worst = fmax(worst, fabs((double)probs[a * K + j] - wprobs[b * K + j]));
+            }
+            worst = fmax(worst, fabs((double)tp[a] - wtp[b]));
+        }
+    CHECK(bad_ids == 0 && worst <= WINDOW_TOL, "window [%d, %d): %d top ids differ, probabilities by %.3g", pos0, pos1,
+          bad_ids, worst);
+    free(top);
+    free(wtop);
+    free(probs);
+    free(wprobs);
+    free(tp);
+    free(wtp);
     qkv_model_close(m);
 }

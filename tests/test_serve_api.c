@@ -61,6 +61,35 @@ static void check_row(int port, const char *sid, const float *maps, int n, int l
     test_json_free(j);
 }
 
+/* GET .../lens?pos0=&pos1= is the whole lens's columns pos0..pos1-1 (the
+ * same ids, probabilities within 1e-5: its forward call to pos1 is shorter,
+ * and a shorter call's matmuls may round otherwise: 2.4e-6 seen), with the
+ * window's tokens and its bounds. */
+static void check_lens_window(int port, int pos0, int pos1) {
+    char path[160];
+    snprintf(path, sizeof path, "/api/sessions/s1/lens?k=5&pos0=%d&pos1=%d", pos0, pos1);
+    int st;
+    test_json *all = serve_json(port, "GET", "/api/sessions/s1/lens?k=5", NULL, NULL), *win = serve_json(port, "GET", path, NULL, &st);
+    CHECK(st == 200 && all && win && serve_num(win, "pos0") == pos0 && serve_num(win, "pos1") == pos1 &&
+              serve_num(win, "n_tokens") == serve_num(all, "n_tokens") && test_json_get(win, "tokens")->n == pos1 - pos0,
+          "%s: %d, its bounds and tokens", path, st);
+    const test_json *ai = all ? test_json_get(all, "top_ids") : NULL, *wi = win ? test_json_get(win, "top_ids") : NULL;
+    const test_json *ap = all ? test_json_get(all, "top_probs") : NULL, *wp = win ? test_json_get(win, "top_probs") : NULL;
+    int bad = 0;
+    for (int l = 0; ai && wi && ap && wp && l < ai->n && l < wi->n; l++)
+        for (int p = pos0; p < pos1 && p - pos0 < wi->items[l].n; p++) {
+            double a[5], w[5], pa[5], pw[5];
+            test_json_numbers(&ai->items[l].items[p], a, 5);
+            test_json_numbers(&wi->items[l].items[p - pos0], w, 5);
+            test_json_numbers(&ap->items[l].items[p], pa, 5);
+            test_json_numbers(&wp->items[l].items[p - pos0], pw, 5);
+            for (int j = 0; j < 5; j++) bad += a[j] != w[j] || fabs(pa[j] - pw[j]) > 1e-5;
+        }
+    CHECK(ai && wi && wi->n == ai->n && bad == 0, "%s: %d top tokens differ from the whole lens's", path, bad);
+    test_json_free(all);
+    test_json_free(win);
+}
+
 TEST(serve_api_smollm2_every_endpoint) {
     if (!test_require_model()) return;
     const char *model = test_model_path();
@@ -172,9 +201,11 @@ TEST(serve_api_smollm2_every_endpoint) {
     nt = nx ? test_json_get(nx, "top") : NULL;
     CHECK(nt && serve_num(&nt->items[0], "p") == serve_num(&top->items[0], "p"), "the session changed under the probes");
     test_json_free(nx);
-    /* lens = qkv lens --json (patch: the tiny Gemma 3 below, and tests/test_serve_probes.c) */
-    const char *lens[] = {"lens", "-m", model, "-p", PROMPT, "--json", NULL};
-    serve_check_same_as_cli(port, "GET", "/api/sessions/s1/lens?k=5", NULL, lens, 1e-5);
+    /* lens = qkv lens --json byte for byte (patch: the tiny Gemma 3 below, and tests/test_serve_probes.c) */
+    /* the server's threads: the same splits, so the same bytes */
+    const char *lens[] = {"lens", "-m", model, "-p", PROMPT, "--threads", "2", "--json", NULL};
+    serve_check_same_as_cli(port, "GET", "/api/sessions/s1/lens?k=5", NULL, lens);
+    check_lens_window(port, 1, 4);
     /* generate: greedy continues with the top token; as events too */
     test_json *gj = serve_json(port, "POST", "/api/sessions/s1/generate", "{\"n\": 2}", &st);
     const test_json *toks = gj ? test_json_get(gj, "tokens") : NULL;
@@ -281,8 +312,8 @@ TEST(serve_api_family_gemma3_sliding_rows) {
              "\"per_position\": true}", cor, 44, 45);
     const char *patch[] = {"patch", "-m", model, "--clean-tokens", ids, "--corrupt-tokens", cor, "--metric", "logit-diff",
                            "--answer", "(", "--wrong", ")", "--per-position", "--json", NULL};
-    serve_check_same_as_cli(sv.port, "POST", "/api/sessions/s1/patch", pbody, patch, 1e-4);
+    serve_check_same_as_cli(sv.port, "POST", "/api/sessions/s1/patch", pbody, patch);
     const char *lens[] = {"lens", "-m", model, "--tokens", ids, "-k", "3", "--json", NULL};
-    serve_check_same_as_cli(sv.port, "GET", "/api/sessions/s1/lens?k=3", NULL, lens, 1e-5);
+    serve_check_same_as_cli(sv.port, "GET", "/api/sessions/s1/lens?k=3", NULL, lens);
     serve_stop(&sv);
 }

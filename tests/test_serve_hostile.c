@@ -15,6 +15,7 @@
 #include <civetweb.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,8 @@ TEST(serve_hostile_requests) {
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/overview?layer=2&head=0", NULL, 400, "layer=2");
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/overview?layer=0&head=mean", NULL, 400, "head=mean");
     SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/lens?k=101", NULL, 400, "k=101");
+    SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/lens?pos0=99", NULL, 400, "pos0=99");
+    SERVE_CHECK_ERROR(p, "GET", "/api/sessions/s1/lens?pos0=1&pos1=1", NULL, 400, "pos1=1");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"exclude\": [99]}", 400, "\"exclude\"[0]");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"exclude\": \"0\"}", 400, "array of positions");
     SERVE_CHECK_ERROR(p, "POST", "/api/sessions/s1/edit", "{\"zero_heads\": [[0, 4]]}", 400, "\"zero_heads\"[0]");
@@ -183,13 +186,16 @@ TEST(serve_hostile_session_too_large) {
 }
 
 /* Lens and patch run the whole sequence in one call on a model of their own:
- * its state is held to --max-mib too. */
+ * its state and the probe's own bytes (the lens's L x n x E residuals, its
+ * logit rows and [L, n, k] outputs) are held to --max-mib together. Here
+ * 1200 tokens: 3.7 MiB of run state, the lens 1.9 MiB at k=1 (fits in 6),
+ * 9.2 MiB at k=100 (does not). */
 TEST(serve_hostile_probe_too_large) {
     char model[700];
     fixture(model, sizeof model, "qwen2");
     if (!test_require_file(model, "the family fixtures")) return;
     serve_child sv;
-    const char *extra[] = {"--max-mib", "3", "--ctx", "4096", NULL};
+    const char *extra[] = {"--max-mib", "6", "--ctx", "4096", NULL};
     if (!serve_start(&sv, model, extra)) return;
     char *body = malloc(1200 * 8 + 32);
     if (body) {
@@ -200,10 +206,14 @@ TEST(serve_hostile_probe_too_large) {
         test_json *s = serve_json(sv.port, "POST", "/api/sessions", body, &st);
         CHECK(st == 200 && s && serve_num(s, "bytes") < 3 << 20, "create: %d", st);
         test_json_free(s);
-        SERVE_CHECK_ERROR(sv.port, "GET", "/api/sessions/s1/lens", NULL, 400, "above --max-mib 3");
+        SERVE_CHECK_ERROR(sv.port, "GET", "/api/sessions/s1/lens?k=100", NULL, 400,
+                          "3.7 MiB of run state and 9.2 MiB of the lens's residuals and outputs, above --max-mib 6");
         test_json *a = serve_json(sv.port, "GET", "/api/sessions/s1/attention?layer=1&head=0&query=600", NULL, &st);
         CHECK(st == 200, "the session after the refused probe: %d", st);
         test_json_free(a);
+        test_json *l = serve_json(sv.port, "GET", "/api/sessions/s1/lens?k=1", NULL, &st);
+        CHECK(st == 200 && l && serve_num(l, "n_tokens") == 1200, "the lens within --max-mib: %d", st);
+        test_json_free(l);
     }
     free(body);
     serve_stop(&sv);
@@ -254,15 +264,22 @@ TEST(serve_hostile_client_leaves_mid_stream) {
     serve_stop(&sv);
 }
 
+/* The other session's prefill: 0 before its first progress event, 1 while
+ * it streams, 2 once its stream has ended. */
+static atomic_int prefilling;
+
 typedef struct {
-    int port, failures;
+    int port, failures, asked, during;
     const double *want;
-    int n;
 } row_client;
 
+/* Waits for the prefill to start, then asks for the row at least 3 times and
+ * on until the prefill ends; `during`: answers asked and read while it ran. */
 static void *ask_rows(void *user) {
     row_client *rc = user;
-    for (int i = 0; i < 3; i++) {
+    while (atomic_load(&prefilling) == 0) usleep(1000);
+    for (int i = 0; i < 3 || (atomic_load(&prefilling) == 1 && i < 2000); i++) {
+        const int before = atomic_load(&prefilling);
         test_json *a = serve_json(rc->port, "GET", "/api/sessions/s1/attention?layer=5&head=1&query=12", NULL, NULL);
         const test_json *w = a ? test_json_get(a, "weights") : NULL;
         double v[13];
@@ -271,22 +288,53 @@ static void *ask_rows(void *user) {
             for (int k = 0; k < 13; k++)
                 if (fabs(v[k] - rc->want[k]) > 1e-6) rc->failures++;
         test_json_free(a);
+        rc->asked++;
+        if (before == 1 && atomic_load(&prefilling) == 1) rc->during++;
     }
     return NULL;
 }
 
 typedef struct {
-    int port, status;
-    char *body;
+    int port, ok;
+    const char *body;
 } prefill_client;
 
+/* POST /api/sessions as an event stream: prefilling is 1 from its first
+ * progress event to its end; ok when the stream ends with the session. */
 static void *prefill(void *user) {
     prefill_client *pc = user;
-    test_json *s = serve_json(pc->port, "POST", "/api/sessions", pc->body, &pc->status);
-    test_json_free(s);
+    char ebuf[256], tail[4096] = "";
+    struct mg_connection *c = mg_connect_client("127.0.0.1", pc->port, 0, ebuf, sizeof ebuf);
+    if (c) {
+        mg_printf(c, "POST /api/sessions HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\nContent-Length: %zu\r\n\r\n",
+                  strlen(pc->body));
+        mg_write(c, pc->body, strlen(pc->body));
+        if (mg_get_response(c, ebuf, sizeof ebuf, 120000) >= 0 && mg_get_response_info(c)->status_code == 200) {
+            size_t len = 0;
+            int got;
+            /* small reads: mg_read waits until it has all the bytes asked for */
+            while ((got = mg_read(c, tail + len, 16)) > 0) {
+                len += (size_t)got;
+                tail[len] = 0;
+                if (strstr(tail, "event: progress")) atomic_store(&prefilling, 1);
+                if (strstr(tail, "event: session")) pc->ok = 1;
+                if (len > sizeof tail / 2) { /* keep the last quarter: a marker cut by a read is in it */
+                    memmove(tail, tail + len - sizeof tail / 4, sizeof tail / 4);
+                    len = sizeof tail / 4;
+                    tail[len] = 0;
+                }
+            }
+        }
+        mg_close_connection(c);
+    }
+    atomic_store(&prefilling, 2);
     return NULL;
 }
 
+/* 8 clients read a row of one session while another session prefills: every
+ * row read during the prefill equals the row read alone, the prefill ends
+ * with its session, and both sessions are held afterwards (none leaked, none
+ * lost). 160 tokens: 30 layers of progress events to read rows between. */
 TEST(serve_hostile_rows_during_prefill) {
     if (!test_require_model()) return;
     serve_child sv;
@@ -300,21 +348,28 @@ TEST(serve_hostile_rows_during_prefill) {
     double want[13];
     CHECK(a && test_json_numbers(test_json_get(a, "weights"), want, 13) == 13, "reference row: %d", st);
     test_json_free(a);
-    prefill_client pc = {.port = sv.port, .body = long_tokens(400)};
+    mg_init_library(0); /* held while the clients connect and leave */
+    atomic_store(&prefilling, 0);
+    char *body = long_tokens(160);
+    prefill_client pc = {.port = sv.port, .body = body ? body : "{}"};
     row_client rc[8];
     pthread_t tp, tr[8];
-    pthread_create(&tp, NULL, prefill, &pc);
     for (int i = 0; i < 8; i++) {
-        rc[i] = (row_client){.port = sv.port, .want = want, .n = 13};
+        rc[i] = (row_client){.port = sv.port, .want = want};
         pthread_create(&tr[i], NULL, ask_rows, &rc[i]);
     }
+    pthread_create(&tp, NULL, prefill, &pc);
+    int during = 0;
     for (int i = 0; i < 8; i++) {
         pthread_join(tr[i], NULL);
-        CHECK(rc[i].failures == 0, "client %d: %d rows differ from the row asked alone", i, rc[i].failures);
+        CHECK(rc[i].failures == 0, "client %d: %d of %d rows differ from the row asked alone", i, rc[i].failures, rc[i].asked);
+        during += rc[i].during;
     }
     pthread_join(tp, NULL);
-    CHECK(pc.status == 200, "the prefill beside them: %d", pc.status);
+    mg_exit_library();
+    CHECK(pc.ok, "the prefill beside them did not end with its session");
+    CHECK(during > 0, "no row was read while the prefill ran: the test proves nothing");
     CHECK(n_sessions(sv.port) == 2, "sessions held: %d, want 2", n_sessions(sv.port));
-    free(pc.body);
+    free(body);
     serve_stop(&sv);
 }

@@ -20,8 +20,8 @@ TEST(serve_probes_smollm2_patch_equals_cli) {
     CHECK(st == 200, "create: %d", st);
     test_json_free(s);
     const char *patch[] = {"patch", "-m", model, "--clean", "The capital of France is", "--corrupt", "The capital of Italy is",
-                           "--sweeps", "resid_pre", "--json", NULL};
+                           "--sweeps", "resid_pre", "--threads", "2", "--json", NULL}; /* the server's threads */
     serve_check_same_as_cli(sv.port, "POST", "/api/sessions/s1/patch",
-                            "{\"corrupt\": \"The capital of Italy is\", \"sweeps\": [\"resid_pre\"]}", patch, 1e-4);
+                            "{\"corrupt\": \"The capital of Italy is\", \"sweeps\": [\"resid_pre\"]}", patch);
     serve_stop(&sv);
 }

@@ -19,10 +19,10 @@ import { renderHeadOut, renderResid } from './patch.js';
 import { Edit } from './edit.js';
 
 const $ = (id) => document.getElementById(id);
-const LENS_COLUMNS = 48; // the lens grid shows at most this many positions, ending at the query
-// GET /lens reads every position (L x n unembeddings, the prompt run again):
-// offered up to this many tokens, read at once up to LENS_COLUMNS
-const LENS_MAX_TOKENS = 256;
+// the lens grid shows at most this many positions, ending at the query: GET /lens
+// reads only that window (the prompt run again up to the query, then L x 48
+// unembeddings), read by itself with the session up to this many tokens
+const LENS_COLUMNS = 48;
 const TOP_KEYS = 12;
 
 const st = {
@@ -99,9 +99,8 @@ function showSession(s) {
   view.render(s.tokens, 0, st.generatedFrom[s.id]);
   renderTop($('next'), s.top);
   $('lens').textContent = '';
-  $('load-lens').disabled = s.n_tokens > LENS_MAX_TOKENS;
-  $('lens-info').textContent = s.n_tokens > LENS_MAX_TOKENS
-    ? `the lens API reads all ${s.n_tokens} positions (each layer's unembedding of each): offered up to ${LENS_MAX_TOKENS} tokens`
+  $('lens-info').textContent = s.n_tokens > LENS_COLUMNS
+    ? `reads the ${LENS_COLUMNS} positions up to the selected token (the prompt runs again up to it)`
     : '';
   showEdit();
   status(`${s.id}: ${s.n_tokens} tokens, ${(s.bytes / 1048576).toFixed(1)} MiB held by the session`);
@@ -317,7 +316,7 @@ async function loadLens() {
   const last = Math.min(st.query, n - 1);
   const first = Math.max(0, last - LENS_COLUMNS + 1);
   $('lens-info').textContent = 'reading…';
-  const lens = await getJSON(sessionPath(sid(), 'lens') + query({ k: 5 }));
+  const lens = await getJSON(sessionPath(sid(), 'lens') + query({ k: 5, pos0: first, pos1: last + 1 }));
   st.lens = lens;
   const positions = [];
   for (let p = first; p <= last; p++) positions.push(p);

@@ -2,7 +2,8 @@
 // grid: layers down, positions across (the prompt's tokens as labels), each
 // cell the top-1 piece coloured by its probability (white 0, blue 1, as
 // `qkv lens --html`), its top-k in the hover title. `lens` holds the fields
-// of `qkv lens --json`; `positions` are the columns to show.
+// of `qkv lens --json` (GET .../lens), of a window from lens.pos0 when it has
+// one; `positions` are the columns to show, within it.
 
 import { blue, css, ink } from './color.js';
 
@@ -29,12 +30,13 @@ export function renderTop(el, top) {
 }
 
 export function renderLens(table, lens, positions) {
+  const o = lens.pos0 || 0; // the arrays' first position
   table.textContent = '';
   const head = table.createTHead().insertRow();
   head.insertCell().textContent = 'layer';
   for (const p of positions) {
     const th = head.insertCell();
-    th.textContent = lens.tokens[p] ? lens.tokens[p].piece : `${p}`;
+    th.textContent = lens.tokens[p - o] ? lens.tokens[p - o].piece : `${p}`;
     th.title = `position ${p}`;
   }
   const body = table.createTBody();
@@ -45,8 +47,8 @@ export function renderLens(table, lens, positions) {
     name.textContent = `L${l}`;
     for (const p of positions) {
       const td = tr.insertCell();
-      const pieces = lens.top_pieces[l][p];
-      const probs = lens.top_probs[l][p];
+      const pieces = lens.top_pieces[l][p - o];
+      const probs = lens.top_probs[l][p - o];
       const c = blue(probs[0]);
       td.className = 'lcell';
       td.style.background = css(c);
@@ -54,11 +56,11 @@ export function renderLens(table, lens, positions) {
       td.textContent = pieces[0];
       td.dataset.layer = l;
       td.dataset.pos = p;
-      td.dataset.id = lens.top_ids[l][p][0];
+      td.dataset.id = lens.top_ids[l][p - o][0];
       td.dataset.p = probs[0];
       td.title = `layer ${l}, position ${p}\n` +
         pieces.map((s, i) => `${s}  ${probs[i].toFixed(4)}`).join('\n') +
-        (lens.target_prob ? `\np(target ${lens.target ? lens.target.piece : ''}) ${lens.target_prob[l][p].toFixed(4)}` : '');
+        (lens.target_prob ? `\np(target ${lens.target ? lens.target.piece : ''}) ${lens.target_prob[l][p - o].toFixed(4)}` : '');
     }
   }
 }

@@ -375,25 +375,35 @@ QKV_API qkv_status qkv_attribute(qkv_attribution *a, qkv_model *m, const int32_t
 typedef struct {
     int k;              /* top tokens kept per (layer, position), 1 <= k <= V */
     int32_t target;     /* a token whose probability is followed; -1: none */
+    int pos0, pos1;     /* the positions read, [pos0, pos1) within [0, n]; 0, 0: all n */
 } qkv_lens_params;
 
-/* Caller-allocated; probabilities in [0, 1]. */
+/* Caller-allocated, w = pos1 - pos0 positions (n for all); probabilities in [0, 1]. */
 typedef struct {
-    int32_t *top_ids;   /* [L, n, k] most likely first (the lower id first on ties) */
-    float *top_probs;   /* [L, n, k] their probabilities */
-    float *target_prob; /* [L, n] the target's probability, or NULL (needed when target >= 0) */
+    int32_t *top_ids;   /* [L, w, k] most likely first (the lower id first on ties) */
+    float *top_probs;   /* [L, w, k] their probabilities */
+    float *target_prob; /* [L, w] the target's probability, or NULL (needed when target >= 0) */
 } qkv_lens_out;
 
-/* The lens of every layer at every position of tokens.
+/* The lens of every layer at positions pos0..pos1-1 of tokens.
  *   tokens: [n], 1 <= n <= qkv_model_n_ctx(m), run from position 0
- * QKV_ERR_INVALID for NULL outputs, a bad n, k or token id, a target outside
- * [-1, V), or a target without target_prob. Memory: every layer's residual
- * (L n E floats) and up to QKV_LENS_LOGIT_FLOATS floats of logits (rows of
- * V, one layer's positions at a time), allocated once per call; on return
+ * Only tokens[0, pos1) run (a position's residual depends on no later
+ * token), and only the window's w positions are kept and unembedded: a
+ * window of a long prompt costs the forward to pos1 and L w unembeddings.
+ * QKV_ERR_INVALID for NULL outputs, a bad n, k, window or token id, a
+ * target outside [-1, V), or a target without target_prob. Memory: every
+ * layer's residual at the window (L w E floats) and up to
+ * QKV_LENS_LOGIT_FLOATS floats of logits (rows of V, one layer's positions
+ * at a time), allocated once per call (qkv_lens_bytes(m, w, k)); on return
  * the KV cache is empty. */
 #define QKV_LENS_LOGIT_FLOATS ((int64_t)1 << 24)
 QKV_API qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int n, const qkv_lens_params *p,
                             qkv_error *err);
+
+/* The bytes qkv_lens allocates to read w positions with k top tokens (the
+ * residuals, the logit rows, the top-k heap), beside the model's own state
+ * and the caller's outputs; -1 for a NULL m, w < 1 or k < 1. */
+QKV_API int64_t qkv_lens_bytes(const qkv_model *m, int w, int k);
 
 /* ----------------------------------------------------------- probe: stream */
 

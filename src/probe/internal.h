@@ -17,10 +17,11 @@ qkv_status probe_progress(qkv_progress_fn fn, void *user, int64_t done, int64_t 
                           const char *unit, qkv_error *err);
 
 /* A hook that keeps one point's activation of every layer it is called in
- * (store.c): buf[layer] <- a->data, per_layer floats each. */
+ * (store.c): buf[layer] <- a->data + skip, per_layer floats each. */
 typedef struct {
     float *buf;         /* [L, per_layer] */
     size_t per_layer;
+    size_t skip;        /* floats of a->data before the kept ones (the lens's window: pos0 rows) */
 } probe_layer_store;
 qkv_status probe_store_hook(void *user, const qkv_activation *a, qkv_error *err);
 

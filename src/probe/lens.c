@@ -78,6 +78,19 @@ static void rank_row(int32_t *ids, float *probs, float *target_prob, top_heap *t
 
 /* -------------------------------------------------------------------- lens */
 
+/* Positions whose logit rows are held at once: up to QKV_LENS_LOGIT_FLOATS floats, at least one row. */
+static int logit_rows(int V, int n) {
+    const int64_t fit = QKV_LENS_LOGIT_FLOATS / V;
+    return fit < 1 ? 1 : fit < n ? (int)fit : n;
+}
+
+int64_t qkv_lens_bytes(const qkv_model *m, int w, int k) {
+    if (!m || w < 1 || k < 1) return -1;
+    const qkv_model_config *c = qkv_model_get_config(m);
+    return ((int64_t)c->n_layer * w * c->n_embd + (int64_t)logit_rows(c->n_vocab, w) * c->n_vocab) * (int64_t)sizeof(float) +
+           (int64_t)k * (int64_t)(sizeof(float) + sizeof(int32_t));
+}
+
 qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int n, const qkv_lens_params *p,
                     qkv_error *err) {
     const qkv_lens_params defaults = {.k = 1, .target = -1};
@@ -91,28 +104,31 @@ qkv_status qkv_lens(qkv_lens_out *out, qkv_model *m, const int32_t *tokens, int 
     if (k < 1 || k > V) return util_fail(err, QKV_ERR_INVALID, "lens: k %d outside [1, %d]", k, V);
     if (p->target < -1 || p->target >= V || (p->target >= 0 && !out->target_prob))
         return util_fail(err, QKV_ERR_INVALID, "lens: target %d outside [-1, %d) or without target_prob", p->target, V);
-    const int64_t fit = QKV_LENS_LOGIT_FLOATS / V;
-    const int chunk = fit < 1 ? 1 : fit < n ? (int)fit : n;
-    float *resid = malloc((size_t)L * n * E * sizeof(float)), *logits = malloc((size_t)chunk * V * sizeof(float));
+    const int pos0 = p->pos0, pos1 = p->pos0 || p->pos1 ? p->pos1 : n, w = pos1 - pos0;
+    if (pos0 < 0 || pos1 > n || w < 1)
+        return util_fail(err, QKV_ERR_INVALID, "lens: positions [%d, %d) not a window of [0, %d)", p->pos0, p->pos1, n);
+    const int chunk = logit_rows(V, w);
+    float *resid = malloc((size_t)L * w * E * sizeof(float)), *logits = malloc((size_t)chunk * V * sizeof(float));
     top_heap heap = {.val = malloc((size_t)k * sizeof(float)), .id = malloc((size_t)k * sizeof(int32_t)), .k = k};
     qkv_status st = QKV_OK;
     if (!resid || !logits || !heap.val || !heap.id) {
         st = util_fail(err, QKV_ERR_NOMEM, "lens: out of memory for %d tokens", n);
         goto done;
     }
-    probe_layer_store keep = {resid, (size_t)n * E};
+    /* resid: [L, w, E] hook_resid_post at the window, from one forward call over tokens [0, pos1) */
+    probe_layer_store keep = {resid, (size_t)w * E, (size_t)pos0 * E};
     const qkv_hook hook = {.point = QKV_HOOK_RESID_POST, .layer = QKV_ALL, .fn = probe_store_hook, .user = &keep};
     if ((st = qkv_model_rewind(m, 0, err)) ||
-        (st = qkv_model_forward(m, NULL, tokens, n, 0, &(qkv_forward_opts){.hooks = &hook, .n_hooks = 1}, err)))
+        (st = qkv_model_forward(m, NULL, tokens, pos1, 0, &(qkv_forward_opts){.hooks = &hook, .n_hooks = 1}, err)))
         goto done;
     qkv_model_rewind(m, 0, NULL);
     for (int l = 0; l < L; l++)
-        for (int r0 = 0; r0 < n; r0 += chunk) {
-            const int rows = n - r0 < chunk ? n - r0 : chunk;
-            const qkv_forward_opts final_step = {.start_layer = L, .start_resid = resid + ((size_t)l * n + r0) * E};
-            if ((st = qkv_model_forward(m, logits, tokens + r0, rows, 1, &final_step, err))) goto done;
+        for (int r0 = 0; r0 < w; r0 += chunk) {
+            const int rows = w - r0 < chunk ? w - r0 : chunk;
+            const qkv_forward_opts final_step = {.start_layer = L, .start_resid = resid + ((size_t)l * w + r0) * E};
+            if ((st = qkv_model_forward(m, logits, tokens + pos0 + r0, rows, 1, &final_step, err))) goto done;
             for (int r = 0; r < rows; r++) {
-                const size_t at = (size_t)l * n + r0 + r;
+                const size_t at = (size_t)l * w + r0 + r;
                 rank_row(out->top_ids + at * k, out->top_probs + at * k, out->target_prob ? out->target_prob + at : NULL,
                          &heap, logits + (size_t)r * V, V, p->target);
             }

@@ -174,7 +174,7 @@ static qkv_status run_caching(qkv_model *m, float *logits, const int32_t *tokens
     int n_hooks = 0;
     for (int i = 0; i < N_CACHES; i++) {
         if (!cache[i]) continue;
-        stores[i] = (probe_layer_store){cache[i], (size_t)n * (i == CACHE_Z ? c->n_head * c->head_dim : c->n_embd)};
+        stores[i] = (probe_layer_store){cache[i], (size_t)n * (i == CACHE_Z ? c->n_head * c->head_dim : c->n_embd), 0};
         hooks[n_hooks++] = (qkv_hook){.point = cached_points[i], .layer = QKV_ALL, .fn = probe_store_hook, .user = &stores[i]};
     }
     qkv_status st = qkv_model_rewind(m, 0, err);

@@ -11,6 +11,6 @@
 qkv_status probe_store_hook(void *user, const qkv_activation *a, qkv_error *err) {
     (void)err;
     const probe_layer_store *s = user;
-    memcpy(s->buf + (size_t)a->layer * s->per_layer, a->data, s->per_layer * sizeof(float));
+    memcpy(s->buf + (size_t)a->layer * s->per_layer, a->data + s->skip, s->per_layer * sizeof(float));
     return QKV_OK;
 }

@@ -112,17 +112,18 @@ def apply_edit(page, url, zero, hide):
 
 
 def check_lens(page, url, positions):
-    """Every lens cell's top-1 (id, piece, p) equals the API's lens."""
-    lens = api(url, f"/api/sessions/{page.sid()}/lens?k=5")
+    """Every lens cell's top-1 (id, piece, p) equals the API's lens of the same window."""
+    p0 = positions[0]
+    lens = api(url, f"/api/sessions/{page.sid()}/lens?k=5&pos0={p0}&pos1={positions[-1] + 1}")
     cells = page.js("Array.from(document.querySelectorAll('#lens td.lcell'))"
                     ".map(c => [Number(c.dataset.layer), Number(c.dataset.pos), Number(c.dataset.id),"
                     " Number(c.dataset.p), c.textContent])")
     assert len(cells) == lens["n_layer"] * len(positions)
     assert {p for _, p, _, _, _ in cells} == set(positions)
     for l, p, tid, prob, text in cells:
-        assert tid == lens["top_ids"][l][p][0], (l, p)
-        assert text == lens["top_pieces"][l][p][0]
-        assert close(prob, lens["top_probs"][l][p][0])
+        assert tid == lens["top_ids"][l][p - p0][0], (l, p)
+        assert text == lens["top_pieces"][l][p - p0][0]
+        assert close(prob, lens["top_probs"][l][p - p0][0])
 
 
 def test_article_prompt(server, browser):
@@ -269,8 +270,11 @@ def test_long_document(server, browser, tmp_path):
     page.click("#clear-edit")
     page.idle()
 
-    # the lens reads every position: not offered at this length (the page says so)
-    assert not page.el("#load-lens").is_enabled()
+    # the lens of the 48 positions up to the page's query (the prompt runs again up to it)
+    page.click("#load-lens")
+    page.wait("document.querySelectorAll('#lens td.lcell').length > 0", 300)
+    last = page.js("window.qkv.query")
+    check_lens(page, server, list(range(last - 47, last + 1)))
     assert not page.severe_logs()
 
 
