@@ -5,7 +5,7 @@ bindings in python/src/*.c, with the Makefile's default (any x86-64) flags:
 -std=c11, -O3, -pthread (libqkv has its own thread pool), no -march. The per-ISA kernel files carry their own
 `#pragma GCC target`, and the kernel is chosen at run time from CPUID, so a
 wheel runs on any x86-64. As in the Makefile, only the SIMD inner loops
-(src/attn/tile_*.c, src/model/matmul_*.c, src/probe/overview_*.c) may fuse a*b+c (-ffp-contract=fast);
+(src/attn/tile_*.c, src/model/matmul_*.c, src/model/ffn_act_*.c, src/probe/overview_*.c) may fuse a*b+c (-ffp-contract=fast);
 nothing is built with -ffast-math (masks rely on -INFINITY).
 
 setuptools compiles every source of an Extension with the same flags, so
@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 os.chdir(ROOT)  # setuptools wants source paths relative to setup.py
 
 COMMON_FLAGS = ["-std=c11", "-O3", "-pthread", "-D_GNU_SOURCE", "-Wall", "-Wextra"]
-FMA_PATTERNS = ("src/attn/tile_", "src/model/matmul_", "src/probe/overview_")
+FMA_PATTERNS = ("src/attn/tile_", "src/model/matmul_", "src/model/ffn_act_", "src/probe/overview_")
 
 LIB_SOURCES = sorted(glob.glob("src/*/*.c"))
 # Model.inspect's pictures: render/'s writers (the HTML page, the PNG figure
