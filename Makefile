@@ -268,8 +268,9 @@ OMP_FLAGS  :=
 # clang ignores GCC's target pragmas: the per-ISA files get their ISA as flags
 ISA_AVX2   := -Wno-unknown-pragmas -mavx2 -mfma -mf16c
 ISA_AVX512 := -Wno-unknown-pragmas -mavx512f -mavx512bw -mavx512dq -mavx512vl -mfma -mf16c
-$(BUILD)/src/attn/tile_avx2.o $(BUILD)/src/model/matmul_avx2.o: ALL_CFLAGS += $(ISA_AVX2)
-$(BUILD)/src/attn/tile_avx512.o $(BUILD)/src/model/matmul_avx512.o: ALL_CFLAGS += $(ISA_AVX512)
+# every per-ISA file is named *_avx2.c / *_avx512.c (tiles, matmuls, activations, overview)
+$(BUILD)/src/%_avx2.o: ALL_CFLAGS += $(ISA_AVX2)
+$(BUILD)/src/%_avx512.o: ALL_CFLAGS += $(ISA_AVX512)
 $(BUILD)/src/attn/tile_avx512bf16.o: ALL_CFLAGS += $(ISA_AVX512) -mavx512bf16
 endif
 
